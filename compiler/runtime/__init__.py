@@ -1,0 +1,1 @@
+"""The C runtime compiled into every CPU artifact (thread pool, parallel-for, timer, DLPack checks)."""

@@ -1,0 +1,1 @@
+"""tunefleet.server: REST API, SQL store, orchestration, artifact store, dashboard."""

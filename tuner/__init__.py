@@ -1,0 +1,1 @@
+"""tunefleet.tuner: measure types, builders/runners, features, cost model, search, records."""

@@ -1,0 +1,1 @@
+"""tunefleet.worker: the measurement daemon for a target host."""
