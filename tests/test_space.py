@@ -1,0 +1,313 @@
+"""Config spaces and knobs: enumeration, index <-> config <-> JSON, validation."""
+
+import itertools
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tunefleet.compiler.space import (
+    ConfigEntity,
+    ConfigError,
+    ConfigSpace,
+    SplitKnob,
+    instantiate_space,
+)
+
+
+def matmul_template(cfg, workload, target):
+    """A define-by-run template shaped like a real one (no schedule needed to build a space)."""
+    m, n, k = workload["M"], workload["N"], workload["K"]
+    cfg.define_split("tile_m", m, 3)
+    cfg.define_split("tile_n", n, 3, policy="power2", max_factor=64)
+    cfg.define_split("tile_k", k, 2, filter=lambda s: s[1] <= 16)
+    cfg.define_reorder("order", ["mo", "no", "ko", "mi"], policy="all")
+    cfg.define_knob("unroll", [0, 4, 16])
+    cfg.define_knob("vectorize", [True, False])
+    cfg.define_knob("layout", ["NK", "KN"])
+    cfg.add_flop(2 * m * n * k)
+    return cfg["tile_m"].size, cfg["order"].perm, cfg["unroll"].val
+
+
+WORKLOAD = {"M": 96, "N": 100, "K": 48}
+
+
+@pytest.fixture
+def space():
+    return instantiate_space(matmul_template, WORKLOAD, "cpu")
+
+
+def ordered_factorizations(n, parts):
+    if parts == 1:
+        return [(n,)]
+    return [(d, *rest) for d in range(1, n + 1) if n % d == 0 for rest in ordered_factorizations(n // d, parts - 1)]
+
+
+# --------------------------------------------------------------------------- split
+
+
+def test_split_factors_12_into_3_is_all_18_ordered_factorizations():
+    knob = SplitKnob("s", 12, 3)
+    sizes = [tuple(knob.entity(i).size) for i in range(len(knob))]
+    assert len(sizes) == 18 == len(set(sizes))
+    assert set(sizes) == set(ordered_factorizations(12, 3))
+    assert sizes[0] == (12, 1, 1)
+
+
+@pytest.mark.parametrize("extent,parts", [(1, 3), (7, 2), (64, 4), (360, 3), (1024, 2)])
+def test_split_factors_match_brute_force(extent, parts):
+    knob = SplitKnob("s", extent, parts)
+    assert sorted(tuple(knob.entity(i).size) for i in range(len(knob))) == sorted(ordered_factorizations(extent, parts))
+
+
+def test_split_power2_allows_tails_with_concrete_outer():
+    knob = SplitKnob("s", 100, 3, policy="power2")
+    sizes = [knob.entity(i).size for i in range(len(knob))]
+    allowed_inner = {1 << k for k in range(7)} | {d for d in range(1, 101) if 100 % d == 0}
+    for outer, a, b in sizes:
+        assert a in allowed_inner and b in allowed_inner and a * b <= 100
+        assert outer == math.ceil(100 / (a * b))
+    assert [2, 8, 8] in sizes  # 64 inner, tail of 36
+    assert [1, 4, 25] in sizes  # divisors stay available
+    assert [1, 1, 100] in sizes
+    assert len({tuple(s) for s in sizes}) == len(sizes)
+
+
+def test_split_max_factor_and_filter():
+    knob = SplitKnob("s", 64, 3, max_factor=8, filter=lambda s: s[0] >= 2)
+    sizes = [knob.entity(i).size for i in range(len(knob))]
+    assert sizes
+    assert all(s[1] <= 8 and s[2] <= 8 and s[0] >= 2 and math.prod(s) == 64 for s in sizes)
+    expected = [f for f in ordered_factorizations(64, 3) if f[1] <= 8 and f[2] <= 8 and f[0] >= 2]
+    assert sorted(map(tuple, sizes)) == sorted(expected)
+
+
+def test_split_candidates_resolve_minus_one_and_validate():
+    knob = SplitKnob("s", 100, 2, policy="candidates", candidates=[[-1, 8], [25, 4], [-1, 100]])
+    assert [knob.entity(i).size for i in range(3)] == [[13, 8], [25, 4], [1, 100]]
+    with pytest.raises(ConfigError, match="outermost 13"):
+        SplitKnob("s", 100, 2, policy="candidates", candidates=[[12, 8]])
+    with pytest.raises(ConfigError, match="2 ints"):
+        SplitKnob("s", 100, 2, policy="candidates", candidates=[[1, 2, 50]])
+    with pytest.raises(ConfigError, match="product above"):
+        SplitKnob("s", 100, 2, policy="candidates", candidates=[[-1, 128]])
+    with pytest.raises(ConfigError, match="duplicate"):
+        SplitKnob("s", 100, 2, policy="candidates", candidates=[[-1, 8], [13, 8]])
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"extent": 0}, "extent"),
+        ({"extent": 8, "num_outputs": 0}, "num_outputs"),
+        ({"extent": 8, "policy": "bogus"}, "unknown policy 'bogus'.*factors"),
+        ({"extent": 8, "policy": "candidates"}, "needs candidates"),
+        ({"extent": 8, "candidates": [[4, 2]]}, "needs policy='candidates'"),
+        ({"extent": 8, "filter": lambda s: False}, "no candidates"),
+    ],
+)
+def test_split_bad_definitions(kwargs, match):
+    with pytest.raises(ConfigError, match=match):
+        SplitKnob("s", **kwargs)
+
+
+class FakeStage:
+    """Records split/reorder calls; axes are strings naming their origin (test-only stand-in)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def split(self, axis, factor):
+        self.calls.append(("split", axis, factor))
+        return f"{axis}.o", f"{axis}.i{factor}"
+
+    def reorder(self, *axes):
+        self.calls.append(("reorder", axes))
+
+
+def test_split_and_reorder_apply_call_the_stage_api():
+    space = ConfigSpace()
+    space.define_split("s", 24, 3, policy="candidates", candidates=[[2, 3, 4]])
+    space.define_reorder("r", 3)
+    stage = FakeStage()
+    axes = space["s"].apply(None, stage, "x")
+    assert stage.calls == [("split", "x", 4), ("split", "x.o", 3)]
+    assert axes == ["x.o.o", "x.o.i3", "x.i4"]
+    cfg = space.get(len(space) - 1)  # perm [2, 1, 0]
+    assert cfg["r"].apply(None, stage, axes) == ["x.i4", "x.o.i3", "x.o.o"]
+    assert stage.calls[-1] == ("reorder", ("x.i4", "x.o.i3", "x.o.o"))
+
+
+# --------------------------------------------------------------------------- other knobs
+
+
+def test_reorder_all_and_candidates_by_label():
+    space = ConfigSpace()
+    space.define_reorder("all", 4)
+    space.define_reorder("some", ["i", "j", "k"], policy="candidates", candidates=[["k", "i", "j"], [0, 1, 2]])
+    assert len(space.knobs["all"]) == 24
+    assert [space.knobs["all"].entity(i).perm for i in range(24)] == [list(p) for p in itertools.permutations(range(4))]
+    assert [space.knobs["some"].entity(i).perm for i in range(2)] == [[2, 0, 1], [0, 1, 2]]
+    with pytest.raises(ConfigError, match="not a permutation"):
+        space.define_reorder("bad", 3, policy="candidates", candidates=[[0, 0, 1]])
+    with pytest.raises(ConfigError, match="policy='candidates' beyond 8"):
+        space.define_reorder("huge", 9)
+
+
+def test_choice_knob_keeps_json_types_apart():
+    space = ConfigSpace()
+    space.define_knob("k", [1, True, "1", None, 2.5])
+    knob = space.knobs["k"]
+    assert [knob.index_of(json.loads(json.dumps(v))) for v in [1, True, "1", None, 2.5]] == [0, 1, 2, 3, 4]
+    with pytest.raises(ConfigError, match="not a JSON scalar"):
+        space.define_knob("bad", [[1, 2]])
+    with pytest.raises(ConfigError, match="duplicate"):
+        space.define_knob("dup", [4, 4])
+    with pytest.raises(ConfigError, match="not finite"):
+        space.define_knob("nan", [float("nan")])
+
+
+# --------------------------------------------------------------------------- the space
+
+
+def test_space_size_is_product_and_define_mode_returns_defaults(space):
+    lengths = [len(k) for k in space.knobs.values()]
+    assert space.size == len(space) == math.prod(lengths)
+    assert list(space.knobs) == ["tile_m", "tile_n", "tile_k", "order", "unroll", "vectorize", "layout"]
+    assert space.is_fallback and space.flop == 2 * 96 * 100 * 48
+    assert space["tile_m"].size == [96, 1, 1] and space["unroll"].val == 0
+
+
+def test_round_trip_index_config_json_for_random_indices(space):
+    rng = np.random.default_rng(0)
+    for index in [0, space.size - 1, *map(int, rng.integers(space.size, size=300))]:
+        cfg = space.get(index)
+        assert cfg.index == index and not cfg.is_fallback
+        text = json.dumps(cfg.to_json())
+        back = space.from_json(json.loads(text))
+        assert back == cfg and back.index == index and back.to_json() == cfg.to_json()
+        # running the template on the entity sees exactly the chosen entities
+        tile_m, perm, unroll = matmul_template(cfg, WORKLOAD, "cpu")
+        assert tile_m == cfg["tile_m"].size and perm == cfg["order"].perm and unroll == cfg["unroll"].val
+        assert cfg.flop == space.flop
+
+
+def test_mixed_radix_first_knob_is_least_significant(space):
+    first = space.knobs["tile_m"]
+    assert space.get(1)["tile_m"].size == first.entity(1).size
+    assert space.get(len(first)).digits[:2] == (0, 1)
+
+
+def test_json_is_stable_across_processes(space):
+    index = space.size // 3 + 7
+    code = (
+        "import json, sys; sys.path.insert(0, 'tests');"
+        "from test_space import matmul_template, WORKLOAD;"
+        "from tunefleet.compiler.space import instantiate_space;"
+        f"print(json.dumps(instantiate_space(matmul_template, WORKLOAD, 'cpu').get({index}).to_json()))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=_repo_root())
+    assert json.loads(out.stdout) == space.get(index).to_json()
+
+
+def _repo_root():
+    import pathlib
+
+    return pathlib.Path(__file__).resolve().parents[1]
+
+
+def test_bad_json_names_the_knob_and_lists_allowed_values(space):
+    good = space.get(5).to_json()
+    bad_value = json.loads(json.dumps(good))
+    bad_value["knobs"]["tile_m"] = [5, 5, 5]
+    with pytest.raises(ConfigError, match=r"knob 'tile_m': \[5, 5, 5\] is not a candidate; allowed: \[\[96, 1, 1\].*more\)"):
+        space.from_json(bad_value)
+    bad_choice = json.loads(json.dumps(good))
+    bad_choice["knobs"]["layout"] = "NCHW"
+    with pytest.raises(ConfigError, match=r"knob 'layout'.*allowed: \[\"NK\", \"KN\"\]$"):
+        space.from_json(bad_choice)
+    unknown = json.loads(json.dumps(good))
+    unknown["knobs"]["tile_z"] = [1, 1]
+    with pytest.raises(ConfigError, match="unknown knob.*tile_z"):
+        space.from_json(unknown)
+    missing = json.loads(json.dumps(good))
+    del missing["knobs"]["order"]
+    with pytest.raises(ConfigError, match="lacks knob.*order"):
+        space.from_json(missing)
+    stale = dict(good, index=good["index"] + 1)
+    with pytest.raises(ConfigError, match="disagrees"):
+        space.from_json(stale)
+    with pytest.raises(ConfigError, match="'knobs' object"):
+        space.from_json({"index": 3})
+    assert isinstance(ConfigError("x"), ValueError)
+
+
+def test_get_rejects_out_of_range(space):
+    for bad in [-1, space.size, True, 1.0]:
+        with pytest.raises(ConfigError, match="out of range"):
+            space.get(bad)
+
+
+def test_random_is_distinct_and_covers_small_spaces(space):
+    rng = np.random.default_rng(1)
+    picks = space.random(rng, 200)
+    assert len(picks) == 200 == len({c.index for c in picks})
+    small = ConfigSpace()
+    small.define_split("s", 12, 3)
+    small.define_knob("k", [1, 2])
+    assert sorted(c.index for c in small.random(rng, 100)) == list(range(36))
+
+
+def test_mutate_changes_exactly_one_knob_and_neighbors_are_complete(space):
+    rng = np.random.default_rng(2)
+    cfg = space.get(12345)
+    for _ in range(50):
+        other = space.mutate(cfg, rng)
+        assert sum(a != b for a, b in zip(cfg.digits, other.digits)) == 1
+        assert space.get(other.index).digits == other.digits
+    neighbors = space.neighbors(cfg)
+    assert len(neighbors) == sum(len(k) - 1 for k in space.knobs.values()) == len(set(neighbors))
+    assert all(sum(a != b for a, b in zip(cfg.digits, n.digits)) == 1 for n in neighbors)
+    single = ConfigSpace()
+    single.define_knob("only", [1])
+    assert single.mutate(single.get(0), rng) == single.get(0)
+
+
+def test_knob_values_is_a_fixed_width_numeric_vector(space):
+    cfg = space.get(777)
+    vec = cfg.knob_values()
+    assert vec.dtype == np.float32 and vec.shape == (3 + 3 + 2 + 4 + 1 + 1 + 1,)
+    assert list(vec[:3]) == cfg["tile_m"].size
+    assert vec[12] == cfg["unroll"].val and vec[13] == float(cfg["vectorize"].val)
+    assert vec[14] == ["NK", "KN"].index(cfg["layout"].val)
+
+
+def test_define_rules(space):
+    with pytest.raises(ConfigError, match="after the space was instantiated"):
+        space.define_knob("late", [1])
+    fresh = ConfigSpace()
+    fresh.define_knob("a", [1])
+    with pytest.raises(ConfigError, match="defined twice"):
+        fresh.define_knob("a", [2])
+    with pytest.raises(ConfigError, match="no knob 'zzz'"):
+        fresh["zzz"]
+    cfg = space.get(0)
+    cfg.define_knob("unroll", [0, 4, 16])  # no-op in entity mode
+    with pytest.raises(ConfigError, match="no knob 'other'"):
+        cfg.define_knob("other", [1])
+    assert isinstance(cfg, ConfigEntity)
+
+
+def test_huge_spaces_are_never_enumerated():
+    space = ConfigSpace()
+    for i in range(30):
+        space.define_split(f"s{i}", 1 << 12, 4)
+    assert space.size == 455**30
+    cfg = space.get(space.size - 1)
+    assert space.from_json(cfg.to_json()).index == space.size - 1
+    assert len(space.random(np.random.default_rng(0), 10)) == 10
+    with pytest.raises(OverflowError):
+        len(space)
