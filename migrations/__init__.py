@@ -1,0 +1,2 @@
+"""Alembic migrations of the SQL schema, shipped as `tunefleet.server.migrations`
+(run them with `tunefleet db upgrade`)."""

