@@ -1,0 +1,263 @@
+"""The artifact ABI: exported entry points around a generated kernel, and the user's C header.
+
+Code generation emits the kernel as ``int <name>(const float* A, ..., float* C)`` (inputs
+``const``, outputs last; ``restrict`` allowed; 0 on success, nonzero after ``tf_set_error``).
+:func:`entry_points_source` declares it ``TF_EXPORT`` and defines, around it,
+
+- ``int <name>_packed(void** args)``: the raw pointers in an array (used by the timer);
+- ``int <name>_checked(DLTensor** args, int num_args)``: validates every DLTensor, then calls
+  ``<name>``.
+
+Place the entry points BEFORE the kernel in the translation unit (they only need its
+prototype, and the prototype must come first for ``TF_EXPORT`` to apply), e.g.
+``compile_shared([entry_points_source(name, args), kernel_source], target, name=name)``.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from tunefleet.compiler.build import runtime_sources
+from tunefleet.compiler.target import DTYPE_BYTES
+
+#: Version of the artifact ABI (entry points, manifest fields); bumped on incompatible change.
+ABI_VERSION = 1
+
+_DL_INT, _DL_FLOAT = 0, 2
+#: dtype -> (C type, DLPack type code). Bits come from DTYPE_BYTES.
+_C_TYPES = {
+    "float32": ("float", _DL_FLOAT),
+    "float64": ("double", _DL_FLOAT),
+    "int32": ("int32_t", _DL_INT),
+    "int8": ("int8_t", _DL_INT),
+}
+_C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_DLPACK_BLOCK = re.compile(r"/\* TUNEFLEET_DLPACK_BEGIN.*?\*/\n(.*?)/\* TUNEFLEET_DLPACK_END \*/",
+                           re.S)
+
+
+@dataclass(frozen=True)
+class ArgSpec:
+    """One kernel argument, in call order (outputs last).
+
+    name: C identifier. shape: extents (elements). dtype: a key of the C type table
+    ("float32", "float64", "int32", "int8"). is_output: written by the kernel. layout:
+    how the dense buffer is laid out (descriptive; the buffer is row-major over `shape`).
+    Raises ValueError on a bad name, shape or dtype.
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    is_output: bool
+    layout: str = "row-major"
+
+    def __post_init__(self) -> None:
+        if not _C_IDENTIFIER.fullmatch(self.name):
+            raise ValueError(f"argument name {self.name!r} is not a C identifier")
+        try:
+            shape = tuple(operator.index(n) for n in self.shape)
+        except TypeError:
+            shape = ()
+        if len(shape) != len(self.shape) or min(shape, default=1) < 1:
+            raise ValueError(f"argument {self.name!r}: shape {self.shape} must be positive ints")
+        object.__setattr__(self, "shape", shape)
+        if self.dtype not in _C_TYPES:
+            raise ValueError(f"argument {self.name!r}: dtype {self.dtype!r} has no C type; "
+                             f"allowed: {', '.join(_C_TYPES)}")
+
+    @property
+    def c_type(self) -> str:
+        """The C element type, e.g. "float"."""
+        return _C_TYPES[self.dtype][0]
+
+    @property
+    def c_pointer(self) -> str:
+        """The C parameter type, e.g. "const float*" for an input."""
+        return f"{'' if self.is_output else 'const '}{self.c_type}*"
+
+    @property
+    def nbytes(self) -> int:
+        """Size of the dense buffer in bytes."""
+        count = 1
+        for n in self.shape:
+            count *= n
+        return count * DTYPE_BYTES[self.dtype]
+
+    def to_dict(self) -> dict:
+        """JSON-ready form (shape as a list), inverse of from_dict."""
+        return {**asdict(self), "shape": list(self.shape)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ArgSpec:
+        """Reads the form written by to_dict."""
+        return cls(data["name"], tuple(data["shape"]), data["dtype"], data["is_output"],
+                   data.get("layout", "row-major"))
+
+
+def kernel_prototype(name: str, args: Sequence[ArgSpec]) -> str:
+    """`int <name>(const float* A, ..., float* C)` (no trailing semicolon)."""
+    _check_signature(name, args)
+    return f"int {name}({', '.join(f'{a.c_pointer} {a.name}' for a in args)})"
+
+
+def entry_points_source(name: str, args: Sequence[ArgSpec]) -> str:
+    """C source: the exported prototype of kernel `name`, `<name>_packed` and `<name>_checked`.
+    Raises ValueError on a bad name or argument list."""
+    prototype = kernel_prototype(name, args)
+    unpacked = ", ".join(f"({a.c_pointer})args[{i}]" for i, a in enumerate(args))
+    checked = f"{name}_checked"
+    lines = [
+        f"/* tunefleet artifact ABI v{ABI_VERSION}: entry points of kernel '{name}'. */",
+        f"TF_EXPORT {prototype};",
+        "",
+        f"TF_EXPORT int {name}_packed(void** args) {{",
+        f"  return {name}({unpacked});",
+        "}",
+        "",
+        f"TF_EXPORT int {checked}(DLTensor** args, int num_args) {{",
+    ]
+    for a in args:
+        if a.shape:
+            lines.append(f"  static const int64_t shape_{a.name}[{len(a.shape)}] = "
+                         f"{{{', '.join(map(str, a.shape))}}};")
+    lines += [
+        f"  void* data[{len(args)}];",
+        f"  if (args == NULL || num_args != {len(args)}) {{",
+        f'    tf_set_error("{checked}: expected {len(args)} arguments '
+        f'({", ".join(a.name for a in args)}), got %d%s", num_args,',
+        '                 args == NULL ? " (args is NULL)" : "");',
+        "    return -1;",
+        "  }",
+    ]
+    for i, a in enumerate(args):
+        code = _C_TYPES[a.dtype][1]
+        shape = f"shape_{a.name}" if a.shape else "NULL"
+        lines.append(f'  if (tf_check_tensor("{checked}", "{a.name}", args[{i}], {code}, '
+                     f"{8 * DTYPE_BYTES[a.dtype]}, {len(a.shape)}, {shape}, &data[{i}]) != 0) "
+                     "return -1;")
+    for i, out in enumerate(args):
+        for j, other in enumerate(args):
+            if out.is_output and (not other.is_output or j > i):
+                lines.append(f'  if (tf_check_disjoint("{checked}", "{out.name}", data[{i}], '
+                             f'{out.nbytes}, "{other.name}", data[{j}], {other.nbytes}) != 0) '
+                             "return -1;")
+    unpacked = ", ".join(f"({a.c_pointer})data[{i}]" for i, a in enumerate(args))
+    lines += [f"  return {name}({unpacked});", "}", ""]
+    return "\n".join(lines)
+
+
+def header_text(name: str, args: Sequence[ArgSpec], *, doc: str) -> str:
+    """The artifact's public header `<name>.h`: prototypes of `<name>`, `<name>_checked`,
+    `<name>_packed` and the runtime API, argument shapes/dtypes/layouts, DLPack declarations,
+    and a usage example. `doc` (free text, e.g. workload, target, rebuild command) opens it."""
+    prototype = kernel_prototype(name, args)
+    guard = f"TUNEFLEET_KERNEL_{name.upper()}_H_"
+    doc_lines = [f" * {line}".rstrip() for line in doc.replace("*/", "* /").splitlines()]
+    width = max(len(a.name) for a in args)
+    arg_lines = [f" *   {a.name:<{width}}  {'output' if a.is_output else 'input '}  "
+                 f"{a.dtype:<8} {_dims(a.shape):<16} {a.layout}" for a in args]
+    example_decls = [f" *   static {t} " + ", ".join(
+        f"{a.name}[{' * '.join(map(str, a.shape)) or 1}]" for a in args if a.c_type == t) + ";"
+        for t in dict.fromkeys(a.c_type for a in args)]
+    return "\n".join([
+        "/*",
+        f" * {name}.h -- tunefleet kernel '{name}' (artifact ABI v{ABI_VERSION}).",
+        *(doc_lines and [" *", *doc_lines]),
+        " *",
+        " * Arguments, in call order (dtype, shape, layout):",
+        *arg_lines,
+        " * Each pointer is a dense buffer of that shape and layout; outputs must not overlap",
+        " * other arguments. Every entry point returns 0 on success, else nonzero with a",
+        " * message in tunefleet_last_error(). Parallel loops use a thread pool pinned to the",
+        " * CPUs of the process's affinity mask (tunefleet_set_num_threads to use fewer;",
+        " * environment variable TUNEFLEET_NUM_THREADS sets the initial count).",
+        " *",
+        " * Example (C or C++):",
+        " *   #include <stdio.h>",
+        f' *   #include "{name}.h"',
+        *example_decls,
+        " *   int main(void) {",
+        f" *     if ({name}({', '.join(a.name for a in args)}) != 0) {{",
+        ' *       fprintf(stderr, "%s\\n", tunefleet_last_error());',
+        " *       return 1;",
+        " *     }",
+        " *     return 0;",
+        " *   }",
+        f" * Build: cc main.c -I<dir> -L<dir> -l:{name}.so -Wl,-rpath,<dir>",
+        " */",
+        f"#ifndef {guard}",
+        f"#define {guard}",
+        "",
+        "#include <stdint.h>",
+        "",
+        dlpack_declarations(),
+        "#ifdef __cplusplus",
+        'extern "C" {',
+        "#endif",
+        "",
+        "/* The kernel, over dense buffers:",
+        *[f" *   {a.name}: {a.c_pointer}, {a.dtype} {_dims(a.shape)}, {a.layout}"
+          for a in args],
+        " */",
+        f"{prototype};",
+        "",
+        f"/* The kernel over DLTensor* args[] = {{{', '.join(a.name for a in args)}}}, "
+        f"num_args = {len(args)}:",
+        " * checks device (kDLCPU), dtype, ndim, shape, strides (NULL or compact row-major),",
+        " * data pointer and byte_offset of each, and that outputs overlap nothing, then calls",
+        " * the kernel. On a mismatch returns nonzero; tunefleet_last_error() names the",
+        " * argument, what was expected and what was given. */",
+        f"int {name}_checked(DLTensor** args, int num_args);",
+        "",
+        "/* The kernel with its pointers in an array, in call order (for tunefleet_timer). */",
+        f"int {name}_packed(void** args);",
+        "",
+        "/* Sets the number of pool threads (n <= 0: one per CPU of the affinity mask; more",
+        " * than the mask is clamped, with a message on stderr). Returns the count in effect. */",
+        "int tunefleet_set_num_threads(int n);",
+        "int tunefleet_get_num_threads(void);",
+        "",
+        "/* The calling thread's last error message (\"\" if none). */",
+        "const char* tunefleet_last_error(void);",
+        "",
+        "/* Times fn(args): a warm-up call, then `repeat` repeats of `number` calls (number grows",
+        " * until a repeat lasts min_repeat_ms), cooldown_ms sleep between repeats, optional",
+        " * cache flush before each; out_seconds[repeat] receives seconds per call. */",
+        "int tunefleet_timer(int (*fn)(void** args), void** args, int number, int repeat,",
+        "                    int min_repeat_ms, int cooldown_ms, int flush_cache,",
+        "                    double* out_seconds);",
+        "",
+        "#ifdef __cplusplus",
+        "}",
+        "#endif",
+        "",
+        f"#endif /* {guard} */",
+        "",
+    ])
+
+
+def dlpack_declarations() -> str:
+    """The DLPack-compatible declarations of the runtime header (guarded against dlpack.h)."""
+    return _DLPACK_BLOCK.search(runtime_sources()[0]).group(1)
+
+
+def _dims(shape: Sequence[int]) -> str:
+    return f"[{', '.join(map(str, shape))}]"
+
+
+def _check_signature(name: str, args: Sequence[ArgSpec]) -> None:
+    if not _C_IDENTIFIER.fullmatch(name):
+        raise ValueError(f"kernel name {name!r} is not a C identifier")
+    if not args:
+        raise ValueError(f"kernel {name!r} has no arguments")
+    names = [a.name for a in args]
+    if len(set(names)) != len(names):
+        raise ValueError(f"kernel {name!r}: duplicate argument names in {names}")
+    flags = [a.is_output for a in args]
+    if not any(flags) or flags != sorted(flags):
+        raise ValueError(f"kernel {name!r}: needs at least one output, outputs last; got "
+                         f"{[(a.name, 'out' if a.is_output else 'in') for a in args]}")

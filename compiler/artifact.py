@@ -1,0 +1,83 @@
+"""Artifacts: the directory a user downloads for one tuned kernel.
+
+Contents of an artifact directory for kernel `<name>`:
+
+- `<name>.so`: the library (soname `<name>.so`; link with ``-l:<name>.so``);
+- `<name>.h`: the public header (abi.header_text);
+- `<name>.c`: the self-contained translation unit, runtime included;
+- `manifest.json`: what was built, for what, how, and how fast (see write_artifact).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+from tunefleet.compiler.abi import ABI_VERSION, ArgSpec, header_text
+from tunefleet.compiler.build import build_info
+
+MANIFEST = "manifest.json"
+
+
+def write_artifact(out_dir: str | os.PathLike, *, name: str, source: str,
+                   so_path: str | os.PathLike, args: Sequence[ArgSpec], manifest: dict) -> Path:
+    """Writes the artifact of kernel `name` into `out_dir` (created if needed) and returns it.
+
+    source: the translation unit `so_path` was built from (compile_shared leaves it beside
+    the library as `<name>.c`). so_path: a library built by compile_shared with this `name`.
+    args: the kernel's arguments in call order. manifest: caller fields (e.g. workload,
+    target, device_key, config, latency_s, gflops); manifest.json holds them plus name,
+    abi_version, target and flags of the build, libs, toolchain, build_command (rebuilds
+    `<name>.so` from `<name>.c` in the artifact directory), so_sha256 and args.
+    Raises ValueError if so_path was built under another name.
+    """
+    info = build_info(so_path)
+    if info["name"] != name:
+        raise ValueError(f"{so_path} was built as {info['name']!r}, not {name!r}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    library = out / f"{name}.so"
+    temp = out / f".{name}.{uuid.uuid4().hex}.so"
+    shutil.copyfile(so_path, temp)
+    os.replace(temp, library)
+    (out / f"{name}.c").write_text(source)
+    full = {
+        **manifest,
+        "name": name,
+        "abi_version": ABI_VERSION,
+        "build_target": info["target"],
+        "flags": info["flags"],
+        "libs": info["libs"],
+        "toolchain": info["toolchain"],
+        "build_command": info["command"],
+        "so_sha256": hashlib.sha256(library.read_bytes()).hexdigest(),
+        "args": [a.to_dict() for a in args],
+    }
+    (out / f"{name}.h").write_text(header_text(name, args, doc=_header_doc(full)))
+    (out / MANIFEST).write_text(json.dumps(full, indent=2, sort_keys=True) + "\n")
+    return out
+
+
+def read_manifest(artifact_dir: str | os.PathLike) -> dict:
+    """The manifest.json of an artifact directory. Raises FileNotFoundError if absent."""
+    return json.loads((Path(artifact_dir) / MANIFEST).read_text())
+
+
+def _header_doc(manifest: dict) -> str:
+    """The header's opening lines: what was tuned for what, how fast, how to rebuild."""
+    lines = []
+    for key, label in (("workload", "Workload"), ("target", "Target"),
+                       ("device_key", "Device key"), ("latency_s", "Latency (s)"),
+                       ("gflops", "GFLOP/s")):
+        if key in manifest:
+            value = manifest[key]
+            if not isinstance(value, str | int | float):
+                value = json.dumps(value, sort_keys=True)
+            lines.append(f"{label}: {value}")
+    lines.append(f"Rebuild from {manifest['name']}.c: {manifest['build_command']}")
+    return "\n".join(lines)

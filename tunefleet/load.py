@@ -1,0 +1,148 @@
+"""`tunefleet.load`: call a tuned kernel artifact from Python over numpy (or DLPack) arrays."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from tunefleet.compiler.abi import ABI_VERSION, ArgSpec
+from tunefleet.compiler.artifact import read_manifest
+
+
+def load(path: str | os.PathLike) -> Kernel:
+    """Loads an artifact: its directory, or its `.so` with manifest.json beside it.
+
+    Raises FileNotFoundError without a manifest, ValueError when the artifact's ABI
+    version is newer than this tunefleet's, OSError when the library cannot be loaded.
+    """
+    path = Path(path)
+    directory = path if path.is_dir() else path.parent
+    manifest = read_manifest(directory)
+    if manifest["abi_version"] > ABI_VERSION:
+        raise ValueError(f"{path}: artifact ABI version {manifest['abi_version']} is newer than "
+                         f"this tunefleet's ({ABI_VERSION}); upgrade tunefleet")
+    return Kernel(path if path.is_file() else directory / f"{manifest['name']}.so", manifest)
+
+
+class Kernel:
+    """A loaded kernel: ``kernel(*inputs, out=None)`` returns the output array (a tuple if
+    there are several).
+
+    Arguments are numpy arrays or objects with ``__dlpack__`` (CPU), matching the manifest's
+    dtype and shape exactly, C-contiguous; outputs are allocated when `out` is not given
+    (else `out` is the array, or a sequence of arrays, to write) and must be writeable and
+    must not overlap other arguments. Mismatches raise ValueError naming the argument; a
+    nonzero return of the kernel raises RuntimeError with the runtime's error text.
+    """
+
+    def __init__(self, so_path: str | os.PathLike, manifest: dict) -> None:
+        self.manifest = manifest
+        self.name: str = manifest["name"]
+        self.args = [ArgSpec.from_dict(a) for a in manifest["args"]]
+        self._inputs = [a for a in self.args if not a.is_output]
+        self._lib = ctypes.CDLL(str(Path(so_path).resolve()))
+        self._fn = getattr(self._lib, self.name)
+        self._fn.argtypes = [ctypes.c_void_p] * len(self.args)
+        self._fn.restype = ctypes.c_int
+        self._packed = ctypes.cast(getattr(self._lib, f"{self.name}_packed"), ctypes.c_void_p)
+        self._lib.tunefleet_last_error.restype = ctypes.c_char_p
+        self._lib.tunefleet_set_num_threads.argtypes = [ctypes.c_int]
+        self._lib.tunefleet_timer.argtypes = [
+            ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), *[ctypes.c_int] * 5,
+            ctypes.POINTER(ctypes.c_double)]
+
+    def __repr__(self) -> str:
+        sig = ", ".join(f"{a.name}: {a.dtype}{list(a.shape)}" for a in self._inputs)
+        outs = ", ".join(f"{a.name}: {a.dtype}{list(a.shape)}" for a in self.args if a.is_output)
+        return f"<tunefleet.Kernel {self.name}({sig}) -> ({outs})>"
+
+    def __call__(self, *inputs, out=None):
+        arrays = self._arrays(inputs, out)
+        self._check(self._fn(*[a.ctypes.data for a in arrays]))
+        outputs = arrays[len(self._inputs):]
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def set_num_threads(self, n: int) -> int:
+        """Sets this library's pool size (n <= 0: one per CPU of the affinity mask; clamped
+        to the mask, with a message on stderr). Returns the count in effect."""
+        return self._lib.tunefleet_set_num_threads(n)
+
+    @property
+    def num_threads(self) -> int:
+        """Threads this library's parallel loops use."""
+        return self._lib.tunefleet_get_num_threads()
+
+    def time(self, *arrays, number: int = 1, repeat: int = 5, min_repeat_ms: int = 50,
+             cooldown_ms: int = 0, flush_cache: bool = False) -> np.ndarray:
+        """Times the kernel with the runtime's timer; `arrays` are the inputs, or all arguments.
+
+        A warm-up call, then `repeat` repeats of `number` back-to-back calls (number grows
+        until a repeat lasts min_repeat_ms milliseconds), cooldown_ms milliseconds of sleep
+        between repeats, a flush of the caches before each repeat if flush_cache. Returns
+        float64 seconds per call, shape (repeat,). Raises like __call__.
+        """
+        if len(arrays) == len(self.args):
+            inputs, out = arrays[:len(self._inputs)], arrays[len(self._inputs):]
+        else:
+            inputs, out = arrays, None
+        buffers = self._arrays(inputs, out)
+        pointers = (ctypes.c_void_p * len(buffers))(*[a.ctypes.data for a in buffers])
+        seconds = np.empty(repeat, dtype=np.float64)
+        self._check(self._lib.tunefleet_timer(
+            self._packed, pointers, number, repeat, min_repeat_ms, cooldown_ms,
+            int(flush_cache), seconds.ctypes.data_as(ctypes.POINTER(ctypes.c_double))))
+        return seconds
+
+    def _check(self, rc: int) -> None:
+        if rc != 0:
+            error = self._lib.tunefleet_last_error().decode(errors="replace")
+            raise RuntimeError(f"{self.name} failed (code {rc}): {error}")
+
+    def _arrays(self, inputs: Sequence, out) -> list[np.ndarray]:
+        """Validated arrays of all arguments in call order, outputs allocated if out is None."""
+        outputs = [a for a in self.args if a.is_output]
+        if len(inputs) != len(self._inputs):
+            raise TypeError(f"{self.name} takes {len(self._inputs)} inputs "
+                            f"({', '.join(a.name for a in self._inputs)}), got {len(inputs)}")
+        arrays = [_as_array(spec, x, writeable=False) for spec, x in zip(self._inputs, inputs)]
+        if out is None:
+            return arrays + [np.empty(a.shape, dtype=a.dtype) for a in outputs]
+        out = list(out) if isinstance(out, list | tuple) else [out]
+        if len(out) != len(outputs):
+            raise TypeError(f"{self.name} has {len(outputs)} outputs "
+                            f"({', '.join(a.name for a in outputs)}), got {len(out)} in out")
+        arrays += [_as_array(spec, x, writeable=True) for spec, x in zip(outputs, out)]
+        for i, spec in enumerate(self.args):
+            for j, other in enumerate(self.args[:i]):
+                if spec.is_output and np.may_share_memory(arrays[i], arrays[j]):
+                    raise ValueError(f"argument {spec.name!r}: output overlaps argument "
+                                     f"{other.name!r} in memory")
+        return arrays
+
+
+def _as_array(spec: ArgSpec, x, *, writeable: bool) -> np.ndarray:
+    """`x` as a numpy array checked against `spec`. Raises ValueError naming the argument."""
+    if not isinstance(x, np.ndarray):
+        if not hasattr(x, "__dlpack__"):
+            raise ValueError(f"argument {spec.name!r}: expected a numpy array or an object with "
+                             f"__dlpack__, got {type(x).__name__}")
+        try:
+            x = np.from_dlpack(x)
+        except (BufferError, TypeError, RuntimeError) as exc:
+            raise ValueError(f"argument {spec.name!r}: cannot import it as a CPU array through "
+                             f"__dlpack__: {exc}") from exc
+    if x.dtype != np.dtype(spec.dtype):
+        raise ValueError(f"argument {spec.name!r}: expected dtype {spec.dtype}, got {x.dtype}")
+    if x.shape != spec.shape:
+        raise ValueError(f"argument {spec.name!r}: expected shape {list(spec.shape)}, "
+                         f"got {list(x.shape)}")
+    if not (x.flags.c_contiguous and x.flags.aligned):
+        raise ValueError(f"argument {spec.name!r}: expected a C-contiguous, aligned "
+                         "(row-major) array; numpy.ascontiguousarray makes one")
+    if writeable and not x.flags.writeable:
+        raise ValueError(f"argument {spec.name!r}: the output array is read-only")
+    return x
