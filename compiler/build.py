@@ -164,9 +164,10 @@ def rebuild_command(name: str, flags: Sequence[str]) -> str:
 
 
 def _run_compiler(command: list[str], name: str) -> None:
-    """Runs the compiler in its own process group (killed whole on timeout)."""
+    """Runs the compiler in its own process group (killed whole on timeout), in the C locale
+    so that its messages are plain ASCII."""
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+                            start_new_session=True, env={**os.environ, "LC_ALL": "C"})
     try:
         output, _ = proc.communicate(timeout=COMPILE_TIMEOUT_S)
     except subprocess.TimeoutExpired:

@@ -1,0 +1,147 @@
+"""Targets and builds: target strings, cached compiles, compiler errors, micro-kernel sources."""
+
+import ctypes
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tunefleet.compiler import build
+from tunefleet.compiler.build import BuildError, build_info, compile_shared, toolchain_versions
+from tunefleet.compiler.target import Target, TargetError, list_targets
+
+TARGET = Target.host()
+
+SQUARE = """
+#include "tunefleet_runtime.h"
+TF_EXPORT int square(int x) { return x * x; }
+"""
+
+# A kernel calling an extern micro-kernel that arrives as an extra source.
+USES_MICRO = """
+#include "tunefleet_runtime.h"
+int micro_axpy(int a, int x, int y);
+TF_EXPORT int uses_micro(int x) { return micro_axpy(3, x, 1); }
+"""
+MICRO = "int micro_axpy(int a, int x, int y) { return a * x + y; }\n"
+
+
+@pytest.fixture(autouse=True)
+def build_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TUNEFLEET_CACHE_DIR", str(tmp_path / "cache"))
+
+
+@pytest.mark.parametrize("text", ["cpu -isa=avx512", "cpu -isa=avx2", "cpu -isa=neon",
+                                  "cpu -isa=generic", "cuda -arch=sm_90", "cuda -arch=sm_90a"])
+def test_target_string_round_trip(text):
+    target = Target.parse(text)
+    assert str(target) == text and Target.parse(str(target)) == target
+
+
+def test_target_properties():
+    avx512, avx2 = Target.parse("cpu -isa=avx512"), Target.parse(" cpu   -isa=avx2 ")
+    assert (avx512.vector_bytes, avx512.lanes("float32"), avx512.lanes("float64")) == (64, 16, 8)
+    assert (avx2.vector_bytes, avx2.lanes("float32")) == (32, 8)
+    assert Target.parse("cpu -isa=neon").lanes("float32") == 4
+    assert avx2.cflags == ["-mavx2", "-mfma"] and "-mavx512f" in avx512.cflags
+    assert not any("native" in flag for t in (avx512, avx2) for flag in t.cflags)
+    assert str(Target.parse("cpu")) == "cpu -isa=generic"
+    assert TARGET.kind == "cpu" and TARGET.isa in {"avx512", "avx2", "neon", "generic"}
+
+
+@pytest.mark.parametrize("text, listed", [
+    ("cpu -isa=sse4", "avx512, avx2, neon, generic"),
+    ("tpu", "cpu, cuda"),
+    ("cuda -arch=volta", "sm_90"),
+    ("cpu -mcpu=skylake", "-isa="),
+    ("cuda", "-arch="),
+])
+def test_bad_targets_list_the_allowed_values(text, listed):
+    with pytest.raises(TargetError, match="allowed|takes|needs") as info:
+        Target.parse(text)
+    assert listed in str(info.value) and isinstance(info.value, ValueError)
+    with pytest.raises(TargetError):
+        Target.host().lanes("complex128")
+
+
+def test_list_targets_names_kinds_values_and_host_default():
+    cpu, cuda = list_targets()
+    assert cpu["kind"] == "cpu" and cpu["values"] == ["avx512", "avx2", "neon", "generic"]
+    assert cpu["host"] == str(TARGET) and cuda["kind"] == "cuda" and "sm_90" in cuda["values"]
+
+
+def load_square(so):
+    fn = ctypes.CDLL(str(so)).square
+    fn.argtypes, fn.restype = [ctypes.c_int], ctypes.c_int
+    return fn
+
+
+def test_build_and_cache_hit_does_not_recompile(tmp_path, monkeypatch):
+    log = tmp_path / "cc.log"
+    wrapper = tmp_path / "cc-wrapper"
+    wrapper.write_text(f'#!/bin/sh\necho "$@" >> {log}\nexec gcc "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("CC", str(wrapper))
+    first = compile_shared([SQUARE], TARGET, name="square")
+    compiles = [line for line in log.read_text().splitlines() if "-shared" in line]
+    assert len(compiles) == 1 and load_square(first)(7) == 49
+    assert compile_shared([SQUARE], TARGET, name="square") == first
+    assert [line for line in log.read_text().splitlines() if "-shared" in line] == compiles
+    other_flags = compile_shared([SQUARE], TARGET, name="square", extra_flags=["-O2"])
+    assert other_flags != first
+    info = build_info(first)
+    assert info["name"] == "square" and info["toolchain"]["cc"] == [str(wrapper)]
+    assert info["command"].startswith("${CC:-gcc} -O3") and "square.c -o square.so" in info["command"]
+    assert not re.search(r'^\s*#\s*include "', first.with_suffix(".c").read_text(), re.M)
+
+
+def test_concurrent_builders_in_several_processes_agree(tmp_path):
+    code = ("from tunefleet.compiler.build import compile_shared;"
+            "from tunefleet.compiler.target import Target;"
+            f"print(compile_shared([{SQUARE!r}], Target.host(), name='square'))")
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+             for _ in range(4)]
+    paths = {p.communicate(timeout=60)[0].strip() for p in procs}
+    assert all(p.returncode == 0 for p in procs) and len(paths) == 1
+    assert load_square(paths.pop())(5) == 25
+    assert not [p for p in (tmp_path / "cache").rglob(".*")], "temporary files left behind"
+
+
+def test_syntax_error_carries_the_compiler_output():
+    with pytest.raises(BuildError) as info:
+        compile_shared(["int broken(void) { return 1 }"], TARGET, name="broken")
+    assert "expected ';'" in info.value.compiler_output
+    assert info.value.compiler_output.strip() in str(info.value) and "broken" in str(info.value)
+
+
+def test_micro_kernel_sources_are_compiled_in():
+    so = compile_shared([USES_MICRO], TARGET, name="uses_micro", extra_sources=[MICRO])
+    fn = ctypes.CDLL(str(so)).uses_micro
+    fn.argtypes, fn.restype = [ctypes.c_int], ctypes.c_int
+    assert fn(4) == 13
+
+
+def test_missing_micro_kernel_fails_the_build_not_the_load():
+    with pytest.raises(BuildError, match="micro_axpy"):
+        compile_shared([USES_MICRO], TARGET, name="uses_micro")
+
+
+def test_oversized_micro_kernel_sources_are_refused():
+    with pytest.raises(BuildError, match=f"limit is {build.MAX_EXTRA_SOURCE_BYTES} bytes"):
+        compile_shared([USES_MICRO], TARGET, name="uses_micro",
+                       extra_sources=[MICRO, "/*" + "x" * build.MAX_EXTRA_SOURCE_BYTES + "*/"])
+
+
+def test_compiler_timeout_and_missing_compiler(monkeypatch):
+    monkeypatch.setattr(build, "COMPILE_TIMEOUT_S", 0.001)
+    with pytest.raises(BuildError, match="timed out after"):
+        compile_shared([SQUARE], TARGET, name="square")
+    monkeypatch.setenv("CC", "/nonexistent/cc")
+    with pytest.raises(BuildError, match="not found"):
+        compile_shared([SQUARE], TARGET, name="square")
+
+
+def test_toolchain_versions_name_the_compiler():
+    versions = toolchain_versions()
+    assert versions["cc"][0].endswith("gcc") and "gcc" in versions["cc_version"].lower()

@@ -1,0 +1,250 @@
+"""The C runtime inside built artifacts: thread pool sizing and pinning, parallel_for, errors,
+aligned allocation, fork safety and the timer. Real gcc builds, child processes for masks."""
+
+import ctypes
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import tunefleet
+from tunefleet.compiler.abi import ArgSpec, entry_points_source
+from tunefleet.compiler.artifact import write_artifact
+from tunefleet.compiler.build import compile_shared
+from tunefleet.compiler.target import Target
+
+N, BLOCKS = 4096, 64
+
+# Y = X + 1 over BLOCKS blocks run by tf_parallel_for; each block records the CPU that ran it
+# in CPU[block] and adds 1 through a nested tf_parallel_for (must run inline) and a 64-byte
+# aligned temporary. A negative X[0] is reported as an error.
+PROBE = r"""
+#include "tunefleet_runtime.h"
+#include <sched.h>
+
+typedef struct { const float* x; float* y; int32_t* cpu; int failed; } probe_t;
+
+static void probe_add(int64_t begin, int64_t end, void* p) {
+  probe_t* t = p;
+  for (int64_t i = begin; i < end; ++i) t->y[i] = t->x[i] + 1.0f;
+}
+
+static void probe_block(int64_t begin, int64_t end, void* p) {
+  probe_t* t = p;
+  for (int64_t b = begin; b < end; ++b) {
+    float* tmp = tf_alloc_aligned(64 * sizeof(float));
+    if (tmp == NULL || (uintptr_t)tmp % 64 != 0) t->failed = 1;
+    probe_t block = {t->x + b * 64, tmp, t->cpu, 0};
+    tf_parallel_for(64, probe_add, &block);
+    for (int i = 0; tmp && i < 64; ++i) t->y[b * 64 + i] = tmp[i];
+    tf_free(tmp);
+    t->cpu[b] = sched_getcpu();
+  }
+}
+
+int NAME(const float* restrict X, float* restrict Y, int32_t* restrict CPU) {
+  if (X[0] < 0) {
+    tf_set_error("NAME: X[0] is negative (%g)", X[0]);
+    return 2;
+  }
+  probe_t t = {X, Y, CPU, 0};
+  tf_parallel_for(BLOCKS, probe_block, &t);
+  if (t.failed) {
+    tf_set_error("NAME: tf_alloc_aligned failed or was not 64-byte aligned");
+    return 1;
+  }
+  return 0;
+}
+""".replace("BLOCKS", str(BLOCKS))
+
+ARGS = [ArgSpec("X", (N,), "float32", False), ArgSpec("Y", (N,), "float32", True),
+        ArgSpec("CPU", (BLOCKS,), "int32", True)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def build_cache(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TUNEFLEET_CACHE_DIR", str(tmp_path_factory.mktemp("build-cache")))
+        yield
+
+
+def build_probe(out_dir, name):
+    source = PROBE.replace("NAME", name)
+    so = compile_shared([entry_points_source(name, ARGS), source], Target.host(), name=name)
+    return write_artifact(out_dir, name=name, source=so.with_suffix(".c").read_text(),
+                          so_path=so, args=ARGS, manifest={"target": str(Target.host())})
+
+
+@pytest.fixture(scope="module")
+def probe_dir(tmp_path_factory):
+    return build_probe(tmp_path_factory.mktemp("probe"), "probe")
+
+
+def chunk_of(block, threads):
+    """The static chunk tf_parallel_for gives `block` of BLOCKS over `threads` threads."""
+    base, rem = divmod(BLOCKS, threads)
+    starts = [i * base + min(i, rem) for i in range(threads)]
+    return max(i for i, s in enumerate(starts) if s <= block)
+
+
+def run_probe(kernel):
+    x = np.arange(N, dtype=np.float32)
+    y, cpus = kernel(x)
+    np.testing.assert_array_equal(y, x + 1)
+    return cpus
+
+
+def run_child(code, *, env=None, taskset=None):
+    """Runs `code` in a child Python; returns (json of its last stdout line, stderr)."""
+    command = [sys.executable, "-c", code]
+    if taskset is not None:
+        command = ["taskset", "-c", taskset, *command]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, **(env or {})})
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.splitlines()[-1]), proc.stderr
+
+
+CHILD = """
+import json, numpy as np, tunefleet
+k = tunefleet.load({path!r})
+before = k.num_threads
+y, cpus = k(np.arange({n}, dtype=np.float32))
+assert (y == np.arange({n}, dtype=np.float32) + 1).all()
+print(json.dumps({{"before": before, "set8": k.set_num_threads(8), "after": k.num_threads}}))
+"""
+
+
+def test_parallel_for_output_matches_numpy_and_workers_are_pinned(probe_dir):
+    kernel = tunefleet.load(probe_dir)
+    mask = sorted(os.sched_getaffinity(0))
+    assert kernel.num_threads == len(mask)
+    cpus = run_probe(kernel)
+    for block in range(BLOCKS):
+        chunk = chunk_of(block, len(mask))
+        if chunk > 0:  # worker `chunk` is pinned to the chunk-th CPU of the mask
+            assert cpus[block] == mask[chunk], (block, cpus.tolist())
+
+
+def test_single_cpu_mask_gives_one_thread_and_clamps_requests(probe_dir):
+    cpu = str(min(os.sched_getaffinity(0)))
+    result, stderr = run_child(CHILD.format(path=str(probe_dir), n=N), taskset=cpu)
+    assert result == {"before": 1, "set8": 1, "after": 1}
+    assert "asks for 8 threads but the process's CPU affinity mask has 1 CPU(s); using 1" in stderr
+    assert len(stderr.strip().splitlines()) == 1
+
+
+def test_env_var_sets_the_initial_thread_count(probe_dir):
+    result, stderr = run_child(CHILD.format(path=str(probe_dir), n=N),
+                               env={"TUNEFLEET_NUM_THREADS": "1"})
+    assert result["before"] == 1 and "TUNEFLEET_NUM_THREADS" not in stderr
+    mask = len(os.sched_getaffinity(0))
+    result, stderr = run_child(CHILD.format(path=str(probe_dir), n=N),
+                               env={"TUNEFLEET_NUM_THREADS": str(mask + 5)})
+    assert result["before"] == mask
+    assert f"TUNEFLEET_NUM_THREADS asks for {mask + 5} threads" in stderr
+
+
+def test_two_artifacts_in_one_process_keep_their_own_pools(probe_dir, tmp_path):
+    first = tunefleet.load(probe_dir)
+    second = tunefleet.load(build_probe(tmp_path, "probe_two"))
+    mask = len(os.sched_getaffinity(0))
+    try:
+        assert first.set_num_threads(1) == 1
+        assert second.set_num_threads(0) == mask
+        assert (first.num_threads, second.num_threads) == (1, mask)
+        for _ in range(3):
+            run_probe(first)
+            run_probe(second)
+    finally:
+        first.set_num_threads(0)
+
+
+def test_thread_count_changes_between_calls(probe_dir):
+    kernel = tunefleet.load(probe_dir)
+    try:
+        for n in (1, 2, 1, 0):
+            kernel.set_num_threads(n)
+            run_probe(kernel)
+    finally:
+        kernel.set_num_threads(0)
+
+
+def test_forked_child_rebuilds_the_pool(probe_dir):
+    kernel = tunefleet.load(probe_dir)
+    run_probe(kernel)  # the parent's workers are running
+    pid = os.fork()
+    if pid == 0:
+        try:
+            run_probe(kernel)
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    deadline = time.monotonic() + 20
+    while (status := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if status[0] == 0:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child hung in the thread pool")
+    assert os.waitstatus_to_exitcode(status[1]) == 0
+
+
+def test_kernel_error_text_reaches_python(probe_dir):
+    kernel = tunefleet.load(probe_dir)
+    x = np.full(N, -1.0, dtype=np.float32)
+    with pytest.raises(RuntimeError, match=r"probe failed \(code 2\): probe: X\[0\] is negative"):
+        kernel(x)
+
+
+TIMED = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_void_p))
+
+
+def timer(probe_dir):
+    lib = ctypes.CDLL(str(probe_dir / "probe.so"))
+    lib.tunefleet_timer.argtypes = [TIMED, ctypes.c_void_p, *[ctypes.c_int] * 5,
+                                    ctypes.POINTER(ctypes.c_double)]
+    lib.tunefleet_last_error.restype = ctypes.c_char_p
+    return lib
+
+
+def test_timer_grows_number_to_fill_min_repeat_ms(probe_dir):
+    lib = timer(probe_dir)
+    calls = []
+
+    @TIMED
+    def sleep_1ms(args):
+        calls.append(time.perf_counter())
+        time.sleep(0.001)
+        return 0
+
+    out = (ctypes.c_double * 3)()
+    assert lib.tunefleet_timer(sleep_1ms, None, 1, 3, 20, 5, 0, out) == 0
+    seconds = list(out)
+    assert all(0.0009 < s < 0.02 for s in seconds), seconds
+    # warm-up + 3 repeats of >= 20 ms of ~1 ms calls: far more than 1 + 3 * number(=1) calls
+    assert len(calls) >= 1 + 3 * 15
+
+
+def test_timer_with_cache_flush_through_kernel(probe_dir):
+    seconds = tunefleet.load(probe_dir).time(np.arange(N, dtype=np.float32), number=2,
+                                             repeat=4, flush_cache=True, min_repeat_ms=0)
+    assert seconds.shape == (4,) and (seconds > 0).all()
+
+
+def test_timer_reports_failures(probe_dir):
+    lib = timer(probe_dir)
+
+    @TIMED
+    def fail(args):
+        return 7
+
+    out = (ctypes.c_double * 2)()
+    assert lib.tunefleet_timer(fail, None, 1, 2, 0, 0, 0, out) == 7
+    assert b"returned 7" in lib.tunefleet_last_error()
+    assert lib.tunefleet_timer(fail, None, 0, 2, 0, 0, 0, out) == -1
+    assert b"bad arguments" in lib.tunefleet_last_error()
