@@ -221,11 +221,12 @@ static void tf_pool_init_locked(void) {
 
 /* Requires the lock and no job running. Joins all workers. */
 static void tf_pool_stop_locked(void) {
-  if (tf_pool.num_workers == 0) return;
-  tf_pool.shutdown = 1;
-  __atomic_add_fetch(&tf_pool.generation, 1, __ATOMIC_SEQ_CST);
-  tf_wake(&tf_pool.generation, &tf_pool.worker_sleepers);
-  for (int i = 0; i < tf_pool.num_workers; ++i) pthread_join(tf_pool.workers[i], NULL);
+  if (tf_pool.num_workers > 0) {
+    tf_pool.shutdown = 1;
+    __atomic_add_fetch(&tf_pool.generation, 1, __ATOMIC_SEQ_CST);
+    tf_wake(&tf_pool.generation, &tf_pool.worker_sleepers);
+    for (int i = 0; i < tf_pool.num_workers; ++i) pthread_join(tf_pool.workers[i], NULL);
+  }
   free(tf_pool.workers);
   tf_pool.workers = NULL;
   tf_pool.num_workers = 0;
