@@ -1,0 +1,1 @@
+"""Code generators: C99 for CPUs (`c`), CUDA C++ for NVIDIA GPUs."""

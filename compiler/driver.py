@@ -1,0 +1,57 @@
+"""From a schedule to a loaded-ready shared library: lower → C → ABI wrappers → gcc."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from .abi import ArgSpec, entry_points_source
+from .build import compile_shared
+from .codegen.c import generate_c
+from .ir import PrimFunc
+from .lower import lower
+from .schedule import Schedule
+from .target import Target
+from .te import PlaceholderOp, Tensor
+
+
+@dataclass
+class BuiltKernel:
+    """A compiled kernel: `so_path` (cached .so), `source` (generated C incl. ABI wrappers,
+    without the runtime), `args` (ABI argument specs, inputs then outputs), `func` (the IR)."""
+
+    name: str
+    so_path: Path
+    source: str
+    args: list[ArgSpec]
+    func: PrimFunc
+    extern_sources: list[str] = field(default_factory=list)
+
+
+def arg_specs(args: Sequence[Tensor], layouts: dict[str, str] | None = None) -> list[ArgSpec]:
+    """ABI argument specs of kernel arguments (placeholders are inputs, computed tensors outputs)."""
+    layouts = layouts or {}
+    return [ArgSpec(t.name, t.shape, t.dtype, not isinstance(t.op, PlaceholderOp), layouts.get(t.name, "row-major"))
+            for t in args]
+
+
+def build_func(func: PrimFunc, specs: Sequence[ArgSpec], target: Target) -> BuiltKernel:
+    """Generate C for a lowered function, add the ABI entry points and compile it (cached).
+
+    Raises BuildError (compiler message attached) if gcc rejects the source.
+    """
+    source = generate_c(func) + "\n" + entry_points_source(func.name, specs)
+    so = compile_shared([source], target, name=func.name, extra_sources=func.extern_sources)
+    return BuiltKernel(func.name, so, source, list(specs), func, list(func.extern_sources))
+
+
+def build(sch: Schedule, args: Sequence[Tensor], target: Target, name: str,
+          layouts: dict[str, str] | None = None, extern_sources: Sequence[str] = ()) -> BuiltKernel:
+    """Lower `sch` with arguments `args` (inputs, then outputs) and build it for `target`.
+
+    Raises ScheduleError for an illegal schedule, BuildError for a compiler failure.
+    """
+    func = lower(sch, args, name, lanes=target.lanes("float32"))
+    func.extern_sources = list(extern_sources)
+    return build_func(func, arg_specs(args, layouts), target)

@@ -1,0 +1,337 @@
+"""Loop-nest IR: what lowering produces and the code generators consume.
+
+Expressions reuse the tensor-expression nodes (`Var`, `Const`, `BinOp`, `Call`, `Cast`,
+`Select`) and add buffer access and vector nodes: `Load(buffer, index)` with a flat
+element index, `Ramp(base, stride, lanes)` (the index vector base + stride*[0..lanes)) and
+`Broadcast(value, lanes)`. Statements are `For`, `Store`, `Allocate`, `IfThenElse`, `Seq`
+and `Evaluate` (an extern call). Loops always start at 0.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Sequence
+
+from .te import BinOp, Call, Cast, Const, Expr, Reduce, Select, Tensor, TensorLoad, Var, as_expr
+
+
+@dataclass(eq=False)
+class Buffer:
+    """A dense row-major array: `shape` (ints), `dtype` name, `scope`.
+
+    scope: 'global' (a kernel argument), 'heap' (a large temporary, 64-byte aligned),
+    'local' (a small array on the stack or in registers).
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    scope: str = "global"
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        out, acc = [], 1
+        for d in reversed(self.shape):
+            out.append(acc)
+            acc *= d
+        return tuple(reversed(out))
+
+    def __repr__(self):
+        return f"Buffer({self.name}, {list(self.shape)}, {self.scope})"
+
+
+class Load(Expr):
+    """`buffer[index]`; a vector load when `index` is a Ramp (or has lanes > 1)."""
+
+    __slots__ = ("buffer", "index", "dtype")
+
+    def __init__(self, buffer: Buffer, index: Expr):
+        self.buffer, self.index, self.dtype = buffer, as_expr(index), buffer.dtype
+
+    def __repr__(self):
+        return f"{self.buffer.name}[{self.index!r}]"
+
+
+class Ramp(Expr):
+    """The int vector `base + stride * [0, 1, ..., lanes-1]`."""
+
+    __slots__ = ("base", "stride", "lanes", "dtype")
+
+    def __init__(self, base: Expr, stride: int, lanes: int):
+        self.base, self.stride, self.lanes, self.dtype = as_expr(base), stride, lanes, "int64"
+
+    def __repr__(self):
+        return f"ramp({self.base!r}, {self.stride}, {self.lanes})"
+
+
+class Broadcast(Expr):
+    """`value` repeated in `lanes` lanes."""
+
+    __slots__ = ("value", "lanes", "dtype")
+
+    def __init__(self, value: Expr, lanes: int):
+        self.value, self.lanes, self.dtype = as_expr(value), lanes, value.dtype
+
+    def __repr__(self):
+        return f"x{self.lanes}({self.value!r})"
+
+
+class Stmt:
+    pass
+
+
+@dataclass(eq=False)
+class For(Stmt):
+    """`for var in range(extent)`; kind: 'serial' | 'parallel' | 'vectorized' | 'unrolled'."""
+
+    var: Var
+    extent: int
+    kind: str
+    body: Stmt
+
+
+@dataclass(eq=False)
+class Store(Stmt):
+    """`buffer[index] = value` (vector store when index is a Ramp)."""
+
+    buffer: Buffer
+    index: Expr
+    value: Expr
+
+
+@dataclass(eq=False)
+class Allocate(Stmt):
+    """Declares `buffer` (scope 'local' or 'heap') for the duration of `body`."""
+
+    buffer: Buffer
+    body: Stmt
+
+
+@dataclass(eq=False)
+class IfThenElse(Stmt):
+    cond: Expr
+    then: Stmt
+    otherwise: Stmt | None = None
+
+
+@dataclass(eq=False)
+class Seq(Stmt):
+    stmts: list[Stmt] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class Provide(Stmt):
+    """`tensor[indices] = value` before buffers are flattened (lowering-internal)."""
+
+    tensor: Tensor
+    indices: list
+    value: Expr
+
+
+@dataclass(eq=False)
+class Evaluate(Stmt):
+    """Calls extern C function `func` with `args` (expressions; `Buffer`s pass as pointers plus offset)."""
+
+    func: str
+    args: list
+
+
+@dataclass(eq=False)
+class PrimFunc:
+    """A lowered kernel: `params` (global buffers, inputs then outputs) and its `body`."""
+
+    name: str
+    params: list[Buffer]
+    body: Stmt
+    num_outputs: int = 1
+    extern_sources: list[str] = field(default_factory=list)
+
+
+def seq(stmts: Iterable[Stmt | None]) -> Stmt:
+    """A Seq of the non-empty statements, flattened; a single statement is returned as is."""
+    flat: list[Stmt] = []
+    for s in stmts:
+        if s is None:
+            continue
+        flat.extend(s.stmts if isinstance(s, Seq) else [s])
+    return flat[0] if len(flat) == 1 else Seq(flat)
+
+
+# --------------------------------------------------------------------------- generic rewriting
+
+
+def map_expr(e: Expr, f: Callable[[Expr], Expr | None]) -> Expr:
+    """Rebuild `e` bottom-up; `f(node)` may return a replacement for a node (after its children)."""
+    if isinstance(e, BinOp):
+        a, b = map_expr(e.a, f), map_expr(e.b, f)
+        n = e if (a is e.a and b is e.b) else BinOp(e.op, a, b)
+    elif isinstance(e, Call):
+        args = [map_expr(x, f) for x in e.args]
+        n = e if all(x is y for x, y in zip(args, e.args)) else Call(e.name, args)
+    elif isinstance(e, Cast):
+        v = map_expr(e.value, f)
+        n = e if v is e.value else Cast(e.dtype, v)
+    elif isinstance(e, Select):
+        c, t, o = map_expr(e.cond, f), map_expr(e.t, f), map_expr(e.f, f)
+        n = e if (c is e.cond and t is e.t and o is e.f) else Select(c, t, o)
+    elif isinstance(e, Load):
+        i = map_expr(e.index, f)
+        n = e if i is e.index else Load(e.buffer, i)
+    elif isinstance(e, Ramp):
+        b = map_expr(e.base, f)
+        n = e if b is e.base else Ramp(b, e.stride, e.lanes)
+    elif isinstance(e, Broadcast):
+        v = map_expr(e.value, f)
+        n = e if v is e.value else Broadcast(v, e.lanes)
+    elif isinstance(e, TensorLoad):
+        idx = [map_expr(x, f) for x in e.indices]
+        n = e if all(x is y for x, y in zip(idx, e.indices)) else TensorLoad(e.tensor, idx)
+    elif isinstance(e, Reduce):
+        src = map_expr(e.source, f)
+        n = e if src is e.source else Reduce(e.combiner, src, e.axes)
+    else:
+        n = e
+    r = f(n)
+    return n if r is None else r
+
+
+def substitute(e: Expr, mapping: dict[Var, Expr]) -> Expr:
+    """Replace variables by expressions (keys compared by identity)."""
+    if not mapping:
+        return e
+    return map_expr(e, lambda n: mapping.get(n) if isinstance(n, Var) else None)
+
+
+def map_stmt(s: Stmt, fe: Callable[[Expr], Expr], fs: Callable[[Stmt], Stmt | None] | None = None) -> Stmt:
+    """Rebuild statement `s`, applying `fe` to every top-level expression and `fs` to each rebuilt statement."""
+    if isinstance(s, For):
+        n: Stmt = For(s.var, s.extent, s.kind, map_stmt(s.body, fe, fs))
+    elif isinstance(s, Store):
+        n = Store(s.buffer, fe(s.index), fe(s.value))
+    elif isinstance(s, Provide):
+        n = Provide(s.tensor, [fe(i) for i in s.indices], fe(s.value))
+    elif isinstance(s, Allocate):
+        n = Allocate(s.buffer, map_stmt(s.body, fe, fs))
+    elif isinstance(s, IfThenElse):
+        n = IfThenElse(fe(s.cond), map_stmt(s.then, fe, fs),
+                       map_stmt(s.otherwise, fe, fs) if s.otherwise is not None else None)
+    elif isinstance(s, Seq):
+        n = seq(map_stmt(x, fe, fs) for x in s.stmts)
+    elif isinstance(s, Evaluate):
+        n = Evaluate(s.func, [fe(a) if isinstance(a, Expr) else a for a in s.args])
+    else:
+        raise TypeError(f"unknown statement {type(s).__name__}")
+    if fs is not None:
+        r = fs(n)
+        return n if r is None else r
+    return n
+
+
+def stmt_exprs(s: Stmt) -> Iterable[Expr]:
+    """Every top-level expression in a statement tree."""
+    if isinstance(s, For):
+        yield from stmt_exprs(s.body)
+    elif isinstance(s, Store):
+        yield s.index
+        yield s.value
+    elif isinstance(s, Provide):
+        yield from s.indices
+        yield s.value
+    elif isinstance(s, Allocate):
+        yield from stmt_exprs(s.body)
+    elif isinstance(s, IfThenElse):
+        yield s.cond
+        yield from stmt_exprs(s.then)
+        if s.otherwise is not None:
+            yield from stmt_exprs(s.otherwise)
+    elif isinstance(s, Seq):
+        for x in s.stmts:
+            yield from stmt_exprs(x)
+    elif isinstance(s, Evaluate):
+        yield from (a for a in s.args if isinstance(a, Expr))
+
+
+def walk_stmt(s: Stmt) -> Iterable[Stmt]:
+    """Pre-order traversal of statements."""
+    yield s
+    if isinstance(s, (For, Allocate)):
+        yield from walk_stmt(s.body)
+    elif isinstance(s, IfThenElse):
+        yield from walk_stmt(s.then)
+        if s.otherwise is not None:
+            yield from walk_stmt(s.otherwise)
+    elif isinstance(s, Seq):
+        for x in s.stmts:
+            yield from walk_stmt(x)
+
+
+def expr_nodes(e: Expr) -> Iterable[Expr]:
+    """Pre-order traversal of an IR expression (including Load/Ramp/Broadcast children)."""
+    from .te import children
+
+    stack = [e]
+    while stack:
+        n = stack.pop()
+        yield n
+        if isinstance(n, Load):
+            stack.append(n.index)
+        elif isinstance(n, Ramp):
+            stack.append(n.base)
+        elif isinstance(n, Broadcast):
+            stack.append(n.value)
+        else:
+            stack.extend(children(n))
+
+
+def const_int(e: Expr) -> int | None:
+    """The int value of a constant integer expression, else None."""
+    return e.value if isinstance(e, Const) and isinstance(e.value, int) and not isinstance(e.value, bool) else None
+
+
+def lanes_of(e: Expr) -> int:
+    """Number of vector lanes of an expression (1 for scalars)."""
+    if isinstance(e, (Ramp, Broadcast)):
+        return e.lanes
+    if isinstance(e, Load):
+        return lanes_of(e.index)
+    best = 1
+    from .te import children
+
+    for c in children(e):
+        best = max(best, lanes_of(c))
+    return best
+
+
+def dump(s: Stmt, indent: int = 0) -> str:
+    """Readable text of a statement tree (for debugging and docs)."""
+    pad = "  " * indent
+    if isinstance(s, For):
+        return f"{pad}for {s.var.name} in 0..{s.extent} ({s.kind}):\n" + dump(s.body, indent + 1)
+    if isinstance(s, Store):
+        return f"{pad}{s.buffer.name}[{s.index!r}] = {s.value!r}\n"
+    if isinstance(s, Allocate):
+        return f"{pad}alloc {s.buffer.name}{list(s.buffer.shape)} {s.buffer.scope}\n" + dump(s.body, indent)
+    if isinstance(s, IfThenElse):
+        out = f"{pad}if {s.cond!r}:\n" + dump(s.then, indent + 1)
+        if s.otherwise is not None:
+            out += f"{pad}else:\n" + dump(s.otherwise, indent + 1)
+        return out
+    if isinstance(s, Seq):
+        return "".join(dump(x, indent) for x in s.stmts)
+    if isinstance(s, Evaluate):
+        return f"{pad}{s.func}({', '.join(map(repr, s.args))})\n"
+    return f"{pad}{s!r}\n"
+
+
+def used_vars(nodes: Sequence[Expr]) -> set[Var]:
+    out: set[Var] = set()
+    for e in nodes:
+        for n in expr_nodes(e):
+            if isinstance(n, Var):
+                out.add(n)
+    return out

@@ -1,0 +1,276 @@
+"""IR-to-IR passes run after lowering: simplify, drop unit loops, unroll, partition tails,
+vectorize, hoist heap allocations. Each pass takes and returns a statement."""
+
+from __future__ import annotations
+
+from .ir import (Allocate, Broadcast, For, IfThenElse, Load, PrimFunc, Ramp, Seq, Stmt, Store, expr_nodes, lanes_of,
+                 map_stmt, seq, stmt_exprs, substitute, walk_stmt)
+from .simplify import Simplifier
+from .te import BinOp, Call, Cast, Const, Expr, Select, Var, all_of, dtype_of
+
+MAX_UNROLL_STMTS = 2048
+
+
+def loop_ranges(s: Stmt) -> dict[Var, tuple[int, int]]:
+    return {n.var: (0, n.extent - 1) for n in walk_stmt(s) if isinstance(n, For)}
+
+
+def simplify_stmt(s: Stmt, outer_ranges: dict | None = None) -> Stmt:
+    """Simplify every expression; drop guards proven true and branches proven false;
+    shrink a loop whose whole body is guarded by `var < c` to extent c."""
+    simp = Simplifier({**(outer_ranges or {}), **loop_ranges(s)})
+
+    def fs(n):
+        if isinstance(n, IfThenElse) and isinstance(n.cond, Const):
+            return n.then if n.cond.value else (n.otherwise or Seq([]))
+        if isinstance(n, For) and isinstance(n.body, Seq) and not n.body.stmts:
+            return Seq([])
+        if isinstance(n, For) and isinstance(n.body, IfThenElse) and n.body.otherwise is None:
+            conds = _conjuncts(n.body.cond)
+            tight = [c for c in conds if isinstance(c, BinOp) and c.op == "lt" and c.a is n.var
+                     and isinstance(c.b, Const) and c.b.value < n.extent]
+            if tight:
+                rest = [c for c in conds if c is not tight[0]]
+                body = IfThenElse(all_of(*rest), n.body.then) if rest else n.body.then
+                return For(n.var, max(1, tight[0].b.value), n.kind, body)
+        return None
+
+    return map_stmt(s, simp.simplify, fs)
+
+
+def remove_unit_loops(s: Stmt) -> Stmt:
+    def fs(n):
+        if isinstance(n, For) and n.extent == 1:
+            return map_stmt(n.body, lambda e: substitute(e, {n.var: Const(0, "int64")}))
+        return None
+
+    return map_stmt(s, lambda e: e, fs)
+
+
+def _count(s: Stmt) -> int:
+    return sum(1 for _ in walk_stmt(s))
+
+
+def unroll(s: Stmt) -> Stmt:
+    """Replace loops marked 'unrolled' by copies of their body (large ones become serial loops)."""
+
+    def fs(n):
+        if isinstance(n, For) and n.kind == "unrolled":
+            if n.extent * _count(n.body) > MAX_UNROLL_STMTS:
+                return For(n.var, n.extent, "serial", n.body)
+            return seq(map_stmt(n.body, lambda e, k=k: substitute(e, {n.var: Const(k, "int64")}))
+                       for k in range(n.extent))
+        return None
+
+    return map_stmt(s, lambda e: e, fs)
+
+
+# --------------------------------------------------------------------------- vectorization
+
+
+class _NotVectorizable(Exception):
+    pass
+
+
+def _depends(e: Expr, v: Var) -> bool:
+    return any(n is v for n in expr_nodes(e))
+
+
+class _Vectorizer:
+    """Rewrite the body of `for v in range(lanes)` into vector operations (TVM's VectorizeLoop)."""
+
+    def __init__(self, v: Var, lanes: int, offset: int, simp: Simplifier):
+        self.v, self.lanes, self.offset, self.simp = v, lanes, offset, simp
+
+    def index(self, e: Expr) -> Expr:
+        if not _depends(e, self.v):
+            return e
+        lin = self.simp.lin(e)
+        entry = lin.terms.get(self.v)
+        if entry is None or any(_depends(t, self.v) for k, (c, t) in lin.terms.items() if k is not self.v):
+            raise _NotVectorizable
+        base = self.simp.simplify(substitute(e, {self.v: Const(self.offset, "int64")}))
+        return Ramp(base, entry[0], self.lanes)
+
+    def expr(self, e: Expr) -> Expr:
+        if not _depends(e, self.v):
+            return e
+        if isinstance(e, Load):
+            return Load(e.buffer, self.index(e.index))
+        if dtype_of(e.dtype).kind != "float" and not isinstance(e, Cast):
+            raise _NotVectorizable  # index arithmetic outside a load, or a vector condition
+        if isinstance(e, BinOp):
+            a, b = self.expr(e.a), self.expr(e.b)
+            return BinOp(e.op, self._widen(a), self._widen(b))
+        if isinstance(e, Call):
+            return Call(e.name, [self._widen(self.expr(a)) for a in e.args])
+        if isinstance(e, Cast) and dtype_of(e.value.dtype).kind == "float":
+            return Cast(e.dtype, self.expr(e.value))
+        raise _NotVectorizable
+
+    def _widen(self, e: Expr) -> Expr:
+        return e if lanes_of(e) > 1 else Broadcast(e, self.lanes)
+
+    def stmt(self, s: Stmt) -> Stmt:
+        if isinstance(s, Store):
+            idx = self.index(s.index)
+            if not isinstance(idx, Ramp):
+                raise _NotVectorizable  # a reduction across lanes
+            return Store(s.buffer, idx, self._widen(self.expr(s.value)))
+        if isinstance(s, Seq):
+            return seq(self.stmt(x) for x in s.stmts)
+        if isinstance(s, IfThenElse) and not _depends(s.cond, self.v):
+            return IfThenElse(s.cond, self.stmt(s.then), self.stmt(s.otherwise) if s.otherwise else None)
+        raise _NotVectorizable
+
+
+def vectorize(s: Stmt, lanes: int) -> Stmt:
+    """Turn 'vectorized' loops into Ramp/Broadcast vector statements, `lanes` float32 lanes per vector.
+
+    A loop whose extent is a multiple of the vector width becomes one vector statement per
+    chunk; a power-of-two extent below it uses a narrower vector. Loops that cannot be
+    vectorized (inner loops, lane-dependent conditions, reductions across lanes) become
+    'ivdep' loops that GCC's auto-vectorizer may still handle.
+    """
+    simp = Simplifier(loop_ranges(s))
+
+    def fs(n):
+        if not (isinstance(n, For) and n.kind == "vectorized"):
+            return None
+        stores = [x for x in walk_stmt(n.body) if isinstance(x, Store)]
+        width = lanes * 4 // max((dtype_of(x.buffer.dtype).bytes for x in stores), default=4)
+        if n.extent % width == 0:
+            w = width
+        elif n.extent < width and n.extent in (4, 8, 16):
+            w = n.extent
+        else:
+            return For(n.var, n.extent, "ivdep", n.body)
+        try:
+            return seq(_Vectorizer(n.var, w, c * w, simp).stmt(n.body) for c in range(n.extent // w))
+        except _NotVectorizable:
+            return For(n.var, n.extent, "ivdep", n.body)
+
+    return map_stmt(s, lambda e: e, fs)
+
+
+# --------------------------------------------------------------------------- loop partitioning
+
+
+def partition_tails(s: Stmt) -> Stmt:
+    """Split a loop `for x in range(E)` whose body holds a guard `f(x, inner) < B` (f increasing
+    in x) into a main loop, where the guard provably holds and is removed, and a tail loop.
+
+    This is loop peeling for split tails (Halide's / TVM's LoopPartition): the hot loop
+    carries no conditions.
+    """
+    ranges = loop_ranges(s)
+
+    def fs(n):
+        if not isinstance(n, For) or n.kind in ("vectorized",) or n.extent < 2:
+            return None
+        split = _split_point(n, ranges)
+        if split is None or split <= 0 or split >= n.extent:
+            return None
+        main_var, tail_var = Var(n.var.name, n.var.dtype), Var(n.var.name + "_t", n.var.dtype)
+        main_r = dict(ranges)
+        main_r[main_var] = (0, split - 1)
+        main_body = map_stmt(n.body, lambda e: substitute(e, {n.var: main_var}))
+        main = For(main_var, split, n.kind, simplify_stmt(main_body, main_r))
+        tail_body = map_stmt(n.body, lambda e: substitute(e, {n.var: BinOp("add", tail_var, Const(split, "int64"))}))
+        ranges[main_var] = (0, split - 1)
+        ranges[tail_var] = (0, n.extent - split - 1)
+        tail = For(tail_var, n.extent - split, n.kind if n.kind != "parallel" else "serial", tail_body)
+        return seq([main, tail])
+
+    return map_stmt(s, lambda e: e, fs)
+
+
+def _split_point(loop: For, ranges) -> int | None:
+    """Largest k such that every guard on `loop.var` in the body holds for all x < k.
+
+    Guards are the conditions of IfThenElse statements and of Select expressions. Only
+    those whose other variables are loops inside this one count: their ranges are then
+    exactly what the guard ranges over. None if there is no such guard.
+    """
+    inner = {n.var for n in walk_stmt(loop.body) if isinstance(n, For)}
+    conds = [c for n in walk_stmt(loop.body) if isinstance(n, IfThenElse) for c in _conjuncts(n.cond)]
+    conds += [c for e in stmt_exprs(loop.body) for n in expr_nodes(e) if isinstance(n, Select)
+              for c in _conjuncts(n.cond)]
+    simp = Simplifier(ranges)
+    best = None
+    for cond in conds:
+        if not (isinstance(cond, BinOp) and cond.op == "lt" and _depends(cond.a, loop.var)):
+            continue
+        others = {x for x in expr_nodes(cond) if isinstance(x, Var)} - {loop.var}
+        if not others <= inner:
+            continue
+        lin = simp.lin(BinOp("sub", cond.a, cond.b))
+        entry = lin.terms.get(loop.var)
+        if entry is None or entry[0] <= 0:
+            continue
+        rest = lin.copy()
+        del rest.terms[loop.var]
+        _, hi = simp.lin_range(rest)
+        if hi == float("inf"):
+            continue
+        k = _max_x(entry[0], hi)
+        best = k if best is None else min(best, k)
+    return best
+
+
+def _max_x(coef: int, hi: float) -> int:
+    """Number of non-negative x with coef*x + hi < 0, i.e. ceil(-hi / coef) clipped at 0."""
+    return max(0, -int(hi) // coef + (1 if (-int(hi)) % coef else 0)) if hi < 0 else 0
+
+
+def _conjuncts(c: Expr) -> list[Expr]:
+    if isinstance(c, BinOp) and c.op == "and":
+        return _conjuncts(c.a) + _conjuncts(c.b)
+    return [c]
+
+
+# --------------------------------------------------------------------------- allocation hoisting
+
+
+def hoist_heap(s: Stmt) -> Stmt:
+    """Move heap allocations out of serial loops (their size is constant) to just inside the
+    innermost enclosing parallel loop, or the function top, so they happen once per task."""
+    hoisted: list[Allocate] = []
+
+    def collect(n: Stmt, in_par: bool) -> Stmt:
+        if isinstance(n, Allocate) and n.buffer.scope == "heap" and not in_par:
+            hoisted.append(n)
+            return collect(n.body, in_par)
+        if isinstance(n, For):
+            if n.kind == "parallel" and not in_par:
+                body = hoist_heap(n.body)
+                return For(n.var, n.extent, n.kind, body)
+            return For(n.var, n.extent, n.kind, collect(n.body, in_par))
+        if isinstance(n, Allocate):
+            return Allocate(n.buffer, collect(n.body, in_par))
+        if isinstance(n, IfThenElse):
+            return IfThenElse(n.cond, collect(n.then, in_par), collect(n.otherwise, in_par) if n.otherwise else None)
+        if isinstance(n, Seq):
+            return seq(collect(x, in_par) for x in n.stmts)
+        return n
+
+    body = collect(s, False)
+    for a in reversed(hoisted):
+        body = Allocate(a.buffer, body)
+    return body
+
+
+def optimize(func: PrimFunc, lanes: int) -> PrimFunc:
+    """The standard pass pipeline after lowering."""
+    body = simplify_stmt(func.body)
+    body = remove_unit_loops(body)
+    body = unroll(body)
+    body = simplify_stmt(body)
+    body = partition_tails(body)
+    body = remove_unit_loops(body)
+    body = simplify_stmt(body)
+    body = vectorize(body, lanes)
+    body = hoist_heap(body)
+    return PrimFunc(func.name, func.params, body, func.num_outputs, func.extern_sources)
+
+

@@ -1,0 +1,224 @@
+"""Schedules: how a tensor-expression computation is executed, stage by stage.
+
+`create_schedule(outputs)` gives one `Stage` per compute tensor. A stage's loop nest starts
+as its root axes (data axes, then reduce axes) and is transformed by the primitives
+`split`, `fuse`, `reorder`, annotated by `parallel`, `vectorize`, `unroll`, and placed by
+`compute_inline`, `compute_at` or left at the root. `Schedule.cache_write` inserts a local
+accumulator stage (e.g. a register tile). Packing stages for weights are ordinary compute
+stages (see `compiler.ops.common.pack`), scheduled like any other.
+
+The primitives and their semantics are those of Halide (Ragan-Kelley et al., PLDI 2013)
+and TVM's te.schedule. Illegal use raises `ScheduleError` naming the stage and the axis.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+from .te import ComputeOp, IterVar, PlaceholderOp, Reduce, Tensor, TensorLoad, post_order
+from .ir import substitute
+
+
+class ScheduleError(ValueError):
+    """A schedule primitive was used illegally; the message names the stage and axis."""
+
+
+@dataclass(eq=False)
+class Split:
+    parent: IterVar
+    outer: IterVar
+    inner: IterVar
+    factor: int | None
+    nparts: int | None
+
+
+@dataclass(eq=False)
+class Fuse:
+    outer: IterVar
+    inner: IterVar
+    fused: IterVar
+
+
+LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled")
+
+
+class Stage:
+    """The schedule of one compute tensor.
+
+    Attributes: `op` (its ComputeOp; replaced by a copy op after cache_write), `tensor`,
+    `leaf_iter_vars` (loop order, outermost first), `relations` (Split/Fuse in application
+    order), `iter_kind` ({IterVar: loop kind}), `attach` ('root' | 'inline' | 'at') with
+    `attach_stage` / `attach_ivar`, and `scope` ('global' or 'local').
+    """
+
+    def __init__(self, tensor: Tensor, op: ComputeOp, scope: str = "global"):
+        self.tensor, self.op, self.scope = tensor, op, scope
+        self.leaf_iter_vars: list[IterVar] = [*op.axes, *op.reduce_axes]
+        self.all_iter_vars: list[IterVar] = list(self.leaf_iter_vars)
+        self.relations: list[Split | Fuse] = []
+        self.iter_kind: dict[IterVar, str] = {}
+        self.attach, self.attach_stage, self.attach_ivar = "root", None, None
+        self.pragmas: dict[IterVar, dict] = {}
+
+    @property
+    def name(self) -> str:
+        return self.tensor.name
+
+    def __repr__(self):
+        return f"Stage({self.name})"
+
+    def _leaf(self, iv: IterVar, what: str) -> int:
+        for n, leaf in enumerate(self.leaf_iter_vars):
+            if leaf is iv:
+                return n
+        owner = "an axis of another stage" if iv not in self.all_iter_vars else "no longer a leaf (already split or fused)"
+        raise ScheduleError(f"stage {self.name!r}: {what}: axis {getattr(iv, 'name', iv)!r} is {owner}; "
+                            f"leaf axes: {[v.name for v in self.leaf_iter_vars]}")
+
+    def _new_var(self, name: str, extent: int, kind: str) -> IterVar:
+        iv = IterVar(name, extent, kind)
+        self.all_iter_vars.append(iv)
+        return iv
+
+    # ----------------------------------------------------------------- loop transforms
+    def split(self, parent: IterVar, factor: int | None = None, nparts: int | None = None) -> tuple[IterVar, IterVar]:
+        """Split `parent` into (outer, inner) with inner extent `factor` or outer extent `nparts`.
+
+        A factor that does not divide the extent leaves a tail, handled by the lowering.
+        """
+        pos = self._leaf(parent, "split")
+        if (factor is None) == (nparts is None):
+            raise ScheduleError(f"stage {self.name!r}: split of {parent.name!r} needs exactly one of factor / nparts")
+        n = factor if factor is not None else nparts
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise ScheduleError(f"stage {self.name!r}: split of {parent.name!r}: factor/nparts must be a positive int, got {n!r}")
+        if parent in self.iter_kind:
+            raise ScheduleError(f"stage {self.name!r}: axis {parent.name!r} is annotated {self.iter_kind[parent]}; split before annotating")
+        if factor is not None:
+            inner_e, outer_e = factor, math.ceil(parent.extent / factor)
+        else:
+            outer_e, inner_e = nparts, math.ceil(parent.extent / nparts)
+        outer = self._new_var(f"{parent.name}_o", outer_e, parent.kind)
+        inner = self._new_var(f"{parent.name}_i", inner_e, parent.kind)
+        self.relations.append(Split(parent, outer, inner, factor, nparts))
+        self.leaf_iter_vars[pos:pos + 1] = [outer, inner]
+        return outer, inner
+
+    def fuse(self, *axes: IterVar) -> IterVar:
+        """Fuse consecutive leaf axes (outermost first) into one."""
+        if len(axes) < 2:
+            if len(axes) == 1:
+                return axes[0]
+            raise ScheduleError(f"stage {self.name!r}: fuse needs at least one axis")
+        pos = [self._leaf(a, "fuse") for a in axes]
+        if pos != list(range(pos[0], pos[0] + len(pos))):
+            raise ScheduleError(f"stage {self.name!r}: fuse of {[a.name for a in axes]}: axes must be adjacent "
+                                f"and in loop order; current order {[v.name for v in self.leaf_iter_vars]}")
+        kinds = {a.kind for a in axes}
+        if len(kinds) > 1:
+            raise ScheduleError(f"stage {self.name!r}: cannot fuse data axes with reduce axes {[a.name for a in axes]}")
+        fused = axes[0]
+        for inner in axes[1:]:
+            new = self._new_var(f"{fused.name}_{inner.name}_f", fused.extent * inner.extent, fused.kind)
+            self.relations.append(Fuse(fused, inner, new))
+            fused = new
+        self.leaf_iter_vars[pos[0]:pos[-1] + 1] = [fused]
+        return fused
+
+    def reorder(self, *axes: IterVar) -> None:
+        """Put the given leaf axes in this order, in the positions they occupy together."""
+        pos = [self._leaf(a, "reorder") for a in axes]
+        if len(set(pos)) != len(pos):
+            raise ScheduleError(f"stage {self.name!r}: reorder lists an axis twice: {[a.name for a in axes]}")
+        for p, a in zip(sorted(pos), axes):
+            self.leaf_iter_vars[p] = a
+
+    def _annotate(self, iv: IterVar, kind: str) -> None:
+        self._leaf(iv, kind)
+        if kind in ("parallel", "vectorized") and iv.kind == "reduce":
+            raise ScheduleError(f"stage {self.name!r}: cannot {kind[:-2] if kind.endswith('ed') else kind} "
+                                f"reduce axis {iv.name!r}")
+        self.iter_kind[iv] = kind
+
+    def parallel(self, iv: IterVar) -> None:
+        """Run this loop's iterations on the runtime's thread pool."""
+        self._annotate(iv, "parallel")
+
+    def vectorize(self, iv: IterVar) -> None:
+        """Turn this (innermost, data) loop into SIMD vector operations."""
+        self._annotate(iv, "vectorized")
+
+    def unroll(self, iv: IterVar) -> None:
+        """Unroll this loop completely."""
+        self._annotate(iv, "unrolled")
+
+    # ----------------------------------------------------------------- placement
+    def compute_inline(self) -> None:
+        """Substitute this stage's body into its consumers (elementwise stages only)."""
+        if isinstance(self.op.body, Reduce):
+            raise ScheduleError(f"stage {self.name!r}: cannot inline a reduction")
+        self.attach, self.attach_stage, self.attach_ivar = "inline", None, None
+
+    def compute_at(self, parent: "Stage", iv: IterVar) -> None:
+        """Compute the region of this stage that `parent` needs inside loop `iv` of `parent`."""
+        if not isinstance(parent, Stage):
+            raise ScheduleError(f"stage {self.name!r}: compute_at needs a Stage, got {type(parent).__name__}")
+        if parent is self:
+            raise ScheduleError(f"stage {self.name!r}: cannot compute_at itself")
+        parent._leaf(iv, f"compute_at of {self.name!r}")
+        self.attach, self.attach_stage, self.attach_ivar = "at", parent, iv
+
+    def compute_root(self) -> None:
+        self.attach, self.attach_stage, self.attach_ivar = "root", None, None
+
+
+class Schedule:
+    """Stages of a computation, producers first. Index with a tensor: `s[C]`."""
+
+    def __init__(self, outputs: Sequence[Tensor]):
+        self.outputs = list(outputs)
+        self.stages: list[Stage] = [Stage(t, t.op) for t in post_order(outputs) if isinstance(t.op, ComputeOp)]
+        self._by_tensor = {id(st.tensor): st for st in self.stages}
+
+    def __getitem__(self, t: Tensor) -> Stage:
+        try:
+            return self._by_tensor[id(t)]
+        except KeyError:
+            kind = "an input (placeholder)" if isinstance(getattr(t, "op", None), PlaceholderOp) else "not in this schedule"
+            raise ScheduleError(f"tensor {getattr(t, 'name', t)!r} is {kind}; it has no stage") from None
+
+    def cache_write(self, t: Tensor, scope: str = "local") -> Tensor:
+        """Compute `t` into a new `scope` buffer; `t`'s stage becomes a copy from it.
+
+        Returns the cache tensor; schedule its stage (`s[cache]`) — typically
+        `compute_at` into a loop of `t`'s stage so the cache is a register tile.
+        """
+        st = self[t]
+        if st.relations or st.iter_kind or st.attach != "root":
+            raise ScheduleError(f"stage {st.name!r}: cache_write must come before other primitives on it")
+        if scope not in ("local",):
+            raise ScheduleError(f"stage {st.name!r}: cache_write scope {scope!r}; allowed: local")
+        op = st.op
+        axes = tuple(IterVar(a.name, a.extent) for a in op.axes)
+        raxes = tuple(IterVar(a.name, a.extent, "reduce") for a in op.reduce_axes)
+        mapping = dict(zip((*op.axes, *op.reduce_axes), (*axes, *raxes)))
+        if isinstance(op.body, Reduce):
+            body = Reduce(op.body.combiner, substitute(op.body.source, mapping), raxes)
+        else:
+            body = substitute(op.body, mapping)
+        cache_op = ComputeOp(f"{op.name}_{scope}", axes, body, op.tag)
+        cache = Tensor(cache_op.name, t.shape, t.dtype, cache_op)
+        st.op = ComputeOp(op.name, op.axes, TensorLoad(cache, op.axes), op.tag)
+        st.leaf_iter_vars = list(op.axes)
+        st.all_iter_vars = list(op.axes)
+        cst = Stage(cache, cache_op, scope)
+        self.stages.insert(self.stages.index(st), cst)
+        self._by_tensor[id(cache)] = cst
+        return cache
+
+
+def create_schedule(outputs: Tensor | Sequence[Tensor]) -> Schedule:
+    """A default schedule (every stage at the root, loops in definition order) for `outputs`."""
+    return Schedule([outputs] if isinstance(outputs, Tensor) else outputs)
