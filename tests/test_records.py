@@ -1,0 +1,118 @@
+"""Record files: round trip, crash tolerance, schema checks, best()."""
+
+import json
+import warnings
+
+import pytest
+
+from tunefleet import __version__
+from tunefleet.tuner.measure import MeasureInput, MeasureResult, workload_key
+from tunefleet.tuner.records import (
+    SCHEMA_VERSION,
+    Record,
+    RecordError,
+    Toolchain,
+    TornRecordWarning,
+    append,
+    best,
+    load,
+)
+
+MATMUL = {"op": "matmul", "M": 64, "N": 64, "K": 64}
+OTHER = {"op": "matmul", "M": 128, "N": 64, "K": 64}
+GCC = Toolchain("gcc", "12.2.0")
+
+
+def rec(workload=MATMUL, index=0, costs=(1e-3,), status="ok", target="cpu", device="cpu-2c"):
+    result = MeasureResult(status, list(costs) if status == "ok" else [], host="h")
+    inp = MeasureInput(workload, target, {"index": index, "knobs": {"t": index}})
+    return Record.of(inp, result, device, GCC)
+
+
+def test_round_trip_through_a_file(tmp_path):
+    path = tmp_path / "r.jsonl"
+    records = [rec(index=i, costs=(1e-3 * (i + 1), 2e-3)) for i in range(5)] + [rec(status="timeout", index=9)]
+    for r in records:
+        append(path, r)
+    assert load(path) == records
+    lines = path.read_text().splitlines()
+    assert len(lines) == 6
+    first = json.loads(lines[0])
+    assert first["schema"] == SCHEMA_VERSION and first["workload_key"] == workload_key(MATMUL)
+    assert first["toolchain"] == {"compiler": "gcc", "compiler_version": "12.2.0", "tunefleet": __version__}
+    assert set(first) == {"schema", "workload_key", "workload", "target", "device_key", "config", "result", "toolchain"}
+
+
+def test_torn_last_line_is_skipped_with_a_warning_and_cut_on_next_append(tmp_path):
+    path = tmp_path / "r.jsonl"
+    append(path, rec(index=1))
+    append(path, rec(index=2))
+    whole = path.read_bytes()
+    path.write_bytes(whole[: len(whole) - 40])  # a crash in the middle of line 2
+    with pytest.warns(TornRecordWarning, match=":2: skipping a torn last line"):
+        assert [r.config["index"] for r in load(path)] == [1]
+    with pytest.warns(TornRecordWarning, match="cutting a torn last line"):
+        append(path, rec(index=3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert [r.config["index"] for r in load(path)] == [1, 3]
+
+
+def test_complete_last_line_without_newline_is_kept(tmp_path):
+    path = tmp_path / "r.jsonl"
+    append(path, rec(index=1))
+    path.write_bytes(path.read_bytes().rstrip(b"\n"))
+    assert [r.config["index"] for r in load(path)] == [1]
+
+
+def test_corruption_in_the_middle_is_an_error_naming_the_line(tmp_path):
+    path = tmp_path / "r.jsonl"
+    append(path, rec(index=1))
+    with open(path, "a") as f:
+        f.write("{not json\n")
+    append(path, rec(index=2))
+    with pytest.raises(RecordError, match=r"r\.jsonl:2: not JSON"):
+        load(path)
+
+
+def test_unknown_schema_version_is_rejected_clearly(tmp_path):
+    path = tmp_path / "r.jsonl"
+    d = rec().to_json()
+    d["schema"] = 99
+    d["toolchain"]["tunefleet"] = "9.0.0"
+    path.write_text(json.dumps(d) + "\n")
+    with pytest.raises(RecordError, match=r":1: record schema version 99 is not supported.*reads version 1.*9\.0\.0"):
+        load(path)
+
+
+def test_malformed_records_are_rejected():
+    good = rec().to_json()
+    with pytest.raises(RecordError, match="missing \\['target'\\]"):
+        Record.from_json({k: v for k, v in good.items() if k != "target"})
+    with pytest.raises(RecordError, match="not the key of its workload"):
+        Record.from_json({**good, "workload": OTHER})
+    with pytest.raises(RecordError, match="MeasureResult.status"):
+        Record.from_json({**good, "result": {**good["result"], "status": "fine"}})
+    with pytest.raises(RecordError, match="Toolchain.compiler_version"):
+        Record.from_json({**good, "toolchain": {"compiler": "gcc", "compiler_version": "", "tunefleet": "0.1"}})
+    with pytest.raises(RecordError, match="device_key"):
+        Record.from_json({**good, "device_key": ""})
+
+
+def test_best_is_the_fastest_correct_record():
+    key = workload_key(MATMUL)
+    records = [
+        rec(index=0, costs=(3e-3,)),
+        rec(index=1, costs=(1e-3, 5e-3, 1e-3)),  # median 1e-3
+        rec(index=2, status="wrong_answer"),
+        rec(index=3, costs=(2e-3,)),
+        rec(index=4, costs=(1e-3,)),  # ties with 1: the earlier one wins
+        rec(OTHER, index=5, costs=(1e-4,)),
+        rec(index=6, costs=(1e-5,), target="cuda"),
+        rec(index=7, costs=(5e-4,), device="cpu-64c"),
+    ]
+    assert best(records, key, "cpu").config["index"] == 7
+    assert best(records, key, "cpu", "cpu-2c").config["index"] == 1
+    assert best(records, key, "cuda").config["index"] == 6
+    assert best(records, key, "cpu", "nowhere") is None
+    assert best([rec(status="compile_error")], key, "cpu") is None

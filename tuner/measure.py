@@ -1,0 +1,206 @@
+"""Measure types: what a trial asks for, how it is timed, and what came back.
+
+Plain dataclasses (a worker host has no pydantic), validated on construction:
+a bad value raises ``ValueError`` naming the class and the field. Each type
+round-trips through JSON with ``to_json()`` / ``from_json(d)``; ``from_json``
+rejects unknown and missing fields by name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import numbers
+import socket
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "STATUSES",
+    "canonical_json",
+    "workload_key",
+    "MeasureProtocol",
+    "MeasureInput",
+    "MeasureResult",
+]
+
+STATUSES = ("ok", "compile_error", "runtime_error", "wrong_answer", "timeout", "worker_lost")
+
+
+def canonical_json(obj: Any) -> str:
+    """JSON with sorted keys, no whitespace and no NaN/Infinity (raises ValueError on those)."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def workload_key(workload: dict) -> str:
+    """The workload's stable key: sha256 hex digest of its canonical JSON."""
+    return hashlib.sha256(canonical_json(workload).encode()).hexdigest()
+
+
+def _require(cls: str, field: str, ok: bool, expected: str, value: Any) -> None:
+    if not ok:
+        raise ValueError(f"{cls}.{field} must be {expected}, got {value!r}")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v: Any) -> bool:
+    """A finite real number (numpy scalars included), not a bool."""
+    return isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_)) and math.isfinite(v)
+
+
+class _JsonDataclass:
+    """``to_json`` / ``from_json`` for the flat dataclasses below."""
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict):
+        if not isinstance(d, dict):
+            raise ValueError(f"{cls.__name__} JSON must be an object, got {d!r}")
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - set(fields))
+        if unknown:
+            raise ValueError(f"{cls.__name__}: unknown field(s) {unknown}; fields are {list(fields)}")
+        missing = [
+            n
+            for n, f in fields.items()
+            if n not in d and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        ]
+        if missing:
+            raise ValueError(f"{cls.__name__}: missing field(s) {missing}")
+        return cls(**d)
+
+
+@dataclasses.dataclass(frozen=True)
+class MeasureProtocol(_JsonDataclass):
+    """How a candidate is timed (the field's protocol: TVM's ``time_evaluator``).
+
+    Each of ``repeat`` repeats runs the kernel ``number`` times, raising the
+    count (doubling) until one repeat lasts at least ``min_repeat_ms``; its cost
+    is the mean time of one run, in seconds. ``cooldown_ms`` is slept between
+    repeats; ``flush_cache`` overwrites a buffer larger than the last-level
+    cache before each repeat; ``timeout_s`` bounds one candidate's execution
+    (check and timing), counted from when it starts executing;
+    ``check_correctness`` compares the output with the operator's reference
+    before timing.
+
+    Defaults, for a noisy 2-core machine: 5 repeats of at least 50 ms each
+    (about 0.25 s per candidate) make the median stable to about 1-2%: a
+    repeat spans many scheduler ticks, so one preemption moves a repeat by a
+    few percent at most and the median of 5 discards two outliers. A 1 ms
+    cooldown lets the other core's housekeeping run between repeats without
+    letting the clock drop. Caches stay warm (``flush_cache=False``), as a
+    kernel called in a loop sees them; final validation re-measures the top
+    configs with more repeats.
+    """
+
+    number: int = 1
+    repeat: int = 5
+    min_repeat_ms: float = 50.0
+    cooldown_ms: float = 1.0
+    flush_cache: bool = False
+    timeout_s: float = 10.0
+    check_correctness: bool = True
+
+    def __post_init__(self) -> None:
+        c = "MeasureProtocol"
+        _require(c, "number", _is_int(self.number) and self.number >= 1, "an int >= 1", self.number)
+        _require(c, "repeat", _is_int(self.repeat) and self.repeat >= 1, "an int >= 1", self.repeat)
+        _require(c, "min_repeat_ms", _is_num(self.min_repeat_ms) and self.min_repeat_ms >= 0,
+                 "a number >= 0", self.min_repeat_ms)
+        _require(c, "cooldown_ms", _is_num(self.cooldown_ms) and self.cooldown_ms >= 0,
+                 "a number >= 0", self.cooldown_ms)
+        _require(c, "flush_cache", isinstance(self.flush_cache, bool), "a bool", self.flush_cache)
+        _require(c, "timeout_s", _is_num(self.timeout_s) and self.timeout_s > 0, "a number > 0", self.timeout_s)
+        _require(c, "check_correctness", isinstance(self.check_correctness, bool), "a bool",
+                 self.check_correctness)
+
+
+@dataclasses.dataclass(frozen=True)
+class MeasureInput(_JsonDataclass):
+    """One trial: a workload (JSON object), a target string and a config (``ConfigEntity.to_json()``)."""
+
+    workload: dict
+    target: str
+    config: dict
+
+    def __post_init__(self) -> None:
+        c = "MeasureInput"
+        _require(c, "workload", isinstance(self.workload, dict) and bool(self.workload), "a non-empty object",
+                 self.workload)
+        _require(c, "target", isinstance(self.target, str) and bool(self.target.strip()), "a non-empty str",
+                 self.target)
+        _require(c, "config", isinstance(self.config, dict) and isinstance(self.config.get("knobs"), dict),
+                 "an object with a 'knobs' object", self.config)
+
+    @property
+    def workload_key(self) -> str:
+        return workload_key(self.workload)
+
+
+@dataclasses.dataclass(frozen=True)
+class MeasureResult(_JsonDataclass):
+    """What one trial gave.
+
+    ``costs``: seconds per run, one entry per repeat (non-empty and positive
+    when ``status == "ok"``; numpy scalars are stored as Python floats); ``build_s`` / ``run_s``: wall seconds spent
+    building and executing (check + timing); ``error``: error text for a
+    failed trial; ``host``: the measuring host or worker id; ``timestamp``:
+    Unix seconds when the result was made.
+    """
+
+    status: str
+    costs: list[float] = dataclasses.field(default_factory=list)
+    build_s: float = 0.0
+    run_s: float = 0.0
+    error: str = ""
+    host: str = dataclasses.field(default_factory=socket.gethostname)
+    timestamp: float = dataclasses.field(default_factory=time.time)
+
+    def __post_init__(self) -> None:
+        c = "MeasureResult"
+        _require(c, "status", self.status in STATUSES, f"one of {list(STATUSES)}", self.status)
+        _require(c, "costs", isinstance(self.costs, list) and all(_is_num(x) and x > 0 for x in self.costs),
+                 "a list of positive finite seconds", self.costs)
+        _require(c, "costs", self.status != "ok" or bool(self.costs), "non-empty when status is 'ok'", self.costs)
+        for name in ("build_s", "run_s"):
+            value = getattr(self, name)
+            _require(c, name, _is_num(value) and value >= 0, "a number of seconds >= 0", value)
+            object.__setattr__(self, name, float(value))
+        object.__setattr__(self, "costs", [float(x) for x in self.costs])
+        _require(c, "error", isinstance(self.error, str), "a str", self.error)
+        _require(c, "host", isinstance(self.host, str), "a str", self.host)
+        _require(c, "timestamp", _is_num(self.timestamp) and self.timestamp >= 0, "Unix seconds", self.timestamp)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def median(self) -> float:
+        """Median cost in seconds; ``inf`` for a failed trial."""
+        return statistics.median(self.costs) if self.ok else math.inf
+
+    @property
+    def cv(self) -> float:
+        """Coefficient of variation of the costs (stdev / mean); 0.0 with one cost; ``inf`` if failed."""
+        if not self.ok:
+            return math.inf
+        return statistics.stdev(self.costs) / statistics.fmean(self.costs) if len(self.costs) > 1 else 0.0
+
+    def gflops(self, flop: float) -> float:
+        """``flop`` / median seconds, in GFLOP/s; 0.0 for a failed trial."""
+        return flop / self.median / 1e9 if self.ok else 0.0
+
+    def throughput(self) -> float:
+        """1 / median seconds (runs per second); 0.0 for a failed trial. Relative speed within a workload."""
+        return 1.0 / self.median if self.ok else 0.0

@@ -1,0 +1,213 @@
+"""Record files: every trial, one JSON object per line (JSON Lines).
+
+A line is ``Record.to_json()``::
+
+    {"schema": 1, "workload_key": "<sha256>", "workload": {...}, "target": "...",
+     "device_key": "...", "config": {"index": ..., "knobs": {...}},
+     "result": {MeasureResult}, "toolchain": {"compiler": "gcc",
+     "compiler_version": "12.2.0", "tunefleet": "0.1.0"}}
+
+:func:`append` writes and fsyncs one line per call, so a crash loses at most
+the line being written; :func:`load` skips such a torn last line with a
+warning. One writer per file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import warnings
+from collections.abc import Iterable
+from pathlib import Path
+
+from tunefleet import __version__
+
+from .measure import MeasureInput, MeasureResult, canonical_json, workload_key
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "RecordError",
+    "TornRecordWarning",
+    "Toolchain",
+    "Record",
+    "append",
+    "load",
+    "best",
+]
+
+SCHEMA_VERSION = 1
+_TAIL_CHUNK = 1 << 16
+
+
+class RecordError(ValueError):
+    """A record or a record file is malformed or of an unknown schema version."""
+
+
+class TornRecordWarning(UserWarning):
+    """A record file ends with an incomplete line (a writer crashed mid-line); the line was skipped."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Toolchain:
+    """What built a trial: the C/CUDA compiler, its version, and tunefleet's version."""
+
+    compiler: str
+    compiler_version: str
+    tunefleet: str = __version__
+
+    def __post_init__(self) -> None:
+        for name in ("compiler", "compiler_version", "tunefleet"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value:
+                raise RecordError(f"Toolchain.{name} must be a non-empty str, got {value!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+    """One stored trial. ``workload_key`` must equal ``measure.workload_key(workload)``."""
+
+    workload_key: str
+    workload: dict
+    target: str
+    device_key: str
+    config: dict
+    result: MeasureResult
+    toolchain: Toolchain
+    schema: int = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        if self.schema != SCHEMA_VERSION:
+            raise RecordError(
+                f"record schema version {self.schema!r} is not supported; this tunefleet ({__version__}) "
+                f"reads version {SCHEMA_VERSION}"
+            )
+        for name in ("target", "device_key"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value:
+                raise RecordError(f"Record.{name} must be a non-empty str, got {value!r}")
+        if not isinstance(self.workload, dict) or workload_key(self.workload) != self.workload_key:
+            raise RecordError(f"Record.workload_key {self.workload_key!r} is not the key of its workload")
+        if not isinstance(self.config, dict) or not isinstance(self.config.get("knobs"), dict):
+            raise RecordError(f"Record.config must be an object with a 'knobs' object, got {self.config!r}")
+
+    @classmethod
+    def of(cls, inp: MeasureInput, result: MeasureResult, device_key: str, toolchain: Toolchain) -> Record:
+        """The record of measuring ``inp`` on a host of ``device_key``."""
+        return cls(inp.workload_key, inp.workload, inp.target, device_key, inp.config, result, toolchain)
+
+    def to_json(self) -> dict:
+        return {
+            "schema": self.schema,
+            "workload_key": self.workload_key,
+            "workload": self.workload,
+            "target": self.target,
+            "device_key": self.device_key,
+            "config": self.config,
+            "result": self.result.to_json(),
+            "toolchain": dataclasses.asdict(self.toolchain),
+        }
+
+    @classmethod
+    def from_json(cls, d: dict) -> Record:
+        """Inverse of :meth:`to_json`; raises :class:`RecordError` (schema first, then fields)."""
+        if not isinstance(d, dict):
+            raise RecordError(f"a record must be a JSON object, got {type(d).__name__}")
+        if d.get("schema") != SCHEMA_VERSION:
+            raise RecordError(
+                f"record schema version {d.get('schema')!r} is not supported; this tunefleet ({__version__}) "
+                f"reads version {SCHEMA_VERSION} (record written by tunefleet "
+                f"{(d.get('toolchain') or {}).get('tunefleet', 'unknown')})"
+            )
+        fields = {f.name for f in dataclasses.fields(cls)}
+        if set(d) != fields:
+            raise RecordError(
+                f"record fields {sorted(d)} differ from {sorted(fields)} "
+                f"(missing {sorted(fields - set(d))}, unknown {sorted(set(d) - fields)})"
+            )
+        try:
+            result = MeasureResult.from_json(d["result"])
+            toolchain = Toolchain(**d["toolchain"])
+        except (TypeError, ValueError) as e:
+            raise RecordError(str(e)) from e
+        return cls(**{**d, "result": result, "toolchain": toolchain})
+
+
+def append(path: str | os.PathLike, record: Record) -> None:
+    """Append ``record`` as one line to ``path`` (created if absent), then flush and fsync.
+
+    If the file ends in a torn line (a previous writer crashed mid-line), that
+    partial line is cut off first, with a :class:`TornRecordWarning`, so the
+    new record starts on a line of its own.
+    """
+    line = (canonical_json(record.to_json()) + "\n").encode()
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            keep = _end_of_last_line(fd, size)
+            warnings.warn(f"{path}: cutting a torn last line ({size - keep} bytes)", TornRecordWarning, stacklevel=2)
+            os.ftruncate(fd, keep)
+        os.write(fd, line)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _end_of_last_line(fd: int, size: int) -> int:
+    """Offset just past the last b"\\n" in the file (0 if none), reading backwards in chunks."""
+    end = size
+    while end > 0:
+        start = max(0, end - _TAIL_CHUNK)
+        pos = os.pread(fd, end - start, start).rfind(b"\n")
+        if pos >= 0:
+            return start + pos + 1
+        end = start
+    return 0
+
+
+def load(path: str | os.PathLike) -> list[Record]:
+    """All records of ``path``, in file order.
+
+    A last line without its newline that does not parse is a torn write: it is
+    skipped with a :class:`TornRecordWarning`. Any other bad line, and any
+    unknown schema version, raises :class:`RecordError` naming ``path:line``.
+    """
+    data = Path(path).read_bytes()
+    lines = data.split(b"\n")
+    records = []
+    for lineno, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        torn = lineno == len(lines)  # the piece after the last newline
+        try:
+            d = json.loads(raw)
+        except ValueError as e:
+            if torn:
+                warnings.warn(f"{path}:{lineno}: skipping a torn last line", TornRecordWarning, stacklevel=2)
+                continue
+            raise RecordError(f"{path}:{lineno}: not JSON: {e}") from e
+        try:
+            records.append(Record.from_json(d))
+        except RecordError as e:
+            raise RecordError(f"{path}:{lineno}: {e}") from e
+    return records
+
+
+def best(records: Iterable[Record], workload_key: str, target: str, device_key: str | None = None) -> Record | None:
+    """The fastest correct record (``status == "ok"``, least median cost) of a workload on a target.
+
+    Restricted to ``device_key`` when given. Ties go to the earliest record.
+    ``None`` when no record qualifies.
+    """
+    found = None
+    for r in records:
+        if (
+            r.result.ok
+            and r.workload_key == workload_key
+            and r.target == target
+            and (device_key is None or r.device_key == device_key)
+            and (found is None or r.result.median < found.result.median)
+        ):
+            found = r
+    return found
