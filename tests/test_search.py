@@ -1,0 +1,184 @@
+"""Search strategies on real config spaces with a synthetic, deterministic objective."""
+
+import numpy as np
+import pytest
+
+from tunefleet.compiler.space import ConfigSpace
+from tunefleet.tuner.cost_model import CostModel
+from tunefleet.tuner.measure import MeasureResult
+from tunefleet.tuner.search import EarlyStopping, GridSearch, ModelGuidedSearch, RandomSearch
+
+
+def small_space():
+    space = ConfigSpace()
+    space.define_split("s", 12, 3)
+    space.define_knob("k", ["a", "b", "c"])
+    space.freeze()
+    return space  # 54 configs
+
+
+def tiled_space():
+    space = ConfigSpace()
+    space.define_split("tile_m", 64, 3)
+    space.define_split("tile_n", 64, 2)
+    space.define_knob("unroll", [0, 2, 4, 8])
+    space.define_knob("vec", [1, 4, 8, 16])
+    space.freeze()
+    return space  # 28 * 7 * 4 * 4 = 3136 configs
+
+
+def seconds(cfg):
+    """Smooth in log2 of the inner tiles, with a register-pressure interaction; one best config."""
+    _, m1, m2 = cfg["tile_m"].size
+    _, n1 = cfg["tile_n"].size
+    u, v = cfg["unroll"].val, cfg["vec"].val
+    lm1, lm2, ln1, lv = np.log2([m1, m2, n1, v])
+    g = np.exp(-((lm2 - 3) ** 2) / 4 - ((lm1 - 1) ** 2) / 6 - ((ln1 - 4) ** 2) / 8)
+    g /= 1 + max(0.0, m2 * n1 / v / 32 - 1)
+    g *= 1 + 0.1 * lv - 0.02 * (np.log2(u + 1) - 2) ** 2
+    return 1e-3 / g
+
+
+def knob_features(configs):
+    return np.stack([c.knob_values() for c in configs])
+
+
+def measure(configs):
+    return [MeasureResult("ok", [seconds(c)]) for c in configs]
+
+
+def small_measure(configs):
+    """An arbitrary but deterministic cost for the small space."""
+    return [MeasureResult("ok", [1e-3 * (1 + c["s"].size[2] + (c.index % 5))]) for c in configs]
+
+
+def drain(strategy, batch=5):
+    seen = []
+    while True:
+        configs = strategy.next_batch(batch)
+        if not configs:
+            return seen
+        strategy.update(configs, small_measure(configs))
+        seen.extend(c.index for c in configs)
+
+
+def trials_to_optimum(strategy, optimum, budget, batch=8):
+    for done in range(0, budget, batch):
+        configs = strategy.next_batch(batch)
+        for k, c in enumerate(configs):
+            if c.index == optimum:
+                return done + k + 1
+        strategy.update(configs, measure(configs))
+    return budget
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda s: RandomSearch(s, seed=1),
+        lambda s: GridSearch(s),
+        lambda s: ModelGuidedSearch(s, knob_features, seed=1, plan_size=8, retrain_every=4),
+    ],
+    ids=["random", "grid", "model"],
+)
+def test_never_repeats_and_covers_a_small_space(make):
+    space = small_space()
+    strategy = make(space)
+    strategy.mark_measured([0, 17, 53])  # measured in an earlier run
+    seen = drain(strategy)
+    assert len(seen) == len(set(seen)) == 51
+    assert set(seen) == set(range(54)) - {0, 17, 53}
+    assert strategy.remaining == 0 and strategy.next_batch(4) == []
+
+
+def test_grid_enumerates_in_index_order():
+    space = small_space()
+    grid = GridSearch(space)
+    grid.mark_measured([2, 3])
+    assert [c.index for c in grid.next_batch(4)] == [0, 1, 4, 5]
+    assert [c.index for c in grid.next_batch(3)] == [6, 7, 8]
+
+
+def test_random_is_reproducible_by_seed():
+    space = tiled_space()
+    a = [c.index for c in RandomSearch(space, seed=7).next_batch(20)]
+    assert a == [c.index for c in RandomSearch(space, seed=7).next_batch(20)]
+    assert a != [c.index for c in RandomSearch(space, seed=8).next_batch(20)]
+
+
+def test_model_guided_finds_the_optimum_in_fewer_trials_than_random():
+    space = tiled_space()
+    optimum = min(range(space.size), key=lambda i: seconds(space.get(i)))
+    budget = 1500
+    guided = [trials_to_optimum(ModelGuidedSearch(space, knob_features, seed=s), optimum, budget) for s in range(3)]
+    randomly = [trials_to_optimum(RandomSearch(space, seed=s), optimum, budget) for s in range(3)]
+    assert max(guided) < 300, guided
+    assert np.mean(guided) * 3 < np.mean(randomly), (guided, randomly)
+
+
+def test_model_guided_learns_to_avoid_failing_configs():
+    space = tiled_space()
+    search = ModelGuidedSearch(space, knob_features, seed=0, plan_size=16, retrain_every=8)
+
+    def flaky(configs):  # every vec=16 config fails to compile
+        return [MeasureResult("compile_error", error="x") if c["vec"].val == 16 else MeasureResult("ok", [seconds(c)])
+                for c in configs]
+
+    for _ in range(6):
+        configs = search.next_batch(8)
+        search.update(configs, flaky(configs))
+    assert search.model.trained
+    batch = search.next_batch(16)
+    assert len({c.index for c in batch}) == 16
+    assert sum(c["vec"].val == 16 for c in batch) <= 2  # a quarter of the space, avoided but for ε
+
+
+def test_diversity_spreads_a_batch_over_more_knob_values():
+    space = tiled_space()
+    configs = space.random(np.random.default_rng(0), 100)
+    model = CostModel()
+    model.update(knob_features(configs), [1 / seconds(c) for c in configs], ["w"] * 100)
+
+    def batch(diversity):  # same seed and model: the same annealing, only the pick differs
+        search = ModelGuidedSearch(space, knob_features, cost_model=model, workload_key="w", seed=0, plan_size=16,
+                                   diversity=diversity, epsilon=0)
+        return search.next_batch(16)
+
+    def knob_values(configs):
+        return len({(k, d) for c in configs for k, d in enumerate(c.digits)})
+
+    greedy, diverse = batch(0.0), batch(1.0)
+    assert knob_values(diverse) > knob_values(greedy)
+    scores = model.predict(knob_features(greedy))
+    assert np.all(np.diff(scores) <= 0)  # without diversity the plan is the pool's top, best first
+
+
+def test_model_guided_uses_a_transferred_model_from_the_first_batch():
+    space = tiled_space()
+    pre = ModelGuidedSearch(space, knob_features, seed=0)
+    drain_configs = space.random(np.random.default_rng(0), 200)
+    model = CostModel()
+    model.update(knob_features(drain_configs), [1 / seconds(c) for c in drain_configs], ["other-shape"] * 200)
+    search = ModelGuidedSearch(space, knob_features, cost_model=model, workload_key="this-shape", seed=0, epsilon=0)
+    first = search.next_batch(8)
+    random_first = pre.next_batch(8)
+    assert np.mean([seconds(c) for c in first]) < 0.5 * np.mean([seconds(c) for c in random_first])
+
+
+def test_update_checks_lengths_and_epsilon_range():
+    space = small_space()
+    with pytest.raises(ValueError, match="2 configs but 1 results"):
+        RandomSearch(space).update([space.get(0), space.get(1)], small_measure([space.get(0)]))
+    with pytest.raises(ValueError, match="epsilon"):
+        ModelGuidedSearch(space, knob_features, epsilon=1.5)
+
+
+def test_early_stopping():
+    stop = EarlyStopping(patience=3, min_rel_improvement=0.01)
+    ok = lambda s: MeasureResult("ok", [s])  # noqa: E731
+    assert not stop.update([ok(2.0), ok(1.0)])  # improving
+    assert not stop.update([ok(0.995), MeasureResult("timeout")])  # < 1% better, a failure
+    assert stop.trials_since_best == 2 and stop.best == 1.0
+    assert stop.update([ok(1.5)]) and stop.should_stop
+    with pytest.raises(ValueError):
+        EarlyStopping(0)

@@ -1,0 +1,328 @@
+"""Search strategies over a config space.
+
+Every strategy proposes configs with ``next_batch(n)`` and learns from
+``update(configs, results)``; none proposes a config twice, counting configs
+proposed earlier and those declared with ``mark_measured`` (e.g. loaded from a
+record file on resume). When the space is exhausted ``next_batch`` returns
+fewer configs (possibly none).
+
+* :class:`RandomSearch`: uniform without replacement.
+* :class:`GridSearch`: index order.
+* :class:`ModelGuidedSearch` (the default): simulated annealing over the space
+  guided by the XGBoost cost model, with ε-greedy exploration and a diverse
+  pick in each batch, as AutoTVM's ``ModelBasedTuner`` with its
+  ``SimulatedAnnealingOptimizer`` and ``submodular_pick`` (Chen et al.,
+  "Learning to Optimize Tensor Programs", NeurIPS 2018).
+
+:class:`EarlyStopping` tells a tuning loop when the best has stopped improving.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable, Sequence
+
+import numpy as np
+
+from tunefleet.compiler.space import ConfigEntity, ConfigSpace
+
+from .cost_model import CostModel
+from .measure import MeasureResult
+
+__all__ = ["SearchStrategy", "RandomSearch", "GridSearch", "ModelGuidedSearch", "EarlyStopping"]
+
+_RANDOM_ROUNDS = 8  # rejection-sampling rounds before enumerating what is left
+
+
+class SearchStrategy:
+    """Base of the strategies: bookkeeping of visited configs and random picks.
+
+    ``space``: the config space; ``seed``: seeds the strategy's numpy Generator.
+    """
+
+    def __init__(self, space: ConfigSpace, *, seed: int = 0):
+        self.space = space
+        self.rng = np.random.default_rng(seed)
+        self._visited: set[int] = set()
+
+    @property
+    def remaining(self) -> int:
+        """Configs never proposed nor marked measured."""
+        return self.space.size - len(self._visited)
+
+    def mark_measured(self, indices: Iterable[int]) -> None:
+        """Never propose these config indices (already measured, e.g. in a resumed record file)."""
+        self._visited.update(int(i) for i in indices)
+
+    def next_batch(self, n: int) -> list[ConfigEntity]:
+        """Up to ``n`` distinct configs never proposed before (fewer only when the space runs out)."""
+        batch = self._propose(min(n, self.remaining))
+        self._visited.update(c.index for c in batch)
+        return batch
+
+    def update(self, configs: Sequence[ConfigEntity], results: Sequence[MeasureResult]) -> None:
+        """Learn from measured ``configs`` (one result each); also marks them measured."""
+        if len(configs) != len(results):
+            raise ValueError(f"{len(configs)} configs but {len(results)} results")
+        self.mark_measured(c.index for c in configs)
+
+    def _propose(self, n: int) -> list[ConfigEntity]:
+        raise NotImplementedError
+
+    def _random_unvisited(self, n: int, exclude: set[int] = frozenset()) -> list[ConfigEntity]:
+        """Up to ``n`` distinct random configs, not visited and not in ``exclude``."""
+        taken = set(exclude)
+        out: list[ConfigEntity] = []
+        n = min(n, self.remaining - len(taken - self._visited))
+        for _ in range(_RANDOM_ROUNDS):
+            if len(out) >= n:
+                return out
+            for c in self.space.random(self.rng, 2 * (n - len(out))):
+                if len(out) < n and c.index not in self._visited and c.index not in taken:
+                    taken.add(c.index)
+                    out.append(c)
+        if len(out) < n:  # a crowded space: few configs are left, enumerate them
+            left = [i for i in range(self.space.size) if i not in self._visited and i not in taken]
+            picks = self.rng.choice(len(left), size=n - len(out), replace=False)
+            out.extend(self.space.get(left[int(p)]) for p in picks)
+        return out
+
+
+class RandomSearch(SearchStrategy):
+    """Uniformly random configs, without replacement."""
+
+    def _propose(self, n: int) -> list[ConfigEntity]:
+        return self._random_unvisited(n)
+
+
+class GridSearch(SearchStrategy):
+    """Configs in index order (0, 1, 2, ...), skipping visited ones."""
+
+    def __init__(self, space: ConfigSpace, *, seed: int = 0):
+        super().__init__(space, seed=seed)
+        self._cursor = 0
+
+    def _propose(self, n: int) -> list[ConfigEntity]:
+        out = []
+        while len(out) < n and self._cursor < self.space.size:
+            if self._cursor not in self._visited:
+                out.append(self.space.get(self._cursor))
+            self._cursor += 1
+        return out
+
+
+class ModelGuidedSearch(SearchStrategy):
+    """Cost-model-guided search: simulated annealing on predicted scores, ε-greedy, diverse batches.
+
+    Until the cost model is trained (by ``update`` or by transfer, see
+    :meth:`CostModel.seed_from_records`), configs are random. Then each
+    *plan* runs ``sa_points`` parallel annealing chains for up to
+    ``sa_steps`` steps (a step mutates one knob of every chain; a worse point
+    is accepted with probability ``exp(Δscore / (T · spread))``, T falling
+    linearly from 1 to 0, spread = the initial scores' standard deviation),
+    stopping early once the best ``pool_ratio · plan_size`` unvisited points
+    seen have not changed for ``sa_patience`` steps. The chains start from the
+    best measured configs and random ones. From that pool a greedy
+    submodular pick takes ``plan_size`` configs, trading normalized score
+    against knob values not yet in the plan (weight ``diversity``). Batches
+    are drawn from the plan; each slot is a random config instead with
+    probability ``epsilon``.
+
+    The model is refit after every ``retrain_every`` new results (and at the
+    first results while untrained); a refit invalidates the plan.
+
+    ``featurize(configs) -> (n, n_features) float32`` computes the cost
+    model's features of configs of this space (cached by the model per
+    ``(workload_key, index)``).
+    """
+
+    def __init__(
+        self,
+        space: ConfigSpace,
+        featurize: Callable[[list[ConfigEntity]], np.ndarray],
+        *,
+        cost_model: CostModel | None = None,
+        workload_key: str = "workload",
+        plan_size: int = 64,
+        epsilon: float = 0.05,
+        retrain_every: int = 16,
+        sa_points: int = 128,
+        sa_steps: int = 100,
+        sa_patience: int = 20,
+        pool_ratio: float = 2.0,
+        diversity: float = 0.5,
+        seed: int = 0,
+    ):
+        super().__init__(space, seed=seed)
+        if not 0 <= epsilon <= 1:
+            raise ValueError(f"epsilon must be in [0, 1], got {epsilon!r}")
+        self.featurize = featurize
+        self.model = cost_model if cost_model is not None else CostModel(seed=seed)
+        self.workload_key = workload_key
+        self.plan_size = plan_size
+        self.epsilon = epsilon
+        self.retrain_every = retrain_every
+        self.sa_points = sa_points
+        self.sa_steps = sa_steps
+        self.sa_patience = sa_patience
+        self.pool_size = max(plan_size, int(pool_ratio * plan_size))
+        self.diversity = diversity
+        self._plan: list[int] = []
+        self._plan_version = -1
+        self._pending = 0
+        self._measured: dict[int, float] = {}  # index -> throughput
+
+    # ---------------------------------------------------------------- learning
+    def update(self, configs: Sequence[ConfigEntity], results: Sequence[MeasureResult]) -> None:
+        super().update(configs, results)
+        if not configs:
+            return
+        indices = [c.index for c in configs]
+        throughputs = [r.throughput() for r in results]
+        self._measured.update(zip(indices, throughputs))
+        self.model.add(self._features(indices), throughputs, [self.workload_key] * len(indices))
+        self._pending += len(indices)
+        if not self.model.trained or self._pending >= self.retrain_every:
+            self.model.fit()
+            self._pending = 0
+
+    def _features(self, indices: Sequence[int]) -> np.ndarray:
+        return self.model.features(self.workload_key, indices, self._featurize_indices)
+
+    def _scores(self, indices: Sequence[int]) -> np.ndarray:
+        return self.model.predict_configs(self.workload_key, indices, self._featurize_indices)
+
+    def _featurize_indices(self, indices: list[int]) -> np.ndarray:
+        return self.featurize([self.space.get(i) for i in indices])
+
+    # ---------------------------------------------------------------- proposing
+    def _propose(self, n: int) -> list[ConfigEntity]:
+        if not self.model.trained:
+            return self._random_unvisited(n)
+        if self._plan_version != self.model.version:
+            self._replan()
+        batch: list[ConfigEntity] = []
+        chosen: set[int] = set()
+        while len(batch) < n:
+            index = None
+            if self.rng.random() >= self.epsilon:
+                index = self._next_planned(chosen)
+            if index is None:
+                pick = self._random_unvisited(1, exclude=chosen)
+                if not pick:
+                    break
+                index = pick[0].index
+            chosen.add(index)
+            batch.append(self.space.get(index))
+        return batch
+
+    def _next_planned(self, chosen: set[int]) -> int | None:
+        """Pop the plan's next unvisited config; replan once if the plan runs dry."""
+        for attempt in range(2):
+            while self._plan:
+                index = self._plan.pop(0)
+                if index not in self._visited and index not in chosen:
+                    return index
+            if attempt == 0:
+                self._replan(exclude=chosen)
+        return None
+
+    def _replan(self, exclude: set[int] = frozenset()) -> None:
+        pool = self._anneal(exclude)
+        self._plan = self._diverse_pick(pool)
+        self._plan_version = self.model.version
+
+    def _anneal(self, exclude: set[int]) -> dict[int, float]:
+        """Simulated annealing on predicted scores; returns the best unvisited points seen (index -> score)."""
+        best_measured = heapq.nlargest(self.sa_points // 2, self._measured, key=self._measured.get)
+        points = [self.space.get(i) for i in best_measured]
+        points += self.space.random(self.rng, self.sa_points - len(points))
+        scores = self._scores([p.index for p in points])
+        spread = float(np.std(scores)) or 1.0
+        pool: dict[int, float] = {}
+
+        def offer(candidates: list[ConfigEntity], values: np.ndarray) -> None:
+            for c, v in zip(candidates, values.tolist()):
+                if c.index not in self._visited and c.index not in exclude:
+                    pool[c.index] = v
+            if len(pool) > self.pool_size:
+                kept = {i: pool[i] for i in heapq.nlargest(self.pool_size, pool, key=pool.get)}
+                pool.clear()
+                pool.update(kept)
+
+        offer(points, scores)
+        unchanged, top = 0, frozenset(pool)
+        for step in range(self.sa_steps):
+            temperature = 1.0 - step / self.sa_steps
+            moved = [self.space.mutate(p, self.rng) for p in points]
+            moved_scores = self._scores([p.index for p in moved])
+            with np.errstate(over="ignore"):
+                accept_p = np.exp(np.minimum(0.0, moved_scores - scores) / (spread * temperature))
+            accept = self.rng.random(len(points)) < accept_p
+            points = [m if a else p for p, m, a in zip(points, moved, accept)]
+            scores = np.where(accept, moved_scores, scores)
+            offer(moved, moved_scores)
+            unchanged = unchanged + 1 if frozenset(pool) == top else 0
+            top = frozenset(pool)
+            if unchanged >= self.sa_patience:
+                break
+        return pool
+
+    def _diverse_pick(self, pool: dict[int, float]) -> list[int]:
+        """Greedy submodular pick of ``plan_size`` from the pool: normalized score + diversity bonus.
+
+        The bonus is ``diversity`` times the fraction of knobs whose value in
+        the candidate is not yet in the plan (AutoTVM's ``submodular_pick``).
+        """
+        if not pool:
+            return []
+        indices = list(pool)
+        values = np.array([pool[i] for i in indices])
+        lo, hi = values.min(), values.max()
+        norm = (values - lo) / (hi - lo) if hi > lo else np.ones_like(values)
+        digits = np.array([self.space.get(i).digits for i in indices])
+        n_knobs = max(1, digits.shape[1])
+        seen = [set() for _ in range(digits.shape[1])]
+        remaining = list(range(len(indices)))
+        plan = []
+        while remaining and len(plan) < self.plan_size:
+            gains = [
+                norm[r] + self.diversity * sum(d not in s for d, s in zip(digits[r], seen)) / n_knobs
+                for r in remaining
+            ]
+            best = remaining.pop(int(np.argmax(gains)))
+            plan.append(indices[best])
+            for d, s in zip(digits[best], seen):
+                s.add(d)
+        return plan
+
+
+class EarlyStopping:
+    """Stop when the best throughput has not improved for ``patience`` trials.
+
+    An improvement must beat the best by more than ``min_rel_improvement``
+    (a fraction; 0 counts any gain). Failed trials count as trials.
+    """
+
+    def __init__(self, patience: int, min_rel_improvement: float = 0.0):
+        if patience < 1:
+            raise ValueError(f"patience must be >= 1, got {patience!r}")
+        self.patience = patience
+        self.min_rel_improvement = min_rel_improvement
+        self.best = 0.0
+        self.trials_since_best = 0
+
+    def update(self, results: Iterable[MeasureResult]) -> bool:
+        """Account for ``results`` in order; True when the search should stop."""
+        for r in results:
+            t = r.throughput()
+            if t > self.best * (1 + self.min_rel_improvement) and t > 0:
+                self.best = t
+                self.trials_since_best = 0
+            else:
+                self.trials_since_best += 1
+        return self.should_stop
+
+    @property
+    def should_stop(self) -> bool:
+        return self.trials_since_best >= self.patience
