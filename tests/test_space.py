@@ -114,31 +114,31 @@ def test_split_bad_definitions(kwargs, match):
         SplitKnob("s", **kwargs)
 
 
-class FakeStage:
-    """Records split/reorder calls; axes are strings naming their origin (test-only stand-in)."""
+def test_split_and_reorder_apply_on_a_real_schedule():
+    from tunefleet.compiler import te
+    from tunefleet.compiler.schedule import create_schedule
 
-    def __init__(self):
-        self.calls = []
+    a = te.placeholder((100, 24), name="A")
+    b = te.compute((100, 24), lambda i, j: a[i, j] * 2.0, name="B")
 
-    def split(self, axis, factor):
-        self.calls.append(("split", axis, factor))
-        return f"{axis}.o", f"{axis}.i{factor}"
+    def template(cfg, workload, target):
+        sch = create_schedule(b)
+        stage = sch[b]
+        i, j = stage.op.axes
+        cfg.define_split("tile_i", 100, 3, policy="power2", max_factor=8)
+        cfg.define_split("tile_j", 24, 2)
+        cfg.define_reorder("order", ["io", "ii", "iii", "jo", "ji"], policy="candidates",
+                           candidates=[["io", "ii", "iii", "jo", "ji"], ["io", "jo", "ii", "ji", "iii"]])
+        axes = cfg["tile_i"].apply(sch, stage, i) + cfg["tile_j"].apply(sch, stage, j)
+        cfg["order"].apply(sch, stage, axes)
+        return sch, [a, b]
 
-    def reorder(self, *axes):
-        self.calls.append(("reorder", axes))
-
-
-def test_split_and_reorder_apply_call_the_stage_api():
-    space = ConfigSpace()
-    space.define_split("s", 24, 3, policy="candidates", candidates=[[2, 3, 4]])
-    space.define_reorder("r", 3)
-    stage = FakeStage()
-    axes = space["s"].apply(None, stage, "x")
-    assert stage.calls == [("split", "x", 4), ("split", "x.o", 3)]
-    assert axes == ["x.o.o", "x.o.i3", "x.i4"]
-    cfg = space.get(len(space) - 1)  # perm [2, 1, 0]
-    assert cfg["r"].apply(None, stage, axes) == ["x.i4", "x.o.i3", "x.o.o"]
-    assert stage.calls[-1] == ("reorder", ("x.i4", "x.o.i3", "x.o.o"))
+    space = instantiate_space(template, {}, "cpu")
+    cfg = space.from_json({"knobs": {"tile_i": [4, 4, 8], "tile_j": [4, 6], "order": [0, 3, 1, 4, 2]}})
+    sch, _ = template(cfg, {}, "cpu")
+    leaves = sch[b].leaf_iter_vars
+    assert [v.name for v in leaves] == ["i_o_o", "j_o", "i_o_i", "j_i", "i_i"]
+    assert [v.extent for v in leaves] == [4, 4, 4, 6, 8]  # 4 * 4 * 8 = 128 >= 100: a tail
 
 
 # --------------------------------------------------------------------------- other knobs
