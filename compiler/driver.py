@@ -18,8 +18,8 @@ from .te import PlaceholderOp, Tensor
 
 @dataclass
 class BuiltKernel:
-    """A compiled kernel: `so_path` (cached .so), `source` (generated C incl. ABI wrappers,
-    without the runtime), `args` (ABI argument specs, inputs then outputs), `func` (the IR)."""
+    """A compiled kernel: `so_path` (cached .so), `source` (the whole compiled translation
+    unit: runtime, micro-kernels, kernel and ABI wrappers — what an artifact ships), `args` (ABI argument specs, inputs then outputs), `func` (the IR)."""
 
     name: str
     so_path: Path
@@ -43,7 +43,8 @@ def build_func(func: PrimFunc, specs: Sequence[ArgSpec], target: Target) -> Buil
     """
     source = generate_c(func) + "\n" + entry_points_source(func.name, specs)
     so = compile_shared([source], target, name=func.name, extra_sources=func.extern_sources)
-    return BuiltKernel(func.name, so, source, list(specs), func, list(func.extern_sources))
+    unit = so.with_suffix(".c").read_text()
+    return BuiltKernel(func.name, so, unit, list(specs), func, list(func.extern_sources))
 
 
 def build(sch: Schedule, args: Sequence[Tensor], target: Target, name: str,
@@ -55,3 +56,14 @@ def build(sch: Schedule, args: Sequence[Tensor], target: Target, name: str,
     func = lower(sch, args, name, lanes=target.lanes("float32"))
     func.extern_sources = list(extern_sources)
     return build_func(func, arg_specs(args, layouts), target)
+
+
+def build_workload(workload, config, target: Target) -> BuiltKernel:
+    """Build `workload` (a compiler.ops Workload) with `config` (a ConfigEntity of its space)
+    for `target`, as kernel `workload.kernel_name()`.
+
+    Raises ScheduleError / BuildError; WorkloadError when the target kind has no template.
+    """
+    sch, tensors = workload.template(target.kind)(config, workload, target)
+    return build(sch, tensors, target, workload.kernel_name(), workload.layouts(),
+                 workload.args.get("extern_sources", ()) if isinstance(workload.args, dict) else ())

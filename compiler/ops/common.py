@@ -1,0 +1,58 @@
+"""Pieces shared by operators: fused epilogues, packing stages, numpy helpers."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import te
+from ..te import Tensor
+
+EPILOGUES = ("none", "relu", "gelu")
+_SQRT1_2 = 1.0 / math.sqrt(2.0)
+
+
+def apply_epilogue(x: te.Expr, kind: str) -> te.Expr:
+    """relu: max(x, 0); gelu: 0.5*x*(1 + erf(x/sqrt(2))) (exact GELU, Hendrycks & Gimpel 2016)."""
+    if kind == "none":
+        return x
+    if kind == "relu":
+        return te.max(x, te.const(0.0, x.dtype))
+    if kind == "gelu":
+        return x * te.const(0.5, x.dtype) * (te.erf(x * te.const(_SQRT1_2, x.dtype)) + te.const(1.0, x.dtype))
+    raise ValueError(f"epilogue {kind!r}; allowed: {', '.join(EPILOGUES)}")
+
+
+def np_epilogue(x: np.ndarray, kind: str) -> np.ndarray:
+    """numpy version of apply_epilogue (float64 math, cast back to x's dtype)."""
+    if kind == "relu":
+        return np.maximum(x, 0).astype(x.dtype)
+    if kind == "gelu":
+        erf = np.vectorize(math.erf, otypes=[np.float64])
+        x64 = x.astype(np.float64)
+        return (0.5 * x64 * (1.0 + erf(x64 * _SQRT1_2))).astype(x.dtype)
+    return x
+
+
+def pack_blocked(t: Tensor, axis: int, factor: int, name: str, outer_multiple: int = 1) -> Tensor:
+    """Layout transform: split dim `axis` of `t` into (outer, factor) and move the inner
+    block last, zero-padding the tail. E.g. B[K, N] with axis=1 -> Bp[ceil(N/f), K, f],
+    Bp[no, k, ni] = B[k, no*f + ni] (0 where no*f + ni >= N). The outer extent is rounded
+    up to a multiple of `outer_multiple`, so blocked consumers never read past the end."""
+    extent = t.shape[axis]
+    outer = -(-extent // factor)
+    outer = -(-outer // outer_multiple) * outer_multiple
+    rest = [d for n, d in enumerate(t.shape) if n != axis]
+    shape = (outer, *rest, factor)
+
+    def body(*idx):
+        o, inner, others = idx[0], idx[-1], list(idx[1:-1])
+        src = o * factor + inner
+        full = others[:axis] + [src] + others[axis:]
+        if outer * factor == extent:
+            return t[tuple(full)]
+        clamped = others[:axis] + [te.min(src, extent - 1)] + others[axis:]
+        return te.if_then_else(src < extent, t[tuple(clamped)], te.const(0.0, t.dtype))
+
+    return te.compute(shape, body, name=name)
