@@ -1,0 +1,128 @@
+"""/tasks: submit, list, inspect, cancel and download tuning tasks."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Path, Query, status
+from fastapi.responses import FileResponse, Response
+
+from tunefleet.server import artifact_store
+from tunefleet.server.api.routes import API_PREFIX
+from tunefleet.server.db.models import TaskStatus, TrialStatus
+from tunefleet.server.deps import SessionDep, StoreDep, UserAuth
+from tunefleet.server.schemas.common import Page
+from tunefleet.server.schemas.tasks import BestOut, TaskCreate, TaskOut, TrialOut
+from tunefleet.server.services import artifacts, tasks
+
+router = APIRouter(prefix=f"{API_PREFIX}/tasks", tags=["tasks"])
+
+TaskId = Annotated[int, Path(ge=1)]
+Limit = Annotated[int, Query(ge=1, le=500)]
+Offset = Annotated[int, Query(ge=0)]
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=TaskOut)
+def submit_task(body: TaskCreate, session: SessionDep, _auth: UserAuth) -> TaskOut:
+    """Submit a tuning task; 422 names the invalid field (operator, argument, target...)."""
+    return TaskOut.model_validate(tasks.submit(session, body))
+
+
+@router.get("", response_model=Page[TaskOut])
+def list_tasks(
+    session: SessionDep,
+    status: TaskStatus | None = None,
+    op: str | None = None,
+    device_key: str | None = None,
+    limit: Limit = 50,
+    offset: Offset = 0,
+) -> Page[TaskOut]:
+    """Tasks, newest first, filtered by status, operator and device key."""
+    items, total = tasks.list_tasks(
+        session, status=status, op=op, device_key=device_key, limit=limit, offset=offset
+    )
+    return Page[TaskOut](
+        items=[TaskOut.model_validate(t) for t in items], total=total, limit=limit, offset=offset
+    )
+
+
+@router.get("/{task_id}", response_model=TaskOut)
+def get_task(task_id: TaskId, session: SessionDep) -> TaskOut:
+    """One task with its progress."""
+    return TaskOut.model_validate(tasks.get(session, task_id))
+
+
+@router.get("/{task_id}/trials", response_model=Page[TrialOut])
+def list_trials(
+    task_id: TaskId,
+    session: SessionDep,
+    status: TrialStatus | None = None,
+    order: Literal["id", "latency"] = "id",
+    limit: Limit = 100,
+    offset: Offset = 0,
+) -> Page[TrialOut]:
+    """A task's trials in submission order, or fastest first with `order=latency`."""
+    items, total = tasks.list_trials(
+        session, task_id, status=status, order=order, limit=limit, offset=offset
+    )
+    return Page[TrialOut](
+        items=[TrialOut.model_validate(t) for t in items], total=total, limit=limit, offset=offset
+    )
+
+
+@router.get("/{task_id}/best", response_model=BestOut)
+def get_best(task_id: TaskId, session: SessionDep) -> BestOut:
+    """The task's best trial so far (or the stored best it reused); 404 while it has none."""
+    task, trial = tasks.best_trial(session, task_id)
+    assert trial.latency_s is not None
+    return BestOut(
+        task_id=task.id,
+        trial=TrialOut.model_validate(trial),
+        latency_s=trial.latency_s,
+        gflops=tasks.gflops(task.flop, trial.latency_s),
+        reused=trial.task_id != task.id,
+        artifact=task.artifact,
+    )
+
+
+@router.post("/{task_id}/cancel", response_model=TaskOut)
+def cancel_task(task_id: TaskId, session: SessionDep, _auth: UserAuth) -> TaskOut:
+    """Cancel an unfinished task; 409 if it already finished."""
+    return TaskOut.model_validate(tasks.cancel(session, task_id))
+
+
+@router.get(
+    "/{task_id}/artifact",
+    response_class=FileResponse,
+    responses={200: {"content": {"application/gzip": {}}}},
+)
+def download_artifact(
+    task_id: TaskId, session: SessionDep, store: StoreDep, _auth: UserAuth
+) -> FileResponse:
+    """The task's artifact: a tar.gz of the .so, .h, manifest.json and source. The
+    `X-Content-SHA256` header carries the archive's digest."""
+    artifact = artifacts.of_task(session, task_id)
+    return FileResponse(
+        store.path(artifact.path),
+        media_type="application/gzip",
+        filename=f"tunefleet-task-{task_id}.tar.gz",
+        headers={"X-Content-SHA256": artifact.sha256},
+    )
+
+
+@router.get(
+    "/{task_id}/artifact/so",
+    response_class=Response,
+    responses={200: {"content": {"application/octet-stream": {}}}},
+)
+def download_shared_library(
+    task_id: TaskId, session: SessionDep, store: StoreDep, _auth: UserAuth
+) -> Response:
+    """Just the artifact's shared library."""
+    artifact = artifacts.of_task(session, task_id)
+    name, data = artifact_store.shared_library(store.path(artifact.path))
+    return Response(
+        data,
+        media_type="application/octet-stream",
+        headers={"Content-Disposition": f'attachment; filename="{name}"'},
+    )

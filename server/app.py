@@ -1,0 +1,49 @@
+"""The FastAPI application factory."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from prometheus_client import CollectorRegistry
+
+from tunefleet import __version__
+from tunefleet.server.api import include_routes
+from tunefleet.server.artifact_store import ArtifactStore
+from tunefleet.server.db import make_engine, make_sessionmaker
+from tunefleet.server.errors import install_error_handlers
+from tunefleet.server.metrics import MetricsMiddleware, StoreCollector
+from tunefleet.settings import Settings
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """The tunefleet API over the database and artifact store named in `settings`
+    (default: read from the environment). The schema must already be migrated
+    (`tunefleet db upgrade`). Everything lives on the app, so several apps can run in one
+    process, as tests do."""
+    settings = settings or Settings()
+    engine = make_engine(settings.database_url)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        yield
+        engine.dispose()
+
+    app = FastAPI(
+        title="tunefleet",
+        version=__version__,
+        summary="Auto-tuning service for tensor kernels.",
+        lifespan=lifespan,
+    )
+    sessions = make_sessionmaker(engine)
+    registry = CollectorRegistry()
+    registry.register(StoreCollector(sessions, settings.worker_lost_after_s))
+    app.state.settings = settings
+    app.state.sessionmaker = sessions
+    app.state.artifact_store = ArtifactStore(settings.artifacts)
+    app.state.metrics_registry = registry
+    app.add_middleware(MetricsMiddleware, registry=registry)
+    install_error_handlers(app)
+    include_routes(app)
+    return app

@@ -1,0 +1,91 @@
+"""The artifact store: a directory of artifact tarballs named by their sha256."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tarfile
+import tempfile
+from pathlib import Path, PurePosixPath
+
+from tunefleet.server.errors import FieldError
+
+CHUNK = 1 << 20
+
+
+def file_sha256(path: Path) -> str:
+    """Hex sha256 of a file's contents."""
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def check_tarball(path: Path) -> None:
+    """Raise FieldError unless `path` is a gzip tar holding a manifest.json and exactly one
+    shared library, with only relative member names that stay inside the archive."""
+    try:
+        with tarfile.open(path, "r:gz") as tar:
+            members = tar.getmembers()
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise FieldError(("body",), f"artifact is not a tar.gz archive: {exc}") from exc
+    for member in members:
+        name = PurePosixPath(member.name)
+        if name.is_absolute() or ".." in name.parts:
+            raise FieldError(("body",), f"artifact member {member.name!r} escapes the archive")
+    files = [PurePosixPath(m.name) for m in members if m.isfile()]
+    if not any(f.name == "manifest.json" for f in files):
+        raise FieldError(("body",), "artifact has no manifest.json")
+    libraries = [f for f in files if f.suffix == ".so"]
+    if len(libraries) != 1:
+        raise FieldError(("body",), f"artifact must hold exactly one .so, found {len(libraries)}")
+
+
+def shared_library(path: Path) -> tuple[str, bytes]:
+    """File name and contents of the one `.so` in the artifact tarball at `path`."""
+    with tarfile.open(path, "r:gz") as tar:
+        member = next(m for m in tar.getmembers() if m.isfile() and m.name.endswith(".so"))
+        f = tar.extractfile(member)
+        assert f is not None
+        return PurePosixPath(member.name).name, f.read()
+
+
+class ArtifactStore:
+    """Artifact tarballs under `root`, each at `<sha[:2]>/<sha>.tar.gz`; storing the same
+    content twice keeps one file."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def staging_file(self) -> Path:
+        """A new empty file on the store's filesystem to receive an upload into."""
+        staging = self.root / "staging"
+        staging.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(dir=staging, suffix=".tar.gz")
+        os.close(fd)
+        return Path(name)
+
+    def ingest(self, staged: Path, sha256: str) -> tuple[str, int]:
+        """Move a staged upload into the store after checking it hashes to `sha256` and is a
+        valid artifact; returns its path relative to the root and its size. The staged
+        file is gone afterwards either way."""
+        try:
+            actual = file_sha256(staged)
+            if actual != sha256:
+                raise FieldError(
+                    ("path", "sha256"), f"uploaded content has sha256 {actual}, not {sha256}"
+                )
+            check_tarball(staged)
+            relative = f"{sha256[:2]}/{sha256}.tar.gz"
+            final = self.root / relative
+            final.parent.mkdir(parents=True, exist_ok=True)
+            size = staged.stat().st_size
+            os.replace(staged, final)
+            return relative, size
+        finally:
+            staged.unlink(missing_ok=True)
+
+    def path(self, relative: str) -> Path:
+        """Absolute path of a stored artifact."""
+        return self.root / relative

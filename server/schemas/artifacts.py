@@ -1,0 +1,18 @@
+"""Bodies describing stored artifacts."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from pydantic import BaseModel, ConfigDict
+
+
+class ArtifactOut(BaseModel):
+    """A built kernel in the artifact store, addressed by the sha256 of its tar.gz."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    sha256: str
+    size: int
+    created_at: dt.datetime

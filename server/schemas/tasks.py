@@ -1,0 +1,121 @@
+"""Bodies of the /tasks endpoints."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tunefleet.server.db.models import TaskStatus, TrialStatus
+from tunefleet.server.schemas.artifacts import ArtifactOut
+from tunefleet.tuner.measure import MeasureProtocol
+
+_PROTOCOL = MeasureProtocol()  # the workers' defaults
+
+DEVICE_KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+
+
+class Budget(BaseModel):
+    """When tuning stops: after `trials` candidates, `wall_time_s` seconds, or
+    `early_stopping` trials in a row without a new best, whichever comes first."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    trials: int = Field(default=64, ge=1, le=100_000)
+    wall_time_s: float | None = Field(default=None, gt=0)
+    early_stopping: int | None = Field(default=None, ge=1)
+
+
+class Protocol(BaseModel):
+    """How workers time a candidate (tunefleet.tuner.measure.MeasureProtocol): `repeat`
+    measurements of `number` runs each, each lasting at least `min_repeat_ms`, with
+    `cooldown_ms` between them and an optional cache flush; `timeout_s` bounds one
+    candidate's execution on the worker; `check_correctness` compares the output with the
+    operator's reference first."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    number: int = Field(default=_PROTOCOL.number, ge=1, le=10_000)
+    repeat: int = Field(default=_PROTOCOL.repeat, ge=1, le=1_000)
+    min_repeat_ms: float = Field(default=_PROTOCOL.min_repeat_ms, ge=0)
+    cooldown_ms: float = Field(default=_PROTOCOL.cooldown_ms, ge=0)
+    flush_cache: bool = _PROTOCOL.flush_cache
+    timeout_s: float = Field(default=_PROTOCOL.timeout_s, gt=0, le=3_600)
+    check_correctness: bool = _PROTOCOL.check_correctness
+
+
+class TaskCreate(BaseModel):
+    """A tuning request: an operator with its arguments (or `op="custom"` with
+    `args={"te": ...}`), the target to generate code for and the device key to measure on."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    op: str = Field(min_length=1, max_length=64, examples=["matmul"])
+    args: dict[str, Any] = Field(default_factory=dict, examples=[{"M": 64, "N": 64, "K": 64}])
+    target: str = Field(min_length=1, max_length=256, examples=["cpu"])
+    device_key: str = Field(min_length=1, max_length=64, pattern=DEVICE_KEY_PATTERN)
+    budget: Budget = Field(default_factory=Budget)
+    protocol: Protocol = Field(default_factory=Protocol)
+    reuse: bool = Field(
+        default=False, description="answer at once with the stored best, when there is one"
+    )
+
+
+class TaskOut(BaseModel):
+    """A task and its progress."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    op: str
+    workload: dict[str, Any]
+    workload_key: str
+    flop: int
+    target: str
+    device_key: str
+    budget: Budget
+    protocol: Protocol
+    reuse: bool
+    status: TaskStatus
+    error: str | None
+    created_at: dt.datetime
+    started_at: dt.datetime | None
+    finished_at: dt.datetime | None
+    trials_done: int
+    best_latency_s: float | None
+    best_gflops: float | None
+    artifact: ArtifactOut | None
+
+
+class TrialOut(BaseModel):
+    """One measured (or pending) candidate config."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    id: int
+    task_id: int
+    config_index: int
+    config: dict[str, Any]
+    status: TrialStatus
+    costs: list[float] | None
+    latency_s: float | None
+    build_s: float | None
+    run_s: float | None
+    error: str | None
+    attempts: int
+    worker_id: int | None
+    dispatched_at: dt.datetime | None
+    finished_at: dt.datetime | None
+
+
+class BestOut(BaseModel):
+    """A task's result: its best trial (its own, or the stored best it reused), the
+    latency and GFLOP/s, and the artifact once exported."""
+
+    task_id: int
+    trial: TrialOut
+    latency_s: float
+    gflops: float
+    reused: bool
+    artifact: ArtifactOut | None
