@@ -1,0 +1,188 @@
+"""Shared fixtures.
+
+SQL: `database_url` is a migrated, empty database, once on SQLite and once on PostgreSQL
+(the server at TUNEFLEET_TEST_DATABASE_URL, each test run in a schema of its own; skipped
+with a reason when the variable is unset).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from sqlalchemy import create_engine, make_url, text
+
+if TYPE_CHECKING:
+    from fastapi.testclient import TestClient
+    from sqlalchemy.orm import Session
+
+    from tunefleet.settings import Settings
+
+POSTGRES_ENV = "TUNEFLEET_TEST_DATABASE_URL"
+
+
+def _postgres_base_url() -> str:
+    url = os.environ.get(POSTGRES_ENV)
+    if not url:
+        pytest.skip(f"{POSTGRES_ENV} is not set: no PostgreSQL to test against")
+    return url
+
+
+class PostgresSchemas:
+    """Creates throwaway schemas on the test server; each URL it hands out has its
+    search_path set to one of them."""
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url
+        self.admin = create_engine(base_url, isolation_level="AUTOCOMMIT")
+        self.created: list[str] = []
+
+    def new_url(self) -> str:
+        schema = f"tf_test_{uuid.uuid4().hex[:12]}"
+        with self.admin.connect() as conn:
+            conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+        self.created.append(schema)
+        url = make_url(self.base_url).update_query_dict({"options": f"-csearch_path={schema}"})
+        return url.render_as_string(hide_password=False)
+
+    def drop_all(self) -> None:
+        with self.admin.connect() as conn:
+            for schema in self.created:
+                conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+        self.admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def postgres_schemas() -> Iterator[PostgresSchemas]:
+    schemas = PostgresSchemas(_postgres_base_url())
+    yield schemas
+    schemas.drop_all()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def empty_database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A database with no tables at all."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'empty.db'}"
+    return request.getfixturevalue("postgres_schemas").new_url()
+
+
+@pytest.fixture(scope="session")
+def _migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tunefleet.server.db.migrate import upgrade
+
+    path = tmp_path_factory.mktemp("sqlite-template") / "tunefleet.db"
+    upgrade(f"sqlite:///{path}")
+    return path
+
+
+@pytest.fixture(scope="session")
+def _migrated_postgres(postgres_schemas: PostgresSchemas) -> str:
+    from tunefleet.server.db.migrate import upgrade
+
+    url = postgres_schemas.new_url()
+    upgrade(url)
+    return url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A migrated database with empty tables, private to the test."""
+    if request.param == "sqlite":
+        path = tmp_path / "tunefleet.db"
+        shutil.copyfile(request.getfixturevalue("_migrated_sqlite"), path)
+        yield f"sqlite:///{path}"
+        return
+    url = request.getfixturevalue("_migrated_postgres")
+    _truncate_postgres(url)
+    yield url
+
+
+def _truncate_postgres(url: str) -> None:
+    from tunefleet.server.db.models import Base
+
+    engine = create_engine(url)
+    tables = ", ".join(t.name for t in Base.metadata.sorted_tables)
+    with engine.begin() as conn:
+        conn.execute(text(f"TRUNCATE {tables} RESTART IDENTITY CASCADE"))
+    engine.dispose()
+
+
+# --- the server, in process ---------------------------------------------------------------
+
+
+@pytest.fixture
+def settings(database_url: str, tmp_path: Path) -> Settings:
+    """Settings of a service whose home, database and artifact store are private to the test."""
+    from tunefleet.settings import Settings
+
+    return Settings(home=tmp_path / "home", database_url=database_url)
+
+
+@pytest.fixture
+def api(settings: Settings) -> Iterator[TestClient]:
+    """A TestClient on `create_app(settings)` (lifespan run)."""
+    from fastapi.testclient import TestClient
+
+    from tunefleet.server.app import create_app
+
+    with TestClient(create_app(settings)) as client:
+        yield client
+
+
+@pytest.fixture
+def tokens(settings: Settings) -> dict[str, dict[str, str]]:
+    """Bearer headers for one token of each scope: {"user": {...}, "worker": ..., "admin": ...}."""
+    from tunefleet.server.db import make_engine, make_sessionmaker
+    from tunefleet.server.db.models import TokenScope
+    from tunefleet.server.services import tokens as token_service
+
+    engine = make_engine(settings.database_url)
+    with make_sessionmaker(engine)() as session:
+        headers = {
+            scope.value: {"Authorization": f"Bearer {token_service.create(session, scope.value, scope)}"}
+            for scope in TokenScope
+        }
+    engine.dispose()
+    return headers
+
+
+@pytest.fixture
+def db(settings: Settings) -> Iterator[Session]:
+    """A session on the test's database, for arranging rows and checking what was stored."""
+    from tunefleet.server.db import make_engine, make_sessionmaker
+
+    engine = make_engine(settings.database_url)
+    with make_sessionmaker(engine)() as session:
+        yield session
+    engine.dispose()
+
+
+@pytest.fixture
+def snapshot(settings: Settings) -> Iterator[Callable[[], dict[str, object]]]:
+    """A function returning every row of every table and every file in the artifact store,
+    to show that a rejected request changed nothing."""
+    from tunefleet.server.db import make_engine
+    from tunefleet.server.db.models import Base
+
+    engine = make_engine(settings.database_url)
+
+    def take() -> dict[str, object]:
+        with engine.connect() as conn:
+            state: dict[str, object] = {
+                t.name: sorted(map(repr, conn.execute(t.select()).all()))
+                for t in Base.metadata.sorted_tables
+            }
+        store = settings.artifacts
+        state["artifact files"] = sorted(
+            str(p.relative_to(store)) for p in store.rglob("*") if p.is_file()
+        ) if store.exists() else []
+        return state
+
+    yield take
+    engine.dispose()
