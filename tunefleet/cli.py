@@ -36,3 +36,10 @@ def main() -> None:
 
 register("ops", "ops:ops_command")
 register("build", "build:build_command")
+register("db", "db:db_group")
+register("token", "token:token_group")
+register("server", "server:server_command")
+register("submit", "submit:submit_command")
+register("status", "submit:status_command")
+register("wait", "submit:wait_command")
+register("download", "submit:download_command")

@@ -1,0 +1,240 @@
+"""Python client of the tunefleet service: submit a tuning task, wait for it, download the
+tuned kernel and call it.
+
+    client = tunefleet.Client("http://127.0.0.1:8000", token)
+    task = client.submit("matmul", {"M": 64, "N": 64, "K": 64}, device_key="cpu-x86")
+    client.wait(task["id"])
+    kernel = client.load(task["id"])
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+if TYPE_CHECKING:
+    from tunefleet.load import Kernel
+
+FINAL_STATUSES = frozenset({"done", "failed", "cancelled"})
+
+
+class ServiceError(RuntimeError):
+    """The service refused a request; `detail` is its JSON explanation."""
+
+    def __init__(self, status_code: int, detail: Any) -> None:
+        super().__init__(f"HTTP {status_code}: {format_detail(detail)}")
+        self.status_code = status_code
+        self.detail = detail
+
+
+class IntegrityError(RuntimeError):
+    """A downloaded artifact does not match its published sha256."""
+
+
+def format_detail(detail: Any) -> str:
+    """A 422 body's field errors as 'args.M: message; ...', anything else as text."""
+    if isinstance(detail, list):
+        parts = []
+        for error in detail:
+            loc = [str(p) for p in error.get("loc", []) if p not in ("body", "query", "path")]
+            parts.append(f"{'.'.join(loc) or 'request'}: {error.get('msg', error)}")
+        return "; ".join(parts)
+    return str(detail)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+class Client:
+    """A connection to a tunefleet server at `url`, authenticating with a `user` token
+    (needed to submit, cancel and download; reads need none)."""
+
+    def __init__(self, url: str = "http://127.0.0.1:8000", token: str | None = None, timeout_s: float = 30.0) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(
+            base_url=url.rstrip("/") + "/api/v1", headers=headers, timeout=timeout_s
+        )
+
+    def close(self) -> None:
+        """Close the underlying connections."""
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+        response = self._http.request(method, path, **kwargs)
+        if response.is_error:
+            try:
+                detail = response.json().get("detail", response.text)
+            except ValueError:
+                detail = response.text
+            raise ServiceError(response.status_code, detail)
+        return response.json()
+
+    def submit(
+        self,
+        op: str,
+        args: dict[str, Any] | None = None,
+        *,
+        device_key: str,
+        target: str = "cpu",
+        trials: int = 64,
+        wall_time_s: float | None = None,
+        early_stopping: int | None = None,
+        protocol: dict[str, Any] | None = None,
+        reuse: bool = False,
+    ) -> dict[str, Any]:
+        """Submit a tuning task for operator `op` with `args` (for a tensor expression:
+        `op="custom", args={"te": ...}`), measured on workers of `device_key`; returns the
+        task. Raises ServiceError naming the invalid field."""
+        body: dict[str, Any] = {
+            "op": op,
+            "args": args or {},
+            "target": target,
+            "device_key": device_key,
+            "budget": {"trials": trials, "wall_time_s": wall_time_s, "early_stopping": early_stopping},
+            "reuse": reuse,
+        }
+        if protocol is not None:
+            body["protocol"] = protocol
+        return self._request("POST", "/tasks", json=body)
+
+    def get(self, task_id: int) -> dict[str, Any]:
+        """The task with its status and progress."""
+        return self._request("GET", f"/tasks/{task_id}")
+
+    def tasks(self, *, limit: int = 50, offset: int = 0, **filters: str) -> dict[str, Any]:
+        """A page of tasks, newest first; filters: status, op, device_key."""
+        params = {"limit": limit, "offset": offset, **filters}
+        return self._request("GET", "/tasks", params=params)
+
+    def trials(self, task_id: int, *, order: str = "id", limit: int = 100, offset: int = 0) -> dict[str, Any]:
+        """A page of a task's trials (`order="latency"`: fastest first)."""
+        params = {"order": order, "limit": limit, "offset": offset}
+        return self._request("GET", f"/tasks/{task_id}/trials", params=params)
+
+    def best(self, task_id: int) -> dict[str, Any]:
+        """The task's best trial so far, with latency and GFLOP/s."""
+        return self._request("GET", f"/tasks/{task_id}/best")
+
+    def cancel(self, task_id: int) -> dict[str, Any]:
+        """Cancel an unfinished task."""
+        return self._request("POST", f"/tasks/{task_id}/cancel")
+
+    def wait(
+        self,
+        task_id: int,
+        *,
+        progress: bool = True,
+        poll_s: float = 1.0,
+        timeout_s: float | None = None,
+    ) -> dict[str, Any]:
+        """Poll until the task is done, failed or cancelled and return it; with `progress`,
+        show a progress bar of trials against the budget. TimeoutError after `timeout_s`."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        with _ProgressView(enabled=progress) as view:
+            while True:
+                task = self.get(task_id)
+                view.update(task)
+                if task["status"] in FINAL_STATUSES:
+                    return task
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TimeoutError(f"task {task_id} still {task['status']} after {timeout_s}s")
+                time.sleep(poll_s)
+
+    def download(self, task_id: int, out_dir: str | Path) -> Path:
+        """Download the task's artifact into `out_dir` and return the folder holding its
+        manifest.json. The archive is checked against the server's sha256 and the shared
+        library against the manifest's; IntegrityError on a mismatch."""
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=out) as tmp:
+            archive = Path(tmp) / "artifact.tar.gz"
+            with self._http.stream("GET", f"/tasks/{task_id}/artifact") as response:
+                if response.is_error:
+                    response.read()
+                    raise ServiceError(response.status_code, response.json().get("detail"))
+                expected = response.headers["X-Content-SHA256"]
+                with archive.open("wb") as f:
+                    for chunk in response.iter_bytes():
+                        f.write(chunk)
+            actual = _sha256(archive)
+            if actual != expected:
+                raise IntegrityError(f"artifact of task {task_id} has sha256 {actual}, server says {expected}")
+            with tarfile.open(archive, "r:gz") as tar:
+                tar.extractall(out, filter="data")
+                manifests = [m.name for m in tar.getmembers() if Path(m.name).name == "manifest.json"]
+        root = (out / manifests[0]).parent
+        _check_manifest(root)
+        return root
+
+    def load(self, task_id: int, cache_dir: str | Path | None = None) -> Kernel:
+        """Download the task's artifact (into `cache_dir`, default a folder per task under
+        ~/.tunefleet/kernels) and load it as a Python callable over numpy arrays."""
+        from tunefleet.load import load
+
+        folder = Path(cache_dir) if cache_dir else Path.home() / ".tunefleet" / "kernels" / f"task-{task_id}"
+        return load(self.download(task_id, folder))
+
+
+def _check_manifest(root: Path) -> None:
+    """Check the shared library in `root` against the sha256 its manifest publishes."""
+    manifest = json.loads((root / "manifest.json").read_text())
+    library = root / f"{manifest['name']}.so"
+    if _sha256(library) != manifest["so_sha256"]:
+        raise IntegrityError(f"{library} does not match the sha256 in its manifest")
+
+
+class _ProgressView:
+    """A rich progress bar of a task's trials; does nothing when disabled."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+
+    def __enter__(self) -> _ProgressView:
+        if self.enabled:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.progress = Progress(
+                TextColumn("task {task.fields[task_id]} {task.fields[status]}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("best {task.fields[best]}"),
+                TimeElapsedColumn(),
+            )
+            self.progress.start()
+            self.bar = self.progress.add_task("", total=None, task_id="?", status="", best="-")
+        return self
+
+    def update(self, task: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        best = f"{task['best_gflops']:.1f} GFLOP/s" if task["best_gflops"] else "-"
+        self.progress.update(
+            self.bar,
+            total=task["budget"]["trials"],
+            completed=task["trials_done"],
+            task_id=task["id"],
+            status=task["status"],
+            best=best,
+        )
+
+    def __exit__(self, *_exc: object) -> None:
+        if self.enabled:
+            self.progress.stop()

@@ -1,0 +1,70 @@
+"""`tunefleet token`: API tokens for users and workers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import click
+from sqlalchemy.orm import Session
+
+
+@contextmanager
+def _session() -> Iterator[Session]:
+    from tunefleet.server.db import make_engine, make_sessionmaker
+    from tunefleet.settings import Settings
+
+    engine = make_engine(Settings().database_url)
+    try:
+        with make_sessionmaker(engine)() as session:
+            yield session
+    finally:
+        engine.dispose()
+
+
+@click.group("token")
+def token_group() -> None:
+    """Create, list and revoke API tokens (written straight to the database)."""
+
+
+@token_group.command("create")
+@click.option("--name", required=True, help="a unique name, e.g. the user or worker host")
+@click.option("--scope", type=click.Choice(["user", "worker", "admin"]), default="user",
+              show_default=True, help="user: submit/cancel/download; worker: worker endpoints")
+def create_command(name: str, scope: str) -> None:
+    """Create a token and print it; it is shown only this once."""
+    from tunefleet.server.db.models import TokenScope
+    from tunefleet.server.errors import Conflict
+    from tunefleet.server.services import tokens
+
+    with _session() as session:
+        try:
+            click.echo(tokens.create(session, name, TokenScope(scope)))
+        except Conflict as exc:
+            raise click.ClickException(str(exc)) from exc
+
+
+@token_group.command("list")
+def list_command() -> None:
+    """List tokens by name, scope and state (never the secrets)."""
+    from tunefleet.server.services import tokens
+
+    with _session() as session:
+        for token in tokens.list_all(session):
+            state = f"revoked {token.revoked_at:%Y-%m-%d %H:%M}" if token.revoked_at else "active"
+            click.echo(f"{token.name}\t{token.scope}\t{state}")
+
+
+@token_group.command("revoke")
+@click.argument("name")
+def revoke_command(name: str) -> None:
+    """Revoke the token called NAME."""
+    from tunefleet.server.errors import NotFound
+    from tunefleet.server.services import tokens
+
+    with _session() as session:
+        try:
+            tokens.revoke(session, name)
+        except NotFound as exc:
+            raise click.ClickException(str(exc)) from exc
+    click.echo(f"revoked {name}")
