@@ -246,11 +246,11 @@ class CGenerator:
             self.heap_in_scope.append(b)
             fail = "tf_c->failed = 1; return;" if self.in_parallel else "return -1;"
             free_outer = "".join(f" tf_free({self.buf(x)});" for x in self.heap_in_scope[:-1])
-            out = [f"{pad}{ct}* restrict {name} = ({ct}*)tf_alloc_aligned({b.size * dtype_of(b.dtype).bytes});",
-                   f"{pad}if (!{name}) {{ tf_set_error(\"out of memory allocating {b.name} ({b.size} elements)\");"
+            out = [f"{pad}{{", f"{pad}  {ct}* restrict {name} = ({ct}*)tf_alloc_aligned({b.size * dtype_of(b.dtype).bytes});",
+                   f"{pad}  if (!{name}) {{ tf_set_error(\"out of memory allocating {b.name} ({b.size} elements)\");"
                    f"{free_outer} {fail} }}"]
-            out += self.stmt(s.body, ind)
-            out.append(f"{pad}tf_free({name});")
+            out += self.stmt(s.body, ind + 1)
+            out += [f"{pad}  tf_free({name});", f"{pad}}}"]
             self.heap_in_scope.pop()
             return out
         lanes = self._promotable(s)
@@ -259,8 +259,11 @@ class CGenerator:
             t = vec_type(b.dtype, lanes)
             self.vec_types.add((b.dtype, lanes))
             decl = ", ".join(f"{name}_{i}" for i in range(b.size // lanes))
-            return [f"{pad}{t} {decl};"] + self.stmt(s.body, ind)
-        return [f"{pad}{ct} {name}[{b.size}] __attribute__((aligned(64)));"] + self.stmt(s.body, ind)
+            out = [f"{pad}{{", f"{pad}  {t} {decl};"] + self.stmt(s.body, ind + 1) + [f"{pad}}}"]
+            del self.promoted[id(b)]
+            return out
+        return ([f"{pad}{{", f"{pad}  {ct} {name}[{b.size}] __attribute__((aligned(64)));"]
+                + self.stmt(s.body, ind + 1) + [f"{pad}}}"])
 
     def _promotable(self, s: Allocate) -> int:
         """Vector width if every access to the buffer is a constant element or an aligned whole vector."""
