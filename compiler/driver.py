@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
+
+import numpy as np
 
 from .abi import ArgSpec, entry_points_source
 from .build import compile_shared
@@ -27,6 +30,29 @@ class BuiltKernel:
     args: list[ArgSpec]
     func: PrimFunc
     extern_sources: list[str] = field(default_factory=list)
+
+    def run(self, *inputs: np.ndarray) -> list[np.ndarray]:
+        """Call the kernel in this process on C-contiguous inputs (dtypes/shapes as `args`).
+
+        Outputs are allocated filled with NaN, so an element the kernel fails to write shows.
+        Raises ValueError for a mismatched input and RuntimeError for a nonzero return code.
+        """
+        ins = [a for a in self.args if not a.is_output]
+        if len(inputs) != len(ins):
+            raise ValueError(f"{self.name}: expected {len(ins)} inputs, got {len(inputs)}")
+        arrays = []
+        for spec, x in zip(ins, inputs):
+            if x.shape != spec.shape or x.dtype != np.dtype(spec.dtype) or not x.flags.c_contiguous:
+                raise ValueError(f"{self.name}: argument {spec.name!r} must be a C-contiguous {spec.dtype} "
+                                 f"array of shape {list(spec.shape)}, got {x.dtype} {list(x.shape)}")
+            arrays.append(x)
+        outs = [np.full(a.shape, np.nan, a.dtype) for a in self.args if a.is_output]
+        lib = ctypes.CDLL(str(self.so_path))
+        rc = getattr(lib, self.name)(*[a.ctypes.data_as(ctypes.c_void_p) for a in arrays + outs])
+        if rc != 0:
+            lib.tunefleet_last_error.restype = ctypes.c_char_p
+            raise RuntimeError(f"{self.name} returned {rc}: {lib.tunefleet_last_error().decode()}")
+        return outs
 
 
 def arg_specs(args: Sequence[Tensor], layouts: dict[str, str] | None = None) -> list[ArgSpec]:

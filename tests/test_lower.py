@@ -1,0 +1,140 @@
+"""Schedules lowered, compiled with gcc and run: the numbers must match numpy."""
+
+import numpy as np
+import pytest
+
+from tunefleet.compiler import te
+from tunefleet.compiler.driver import build
+from tunefleet.compiler.lower import lower
+from tunefleet.compiler.ir import For, IfThenElse, walk_stmt
+from tunefleet.compiler.schedule import ScheduleError, create_schedule
+from tunefleet.compiler.target import Target
+
+TARGET = Target.host()
+RNG = np.random.default_rng(7)
+
+
+def rand(*shape):
+    return (RNG.random(shape) * 2 - 1).astype(np.float32)
+
+
+def run(sch, args, name, *inputs):
+    return build(sch, args, TARGET, name).run(*inputs)
+
+
+def test_elementwise_split_with_tail_vectorized_and_parallel():
+    A = te.placeholder((37, 45), name="A")
+    B = te.compute((37, 45), lambda i, j: te.tanh(A[i, j]) * 2.0 + te.sqrt(te.abs(A[i, j])), name="B")
+    s = create_schedule(B)
+    i, j = s[B].op.axis
+    jo, ji = s[B].split(j, factor=16)
+    s[B].parallel(i)
+    s[B].vectorize(ji)
+    a = rand(37, 45)
+    (b,) = run(s, [A, B], "ew", a)
+    np.testing.assert_allclose(b, np.tanh(a) * 2 + np.sqrt(np.abs(a)), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("combiner", ["sum", "max", "min"])
+def test_row_reduction_with_split_reduce_axis(combiner):
+    A = te.placeholder((19, 53), name="A")
+    k = te.reduce_axis(53, "k")
+    red = {"sum": te.sum, "max": te.max, "min": te.min}[combiner]
+    B = te.compute((19,), lambda i: red(A[i, k], axis=k), name="B")
+    s = create_schedule(B)
+    ko, ki = s[B].split(s[B].op.reduce_axis[0], factor=8)
+    s[B].unroll(ki)
+    a = rand(19, 53)
+    (b,) = run(s, [A, B], f"red_{combiner}", a)
+    np.testing.assert_allclose(b, getattr(np, combiner)(a, axis=1), rtol=1e-5, atol=1e-5)
+
+
+def test_compute_at_infers_the_region_of_a_padded_stencil():
+    A = te.placeholder((30, 30), name="A")
+    P = te.compute((32, 32), lambda i, j: te.if_then_else(
+        te.all_of(i >= 1, i < 31, j >= 1, j < 31), A[te.min(te.max(i - 1, 0), 29), te.min(te.max(j - 1, 0), 29)], 0.0),
+        name="P")
+    B = te.compute((30, 30), lambda i, j: P[i, j] + P[i + 2, j + 2] + P[i + 1, j + 1], name="B")
+    s = create_schedule(B)
+    i, j = s[B].op.axis
+    io, ii = s[B].split(i, factor=7)
+    s[P].compute_at(s[B], io)
+    func = lower(s, [A, B], "stencil")
+    allocs = [n for n in walk_stmt(func.body) if type(n).__name__ == "Allocate"]
+    assert allocs and allocs[0].buffer.shape == (9, 32)  # 7 rows + a 2-row halo
+    a = rand(30, 30)
+    (b,) = run(s, [A, B], "stencil", a)
+    p = np.pad(a, 1)
+    np.testing.assert_allclose(b, p[:30, :30] + p[2:, 2:] + p[1:31, 1:31], rtol=1e-6)
+
+
+def test_cache_write_register_tile_and_fuse():
+    M, N, K = 23, 40, 17
+    A, B = te.placeholder((M, K), name="A"), te.placeholder((K, N), name="B")
+    k = te.reduce_axis(K, "k")
+    C = te.compute((M, N), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = create_schedule(C)
+    CL = s.cache_write(C, "local")
+    i, j = s[C].op.axis
+    io, ii = s[C].split(i, factor=4)
+    jo, ji = s[C].split(j, factor=16)
+    s[C].reorder(io, jo, ii, ji)
+    f = s[C].fuse(io, jo)
+    s[C].parallel(f)
+    s[C].vectorize(ji)
+    s[CL].compute_at(s[C], f)
+    ci, cj = s[CL].op.axis
+    s[CL].reorder(s[CL].op.reduce_axis[0], ci, cj)
+    s[CL].unroll(ci)
+    s[CL].vectorize(cj)
+    a, b = rand(M, K), rand(K, N)
+    (c,) = run(s, [A, B, C], "tile", a, b)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-4, atol=1e-5)
+
+
+def test_inline_and_float64():
+    A = te.placeholder((10, 12), "float64", name="A")
+    B = te.compute((10, 12), lambda i, j: A[i, j] * 3.0, name="B")
+    C = te.compute((10, 12), lambda i, j: B[i, j] + te.cast("float64", i), name="C")
+    s = create_schedule(C)
+    s[B].compute_inline()
+    s[C].vectorize(s[C].op.axis[1])
+    a = RNG.random((10, 12))
+    (c,) = run(s, [A, C], "inl64", a)
+    np.testing.assert_allclose(c, a * 3 + np.arange(10)[:, None])
+
+
+def test_tails_are_peeled_so_the_main_loop_has_no_guard():
+    A = te.placeholder((100,), name="A")
+    B = te.compute((100,), lambda i: A[i] + 1.0, name="B")
+    s = create_schedule(B)
+    io, ii = s[B].split(s[B].op.axis[0], factor=16)
+    s[B].vectorize(ii)
+    func = lower(s, [A, B], "peel")
+    loops = [n for n in walk_stmt(func.body) if isinstance(n, For)]
+    main = next(n for n in loops if n.extent == 6)
+    assert not any(isinstance(n, IfThenElse) for n in walk_stmt(main))
+    a = rand(100)
+    (b,) = run(s, [A, B], "peel", a)
+    np.testing.assert_allclose(b, a + 1)
+
+
+def test_illegal_schedules_name_stage_and_axis():
+    A = te.placeholder((8, 8), name="A")
+    k = te.reduce_axis(8, "k")
+    B = te.compute((8,), lambda i: te.sum(A[i, k], axis=k), name="B")
+    C = te.compute((8,), lambda i: B[i] * 2.0, name="C")
+    s = create_schedule(C)
+    with pytest.raises(ScheduleError, match="stage 'B'.*reduce axis 'k'"):
+        s[B].vectorize(s[B].op.reduce_axis[0])
+    with pytest.raises(ScheduleError, match="stage 'B'.*cannot inline a reduction"):
+        s[B].compute_inline()
+    with pytest.raises(ScheduleError, match="stage 'C'.*axis 'k' is an axis of another stage"):
+        s[C].split(s[B].op.reduce_axis[0], factor=2)
+    io, ii = s[C].split(s[C].op.axis[0], factor=2)
+    with pytest.raises(ScheduleError, match="no longer a leaf"):
+        s[C].split(s[C].op.axis[0], factor=2)
+    with pytest.raises(ScheduleError, match="adjacent"):
+        s[C].fuse(ii, io)
+    with pytest.raises(ScheduleError, match="input"):
+        s[A]

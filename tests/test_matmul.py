@@ -1,0 +1,83 @@
+"""matmul and its fused variants, built from random configs of the CPU template's space
+over shapes no tile divides, checked against numpy; the default config; bad arguments."""
+
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from tunefleet.compiler import ops
+from tunefleet.compiler.driver import build_workload
+from tunefleet.compiler.target import Target
+
+TARGET = Target.host()
+SHAPES = [(1, 1, 1), (17, 33, 65), (127, 255, 129), (512, 512, 512)]
+VARIANTS = [{}, {"bias": True, "epilogue": "relu"}, {"bias": True, "epilogue": "gelu"}, {"epilogue": "relu"}]
+CONFIGS_PER_CASE = {(1, 1, 1): 4, (17, 33, 65): 6, (127, 255, 129): 6, (512, 512, 512): 2}
+
+
+def check(workload, config, seed):
+    built = build_workload(workload, config, TARGET)
+    rng = np.random.default_rng(seed)
+    inputs = ops.random_inputs(workload.tensors(), rng)
+    (out,) = built.run(*inputs)
+    (ref,) = workload.reference(*inputs)
+    err = np.abs(out - ref).max() / max(np.abs(ref).max(), 1e-6)
+    return err, config.to_json()["knobs"]
+
+
+def cases():
+    rng = np.random.default_rng(2026)
+    for shape in SHAPES:
+        for variant in VARIANTS:
+            w = ops.make_workload("matmul", dict(M=shape[0], N=shape[1], K=shape[2], **variant))
+            space = ops.config_space(w, TARGET)
+            for config in space.random(rng, CONFIGS_PER_CASE[shape]):
+                yield w, config
+
+
+def test_random_configs_match_numpy():
+    all_cases = list(cases())
+    assert len(all_cases) >= 50
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda c: (c[0], *check(c[0], c[1], 0)), all_cases))
+    bad = [(w.args, knobs, err) for w, err, knobs in results if not err < 1e-4]
+    assert not bad, bad
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_default_config_matches_numpy(shape):
+    w = ops.make_workload("matmul", {"M": shape[0], "N": shape[1], "K": shape[2], "bias": True, "epilogue": "relu"})
+    err, _ = check(w, ops.default_config(w, TARGET), 1)
+    assert err < 1e-4
+
+
+def test_float64():
+    w = ops.make_workload("matmul", {"M": 33, "N": 40, "K": 21, "dtype": "float64"})
+    err, _ = check(w, ops.default_config(w, TARGET), 2)
+    assert err < 1e-12
+
+
+def test_default_config_is_a_register_tile_of_two_vectors():
+    w = ops.make_workload("matmul", {"M": 1024, "N": 1024, "K": 1024})
+    knobs = ops.default_config(w, TARGET).to_json()["knobs"]
+    lanes = TARGET.lanes("float32")
+    assert knobs["nr"] == 2 * lanes and knobs["pack_b"] is True
+    assert knobs["mr"] * 2 <= 24
+
+
+@pytest.mark.parametrize("args, field", [
+    ({"M": 0, "N": 4, "K": 4}, "M"), ({"M": 4, "N": -3, "K": 4}, "N"), ({"M": 4, "N": 4, "K": 4, "epilogue": "tanh"},
+                                                                      "epilogue"),
+    ({"M": 4, "N": 4, "K": 4, "colour": 1}, "colour"), ({"M": "4", "N": 4, "K": 4}, "M"),
+])
+def test_bad_arguments_name_the_field(args, field):
+    with pytest.raises(ops.WorkloadError) as e:
+        ops.make_workload("matmul", args)
+    assert e.value.field == field and field in str(e.value)
+
+
+def test_unknown_operator_lists_the_known_ones():
+    with pytest.raises(ops.WorkloadError, match="available: .*matmul"):
+        ops.make_workload("matmull", {})
+    assert any(op["name"] == "matmul" and op["targets"] == ["cpu"] for op in ops.list())

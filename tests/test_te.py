@@ -1,0 +1,62 @@
+"""Tensor expressions: construction errors, canonical JSON round trip, data-only parsing."""
+
+import json
+
+import pytest
+
+from tunefleet.compiler import te
+from tunefleet.compiler.ops import make_workload
+
+
+def _matmul_relu():
+    A = te.placeholder((4, 5), name="A")
+    B = te.placeholder((5, 3), name="B")
+    k = te.reduce_axis(5, "k")
+    C = te.compute((4, 3), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    return te.compute((4, 3), lambda i, j: te.if_then_else(C[i, j] > 0.0, C[i, j], te.exp(C[i, j]) - 1.0), name="D")
+
+
+def test_json_round_trip_is_canonical():
+    data = te.to_json([_matmul_relu()])
+    text = json.dumps(data, sort_keys=True)
+    (again,) = te.from_json(json.loads(text))
+    assert json.dumps(te.to_json([again]), sort_keys=True) == text
+
+
+@pytest.mark.parametrize("bad", ["A; system('rm -rf /')", "__import__", "int", "tf_pool", "1abc", "a" * 80])
+def test_from_json_rejects_malicious_identifiers(bad):
+    data = te.to_json([_matmul_relu()])
+    data["tensors"][0]["name"] = bad
+    with pytest.raises(te.TEError, match="name"):
+        te.from_json(data)
+
+
+def test_from_json_rejects_unknown_node_kinds_and_unbound_names():
+    data = te.to_json([_matmul_relu()])
+    data["tensors"][3]["body"] = ["eval", "open('/etc/passwd')"]
+    with pytest.raises(te.TEError, match="unknown node kind 'eval'"):
+        te.from_json(data)
+    data = te.to_json([_matmul_relu()])
+    data["tensors"][2]["body"][2][1][2][0] = ["var", "zz"]
+    with pytest.raises(te.TEError, match="unknown variable 'zz'"):
+        te.from_json(data)
+
+
+def test_shapes_dtypes_and_nesting_are_validated():
+    with pytest.raises(te.TEError, match="shape"):
+        te.placeholder((4, -1), name="A")
+    with pytest.raises(te.TEError, match="dtype"):
+        te.placeholder((4,), "complex64", name="A")
+    A = te.placeholder((4, 4), name="A")
+    k = te.reduce_axis(4, "k")
+    with pytest.raises(te.TEError, match="reduction must be the whole body"):
+        te.compute((4,), lambda i: te.sum(A[i, k], axis=k) + 1.0, name="B")
+    with pytest.raises(te.TEError, match="no truth value"):
+        bool(A[0, 0] > 1.0)
+
+
+def test_workload_key_is_stable_and_argument_order_free():
+    a = make_workload("matmul", {"M": 8, "N": 16, "K": 4})
+    b = make_workload("matmul", {"K": 4, "N": 16, "M": 8})
+    assert a.key == b.key and len(a.key) == 24
+    assert a.key != make_workload("matmul", {"M": 8, "N": 16, "K": 5}).key
