@@ -90,9 +90,8 @@ class CGenerator:
         if isinstance(e, Load):
             return self.load(e)
         if isinstance(e, Broadcast):
-            t = vec_type(e.dtype, e.lanes)
             self.vec_types.add((e.dtype, e.lanes))
-            return f"(({t}){{}} + ({self.expr(e.value)}))"
+            return f"tf_bcast_{vec_type(e.dtype, e.lanes)}({self.expr(e.value)})"
         if isinstance(e, BinOp):
             return self.binop(e)
         if isinstance(e, Call):
@@ -349,8 +348,10 @@ class CGenerator:
             nbytes = lanes * dtype_of(dtype).bytes
             t, tu = vec_type(dtype, lanes), vec_type(dtype, lanes, False)
             it = f"tf_i{dtype_of(dtype).bits}x{lanes}"
+            splat = ", ".join(["x"] * lanes)
             typedefs += [
                 f"typedef {ct} {t} __attribute__((vector_size({nbytes})));",
+                f"static inline {t} tf_bcast_{t}({ct} x) {{ return ({t}){{{splat}}}; }}",
                 f"typedef {ct} {tu} __attribute__((vector_size({nbytes}), aligned({dtype_of(dtype).bytes})));",
                 f"typedef {_VEC_INT[dtype]} {it} __attribute__((vector_size({nbytes})));",
                 f"static inline {t} tf_vmax_{t}({t} a, {t} b) {{ {it} m = a > b; "

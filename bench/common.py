@@ -1,0 +1,125 @@
+"""Shared benchmark helpers: the machine's fp32 FMA peak, and timings taken in fresh child
+processes (best over several), because single timings vary by up to 35% between
+processes on these machines. Benchmarks are never part of the test run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from tunefleet.compiler.build import compile_shared
+from tunefleet.compiler.target import Target
+
+PROCESSES = 3
+
+_PEAK_C = """
+#include "tunefleet_runtime.h"
+typedef float v16 __attribute__((vector_size(64)));
+typedef float v8 __attribute__((vector_size(32)));
+#define CHAINS 12
+static void chains(int64_t begin, int64_t end, void* p) {
+  long iters = *(long*)p;
+  for (int64_t t = begin; t < end; ++t) {
+    VEC acc[CHAINS]; VEC x, y;
+    for (int c = 0; c < CHAINS; ++c) { acc[c] = (VEC){} + 1.0f + c * 1e-3f; }
+    x = (VEC){} + 0.999999f; y = (VEC){} + 1e-7f;
+    for (long i = 0; i < iters; ++i) {
+      for (int c = 0; c < CHAINS; ++c) acc[c] = acc[c] * x + y;   /* independent FMA chains */
+      __asm__ volatile("" : "+v"(x));                              /* keep x a register, not a constant */
+    }
+    VEC s = acc[0];
+    for (int c = 1; c < CHAINS; ++c) s += acc[c];
+    if (s[0] == 12345.0f) tf_set_error("unreachable");
+  }
+}
+TF_EXPORT int peak(long iters, int tasks) { tf_parallel_for(tasks, chains, &iters); return 0; }
+"""
+
+
+def peak_gflops(threads: int, target: Target | None = None) -> float:
+    """Measured fp32 FMA peak of `threads` cores in GFLOP/s: CHAINS independent vector FMA
+    chains per thread (the compiler cannot merge them), best of several runs."""
+    import ctypes
+    import time
+
+    target = target or Target.host()
+    lanes = target.lanes("float32")
+    vec = "v16" if lanes == 16 else "v8"
+    so = compile_shared([_PEAK_C.replace("VEC", vec)], target, name="tf_peak")
+    lib = ctypes.CDLL(str(so))
+    lib.tunefleet_set_num_threads(threads)
+    iters = 20_000_000
+    best = float("inf")
+    for _ in range(5):
+        t = time.perf_counter()
+        lib.peak(ctypes.c_long(iters), threads)
+        best = min(best, time.perf_counter() - t)
+    return threads * iters * 12 * lanes * 2 / best / 1e9
+
+
+def best_child_seconds(code: str, *, env: dict | None = None, processes: int = PROCESSES) -> float:
+    """Run `code` (Python printing one float: seconds) in `processes` fresh interpreters; best."""
+    results = []
+    for _ in range(processes):
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        results.append(float(out.stdout.strip().splitlines()[-1]))
+    return min(results)
+
+
+def numpy_env(coretype: bool) -> dict:
+    """The environment for a numpy child: with or without OPENBLAS_CORETYPE (which, set to
+    Haswell on these machines, forces OpenBLAS onto its AVX2 kernels at half speed)."""
+    env = dict(os.environ)
+    if not coretype:
+        env.pop("OPENBLAS_CORETYPE", None)
+    elif "OPENBLAS_CORETYPE" not in env:
+        env["OPENBLAS_CORETYPE"] = "Haswell"
+    return env
+
+
+def numpy_matmul_seconds(M: int, N: int, K: int, *, coretype: bool = False) -> float:
+    """Best seconds of numpy's A @ B (float32) over several child processes."""
+    code = f"""
+import time, numpy as np
+a = np.random.rand({M}, {K}).astype(np.float32); b = np.random.rand({K}, {N}).astype(np.float32)
+c = a @ b
+best = 1e9
+for _ in range(max(3, int(2e9 / (2 * {M} * {N} * {K} + 1)))):
+    t = time.perf_counter(); np.matmul(a, b, out=c); best = min(best, time.perf_counter() - t)
+print(best)
+"""
+    return best_child_seconds(code, env=numpy_env(coretype))
+
+
+def kernel_seconds(artifact_dir: str | Path, *, repeat: int = 10, min_repeat_ms: int = 100) -> float:
+    """Best per-call seconds of an artifact over several child processes (tunefleet's timer,
+    random inputs)."""
+    code = f"""
+import numpy as np, tunefleet
+k = tunefleet.load({str(artifact_dir)!r})
+rng = np.random.default_rng(0)
+ins = [rng.random(a.shape, dtype=np.float32).astype(a.dtype) for a in k.args if not a.is_output]
+outs = [np.empty(a.shape, a.dtype) for a in k.args if a.is_output]
+print(min(k.time(*ins, *outs, repeat={repeat}, min_repeat_ms={min_repeat_ms})))
+"""
+    return best_child_seconds(code)
+
+
+def export(built, workload, out_dir: str | Path, extra: dict | None = None) -> Path:
+    """Write a built kernel as an artifact directory (for timing it in children)."""
+    from tunefleet.compiler.artifact import write_artifact
+
+    return write_artifact(out_dir, name=built.name, source=built.source, so_path=built.so_path, args=built.args,
+                          manifest={"workload": workload.to_json(), **(extra or {})})
+
+
+def scratch_dir(prefix: str) -> Path:
+    return Path(tempfile.mkdtemp(prefix=prefix))
+
+
+def dump(path: str | Path, rows: list[dict]) -> None:
+    Path(path).write_text(json.dumps(rows, indent=2))

@@ -1,0 +1,93 @@
+"""Benchmark: tunefleet's CPU matmul against numpy, in one run.
+
+For M=N=K in {256, 512, 1024, 2048} and 128×3072×768: our default config (no tuning), the
+best of up to 16 configs from the template's space (the default's neighbourhood plus
+random points whose register tile fits the vector registers), and numpy — timed in child
+processes with OPENBLAS_CORETYPE removed (OpenBLAS's AVX-512 kernels) and with it set
+(AVX2 kernels). Prints GFLOP/s, the ratio to numpy and the percentage of the fp32 FMA peak
+that the bench measures itself. Every number is the best over several processes.
+
+    python bench/matmul_cpu.py [--sizes 1024 2048] [--configs 16] [--threads N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(__file__))
+from common import export, kernel_seconds, numpy_matmul_seconds, peak_gflops, scratch_dir  # noqa: E402
+
+from tunefleet.compiler import ops  # noqa: E402
+from tunefleet.compiler.driver import build_workload  # noqa: E402
+from tunefleet.compiler.target import Target  # noqa: E402
+
+
+def candidates(space, default, lanes: int, n: int, rng) -> list:
+    """The default, its one-knob neighbours, then random configs with mr*nr/lanes <= 28."""
+    out = {default.index: default}
+    for c in space.neighbors(default):
+        if len(out) >= max(2, n // 2):
+            break
+        if c["mr"].val * c["nr"].val // lanes <= 28 and c["mr"].val >= 4:
+            out.setdefault(c.index, c)
+    while len(out) < n:
+        c = space.random(rng, 1)[0]
+        if c["mr"].val * c["nr"].val // lanes <= 28 and c["mr"].val >= 4:
+            out.setdefault(c.index, c)
+    return list(out.values())
+
+
+def quick_seconds(built, workload) -> float:
+    rng = np.random.default_rng(0)
+    import tunefleet
+
+    d = export(built, workload, scratch_dir("tf-bench-"))
+    k = tunefleet.load(d)
+    ins = ops.random_inputs(workload.tensors(), rng)
+    return float(np.min(k.time(*ins, repeat=3, min_repeat_ms=40)))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes", nargs="*", default=["256", "512", "1024", "2048", "128x3072x768"])
+    p.add_argument("--configs", type=int, default=16, help="configs sampled per size (<= 16)")
+    p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    args = p.parse_args()
+    os.environ["TUNEFLEET_NUM_THREADS"] = str(args.threads)
+    target = Target.host()
+    lanes = target.lanes("float32")
+    peak = peak_gflops(args.threads, target)
+    print(f"target {target}, {args.threads} threads, measured fp32 FMA peak {peak:.0f} GFLOP/s")
+    header = f"{'M×N×K':>14} {'default':>9} {'best/16':>9} {'numpy':>9} {'np-AVX2':>9} {'best/np':>8} {'%peak':>6}  best config"
+    print(header)
+    rng = np.random.default_rng(0)
+    for size in args.sizes:
+        M, N, K = ([int(size)] * 3) if "x" not in size else [int(x) for x in size.split("x")]
+        w = ops.make_workload("matmul", {"M": M, "N": N, "K": K})
+        gf = lambda s: w.flop / s / 1e9  # noqa: E731
+        space = ops.config_space(w, target)
+        default = ops.default_config(w, target)
+        t0 = time.time()
+        trials = []
+        for cfg in candidates(space, default, lanes, min(args.configs, 16), rng):
+            built = build_workload(w, cfg, target)
+            trials.append((quick_seconds(built, w), cfg, built))
+        trials.sort(key=lambda t: t[0])
+        best_cfg, best_built = trials[0][1], trials[0][2]
+        default_built = next(t[2] for t in trials if t[1].index == default.index)
+        t_default = kernel_seconds(export(default_built, w, scratch_dir("tf-bench-")))
+        t_best = min(t_default, kernel_seconds(export(best_built, w, scratch_dir("tf-bench-"))))
+        t_np = numpy_matmul_seconds(M, N, K, coretype=False)
+        t_np_avx2 = numpy_matmul_seconds(M, N, K, coretype=True)
+        print(f"{f'{M}x{N}x{K}':>14} {gf(t_default):9.1f} {gf(t_best):9.1f} {gf(t_np):9.1f} {gf(t_np_avx2):9.1f} "
+              f"{t_np / t_best:8.2f} {100 * gf(t_best) / peak:5.0f}%  {best_cfg.to_json()['knobs']} "
+              f"({time.time() - t0:.0f}s)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
