@@ -29,7 +29,12 @@ class WorkloadError(ValueError):
 
 @dataclass(frozen=True)
 class ArgDef:
-    """One operator argument. type: 'int' | 'float' | 'bool' | 'str' | 'json'."""
+    """One operator argument. type: 'int' | 'int2' | 'float' | 'bool' | 'str' | 'json'.
+
+    'int2' is a per-dimension pair (e.g. a conv stride): an int `s` or a list `[h, w]`,
+    normalized to the list `[h, w]` (so `2` and `[2, 2]` give the same workload key); `min`
+    and `max` bound each element. `default` is given in normalized form.
+    """
 
     name: str
     type: str
@@ -45,15 +50,26 @@ class ArgDef:
                 "choices": list(self.choices) if self.choices else None, "required": self.required,
                 "description": self.description}
 
+    def _check_int(self, value: Any, what: str = "") -> int:
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise WorkloadError(self.name, f"{what}must be an integer, got {value!r}")
+        value = int(value)
+        if self.min is not None and value < self.min:
+            raise WorkloadError(self.name, f"{what}must be >= {self.min}, got {value}")
+        if self.max is not None and value > self.max:
+            raise WorkloadError(self.name, f"{what}must be <= {self.max}, got {value}")
+        return value
+
     def check(self, value: Any) -> Any:
         if self.type == "int":
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-                raise WorkloadError(self.name, f"must be an integer, got {value!r}")
-            value = int(value)
-            if self.min is not None and value < self.min:
-                raise WorkloadError(self.name, f"must be >= {self.min}, got {value}")
-            if self.max is not None and value > self.max:
-                raise WorkloadError(self.name, f"must be <= {self.max}, got {value}")
+            value = self._check_int(value)
+        elif self.type == "int2":
+            if isinstance(value, (list, tuple)):
+                if len(value) != 2:
+                    raise WorkloadError(self.name, f"must be an integer or a pair [h, w], got {list(value)!r}")
+                value = [self._check_int(v, f"{d} element ") for d, v in zip(("first", "second"), value)]
+            else:
+                value = [self._check_int(value)] * 2
         elif self.type == "bool":
             if not isinstance(value, bool):
                 raise WorkloadError(self.name, f"must be true or false, got {value!r}")

@@ -1,0 +1,245 @@
+"""conv2d_nchw: out[N, CO, OH, OW] = conv(data[N, CI, H, W], weight[CO, CI, KH, KW]) (+ bias[CO])
+(+ relu/gelu), float32/float64.
+
+The CPU template is the direct convolution of TVM's x86 `conv2d_NCHWc` schedule (Liu et
+al., "Optimizing CNN Model Inference on CPUs", USENIX ATC 2019), inside a kernel whose
+public signature stays NCHW / OIHW:
+
+- data is padded and packed to NCHW[ic_bn]c, `data_vec[N, CI/ic_bn, H+2ph, W+2pw, ic_bn]`
+  (the padding stage is inlined into the packing);
+- weights are packed to OIHW[ic_bn]i[oc_bn]o, `kernel_vec[ceil(CO/oc_bn), CI/ic_bn, KH, KW,
+  ic_bn, oc_bn]` (zero-padded output channels) — unless the workload declares the weights
+  pre-packed (`weight_layout="OIHW<i>i<o>o"`), then the caller passes that array;
+- the output is computed in register tiles of reg_n output columns × oc_bn output
+  channels (`conv`, an NCHW[oc_bn]c tile computed at the output's column-block loop),
+  vectorized over the output-channel block, accumulated over the reduction in the order
+  the `order` knob picks (kw optionally unrolled), then written out to NCHW with the bias
+  and activation applied;
+- the (batch, channel block, row) loops are fused and run in parallel.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from .. import te
+from ..schedule import create_schedule
+from .conv_common import (check_conv, conv_args, conv_flop, finish, load_or_zero, np_conv2d_nchw, np_finish,
+                          out_size)
+from .registry import ArgDef, OpDef, WorkloadError, register
+
+_PACKED_LAYOUT = re.compile(r"OIHW([1-9][0-9]*)i([1-9][0-9]*)o")
+
+ARGS = conv_args() + [
+    ArgDef("weight_layout", "str", "OIHW",
+           description="OIHW, or OIHW<i>i<o>o for weights pre-packed to "
+                       "[ceil(CO/o), CI/i, KH, KW, i, o] (output channels zero-padded; i must divide CI)"),
+]
+
+#: Reduction loop orders (outermost first) of the register tile; `ic` is the input-channel
+#: block loop, `icb` the channels inside a block.
+ORDERS = {
+    "ic_kh_kw_icb": ("icc", "kh", "kw", "icb"),
+    "ic_kh_icb_kw": ("icc", "kh", "icb", "kw"),
+    "kh_kw_ic_icb": ("kh", "kw", "icc", "icb"),
+}
+
+
+def packed_blocks(a: dict) -> tuple[int, int] | None:
+    """(ic_bn, oc_bn) of pre-packed weights, None for plain OIHW."""
+    m = _PACKED_LAYOUT.fullmatch(a["weight_layout"])
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def check(a: dict) -> None:
+    check_conv(a)
+    if a["weight_layout"] != "OIHW":
+        blocks = packed_blocks(a)
+        if blocks is None:
+            raise WorkloadError("weight_layout", f"{a['weight_layout']!r} is not OIHW or OIHW<i>i<o>o (e.g. OIHW16i16o)")
+        if a["CI"] % blocks[0]:
+            raise WorkloadError("weight_layout", f"input-channel block {blocks[0]} does not divide CI={a['CI']}")
+
+
+def weight_shape(a: dict) -> tuple[int, ...]:
+    blocks = packed_blocks(a)
+    if blocks is None:
+        return (a["CO"], a["CI"], a["KH"], a["KW"])
+    ib, ob = blocks
+    return (-(-a["CO"] // ob), a["CI"] // ib, a["KH"], a["KW"], ib, ob)
+
+
+def pack_weight_np(weight: np.ndarray, ic_bn: int, oc_bn: int) -> np.ndarray:
+    """OIHW weights → OIHW[ic_bn]i[oc_bn]o as a caller with pre-packed weights would pass them."""
+    co, ci, kh, kw = weight.shape
+    oc = -(-co // oc_bn)
+    w = np.zeros((oc * oc_bn, ci, kh, kw), weight.dtype)
+    w[:co] = weight
+    return np.ascontiguousarray(w.reshape(oc, oc_bn, ci // ic_bn, ic_bn, kh, kw).transpose(0, 2, 4, 5, 3, 1))
+
+
+def _inputs(a: dict):
+    data = te.placeholder((a["N"], a["CI"], a["H"], a["W"]), a["dtype"], "data")
+    weight = te.placeholder(weight_shape(a), a["dtype"], "weight")
+    bias = te.placeholder((a["CO"],), a["dtype"], "bias") if a["bias"] else None
+    return data, weight, bias
+
+
+def conv_nchwc(a: dict, data: te.Tensor, weight: te.Tensor, bias: te.Tensor | None, ic_bn: int, oc_bn: int):
+    """(data_vec, kernel_vec, conv, out): the packed stages, the NCHW[oc_bn]c convolution and the
+    NCHW output (bias + epilogue applied). kernel_vec is `weight` itself when pre-packed."""
+    N, CI, H, W = data.shape
+    CO, KH, KW = a["CO"], a["KH"], a["KW"]
+    (sh, sw), (ph, pw), (dh, dw) = a["stride"], a["padding"], a["dilation"]
+    OH, OW = out_size(a)
+    guard = tuple(d for d, p in ((2, ph), (3, pw)) if p)
+    data_vec = te.compute(
+        (N, CI // ic_bn, H + 2 * ph, W + 2 * pw, ic_bn),
+        lambda n, cc, h, w, cb: load_or_zero(data, (n, cc * ic_bn + cb, h - ph, w - pw), guard),
+        name="data_vec")
+    if packed_blocks(a) is not None:
+        kernel_vec = weight
+    else:
+        kernel_vec = te.compute(
+            (-(-CO // oc_bn), CI // ic_bn, KH, KW, ic_bn, oc_bn),
+            lambda oc, ic, kh, kw, ib, ob: load_or_zero(weight, (oc * oc_bn + ob, ic * ic_bn + ib, kh, kw),
+                                                        (0,) if CO % oc_bn else ()),
+            name="kernel_vec")
+    icc, icb = te.reduce_axis(CI // ic_bn, "icc"), te.reduce_axis(ic_bn, "icb")
+    kh, kw = te.reduce_axis(KH, "kh"), te.reduce_axis(KW, "kw")
+    conv = te.compute(
+        (N, -(-CO // oc_bn), OH, OW, oc_bn),
+        lambda n, oc, oh, ow, ob: te.sum(
+            data_vec[n, icc, oh * sh + kh * dh, ow * sw + kw * dw, icb] * kernel_vec[oc, icc, kh, kw, icb, ob],
+            axis=[icc, kh, kw, icb]),
+        name="conv")
+
+    out = te.compute((N, CO, OH, OW),
+                     lambda n, c, h, w: finish(conv[n, c // oc_bn, h, w, c % oc_bn], bias, c, a["epilogue"]),
+                     name="out")
+    return data_vec, kernel_vec, conv, out
+
+
+def compute(a: dict) -> list[te.Tensor]:
+    data, weight, bias = _inputs(a)
+    ib, ob = packed_blocks(a) or (1, 1)
+    *_, out = conv_nchwc(a, data, weight, bias, ib, ob)
+    return [data, weight, *([bias] if bias is not None else []), out]
+
+
+def reference(a: dict, data: np.ndarray, weight: np.ndarray, *rest: np.ndarray) -> list[np.ndarray]:
+    blocks = packed_blocks(a)
+    if blocks is not None:  # unpack [oc, ic, kh, kw, ib, ob] -> OIHW
+        oc, ic, kh, kw, ib, ob = weight.shape
+        weight = weight.transpose(0, 5, 1, 4, 2, 3).reshape(oc * ob, ic * ib, kh, kw)[:a["CO"]]
+    return [np_finish(a, np_conv2d_nchw(a, data, weight), rest[0] if rest else None, 1)]
+
+
+def flop(a: dict) -> int:
+    return conv_flop(a, a["CI"] * a["KH"] * a["KW"], a["CO"])
+
+
+# ----------------------------------------------------------------------------- CPU template
+
+
+def _divisors(n: int, limit: int) -> list[int]:
+    return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
+
+
+def define_knobs(cfg, a: dict, lanes: int) -> None:
+    """ic_bn / oc_bn (channel blocks; fixed by pre-packed weights), reg_n (output columns per
+    register tile), order (reduction loop order), unroll_kw, parallel (fused loops)."""
+    OH, OW = out_size(a)
+    blocks = packed_blocks(a)
+    if blocks is not None:
+        cfg.define_knob("ic_bn", [blocks[0]])
+        cfg.define_knob("oc_bn", [blocks[1]])
+    else:
+        cfg.define_knob("ic_bn", _divisors(a["CI"], 4 * lanes))
+        cfg.define_knob("oc_bn", [b for b in (1, 2, 4, 8, 16, 32, 64) if b <= 4 * lanes and b < 2 * a["CO"]])
+    cfg.define_knob("reg_n", list(range(1, min(OW, 32) + 1)))
+    cfg.define_knob("order", list(ORDERS))
+    cfg.define_knob("unroll_kw", [False, True])
+    cfg.define_knob("parallel", ["n_oc_oh", "n_oc"])
+
+
+def schedule(sch, cfg, data_vec, kernel_vec, conv, out, pack_weight: bool) -> None:
+    """The NCHWc schedule (see the module docstring) on the stages of `conv_nchwc`."""
+    oc_bn, reg_n = cfg["oc_bn"].val, cfg["reg_n"].val
+    so = sch[out]
+    n, c, h, w = so.op.axis
+    co, ci = so.split(c, factor=oc_bn)
+    wo, wi = so.split(w, factor=reg_n)
+    so.reorder(n, co, h, wo, ci, wi)
+    if cfg["parallel"].val == "n_oc_oh":
+        so.parallel(so.fuse(n, co, h))
+    else:
+        so.parallel(so.fuse(n, co))
+    so.unroll(ci)
+    so.unroll(wi)
+
+    sc = sch[conv]
+    sc.compute_at(so, wo)
+    cn, coc, coh, cow, cob = sc.op.axis
+    red = {ax.name: ax for ax in sc.op.reduce_axis}
+    sc.reorder(cn, coc, coh, *(red[r] for r in ORDERS[cfg["order"].val]), cow, cob)
+    if cfg["unroll_kw"].val:
+        sc.unroll(red["kw"])
+    sc.unroll(cow)
+    sc.vectorize(cob)
+
+    sd = sch[data_vec]  # [n, cc, h, w, cb]: read rows of data, write blocks of ic_bn
+    dn, dc, dh, dw, db = sd.op.axis
+    sd.reorder(dn, dc, dh, db, dw)
+    sd.parallel(sd.fuse(dn, dc, dh))
+    if pack_weight:  # [oc, ic, kh, kw, ib, ob]: read runs of ib*KH*KW, write one L1-sized block per (oc, ic)
+        sk = sch[kernel_vec]
+        ko, ki, kh, kw, kb, kob = sk.op.axis
+        sk.reorder(ko, ki, kob, kb, kh, kw)
+        sk.parallel(sk.fuse(ko, ki))
+
+
+def cpu_template(cfg, workload, target):
+    a = workload.args
+    define_knobs(cfg, a, target.lanes(a["dtype"]))
+    cfg.add_flop(flop(a))
+    data, weight, bias = _inputs(a)
+    data_vec, kernel_vec, conv, out = conv_nchwc(a, data, weight, bias, cfg["ic_bn"].val, cfg["oc_bn"].val)
+    sch = create_schedule(out)
+    schedule(sch, cfg, data_vec, kernel_vec, conv, out, pack_weight=kernel_vec is not weight)
+    return sch, [data, weight, *([bias] if bias is not None else []), out]
+
+
+def default_config(space, workload, target) -> dict:
+    """TVM's x86 fallback rule: channel blocks of one vector (the largest divisor of CI up to the
+    vector width for ic_bn), reg_n the largest divisor of OW that keeps the reg_n × oc_bn tile in
+    28 vector registers (AVX-512 has 32; AVX2 16 → 12), kw not unrolled, (n, oc, oh) in parallel."""
+    a = workload.args
+    lanes = target.lanes(a["dtype"])
+    choices = {k: [space.knobs[k].entity(i).val for i in range(len(space.knobs[k]))] for k in ("ic_bn", "oc_bn")}
+    ic_bn = max(b for b in choices["ic_bn"] if b <= lanes) if min(choices["ic_bn"]) <= lanes else choices["ic_bn"][0]
+    oc_bn = max(b for b in choices["oc_bn"] if b <= lanes) if min(choices["oc_bn"]) <= lanes else choices["oc_bn"][0]
+    regs = 28 if target.vector_bytes >= 64 else 12
+    _, OW = out_size(a)
+    limit = max(1, min(32, OW, regs // max(1, oc_bn // lanes)))
+    reg_n = max(d for d in range(1, limit + 1) if OW % d == 0)
+    return {"ic_bn": ic_bn, "oc_bn": oc_bn, "reg_n": reg_n, "order": "ic_kh_kw_icb", "unroll_kw": False,
+            "parallel": "n_oc_oh"}
+
+
+def _layouts(a: dict) -> dict[str, str]:
+    blocks = packed_blocks(a)
+    weight = ("OIHW [CO, CI, KH, KW]" if blocks is None else
+              f"{a['weight_layout']} [ceil(CO/{blocks[1]}), CI/{blocks[0]}, KH, KW, {blocks[0]}, {blocks[1]}], "
+              f"output channels zero-padded")
+    return {"data": "NCHW [N, CI, H, W]", "weight": weight, "bias": "[CO]", "out": "NCHW [N, CO, OH, OW]"}
+
+
+register(OpDef(
+    name="conv2d_nchw",
+    description="2-D convolution, NCHW data and OIHW weights, optional bias[CO] and relu/gelu epilogue",
+    args=ARGS, compute=compute, reference=reference, flop=flop, templates={"cpu": cpu_template},
+    default_config=default_config, check=check, layouts=_layouts, family="conv2d",
+))
