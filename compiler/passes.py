@@ -106,6 +106,8 @@ class _Vectorizer:
             return Call(e.name, [self._widen(self.expr(a)) for a in e.args])
         if isinstance(e, Cast) and dtype_of(e.value.dtype).kind == "float":
             return Cast(e.dtype, self.expr(e.value))
+        if isinstance(e, Select) and not _depends(e.cond, self.v):  # one condition for all lanes
+            return Select(e.cond, self._widen(self.expr(e.t)), self._widen(self.expr(e.f)))
         raise _NotVectorizable
 
     def _widen(self, e: Expr) -> Expr:

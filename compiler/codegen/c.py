@@ -103,8 +103,8 @@ class CGenerator:
                 return f"__builtin_convertvector({self.expr(e.value)}, {vec_type(e.dtype, lanes_of(e))})"
             return f"(({ct})({self.expr(e.value)}))"
         if isinstance(e, Select):
-            if lanes_of(e) > 1:
-                raise NotImplementedError("vector select")
+            if lanes_of(e.cond) > 1:
+                raise NotImplementedError("select with a per-lane condition")
             return f"({self.expr(e.cond)} ? {self.expr(e.t)} : {self.expr(e.f)})"
         raise NotImplementedError(f"C codegen: {type(e).__name__}")
 
