@@ -42,6 +42,9 @@ def test_submit_stores_a_queued_task(api, tokens, db) -> None:
     [
         ({"op": "no_such_op"}, ["body", "op"]),
         ({"args": {"M": 0, "N": 16, "K": 8}}, ["body", "args", "M"]),
+        ({"args": {"M": 8, "Q": 1}}, ["body", "args", "Q"]),
+        ({"args": {"epilogue": "sigmoid-ish"}}, ["body", "args", "epilogue"]),
+        ({"args": []}, ["body", "args"]),
         ({"target": "tpu"}, ["body", "target"]),
         ({"target": "cpu -isa=sse9"}, ["body", "target"]),
         ({"device_key": "has space"}, ["body", "device_key"]),

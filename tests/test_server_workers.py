@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import io
-import json
-import tarfile
+
+from server_helpers import artifact_files, tarball
 
 from tunefleet.server.db.models import Task, Worker
 
@@ -22,27 +21,6 @@ def register(api, tokens, name: str = "w1", device_key: str = "cpu-test", **host
     )
     assert response.status_code == 200, response.text
     return response.json()
-
-
-def tarball(files: dict[str, bytes]) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
-
-
-def artifact_files(name: str = "matmul_32x16x8") -> dict[str, bytes]:
-    library = b"\x7fELF not really a library"
-    manifest = {"name": name, "so_sha256": hashlib.sha256(library).hexdigest(), "abi_version": 1}
-    return {
-        f"{name}/manifest.json": json.dumps(manifest).encode(),
-        f"{name}/{name}.so": library,
-        f"{name}/{name}.h": b"int matmul_32x16x8(const float*, const float*, float*);\n",
-        f"{name}/{name}.c": b"/* source */\n",
-    }
 
 
 def upload(api, tokens, data: bytes, sha256: str | None = None):
@@ -171,6 +149,6 @@ def test_task_artifact_downloads(api, tokens, db) -> None:
     assert archive.headers["content-type"] == "application/gzip"
     assert archive.headers["x-content-sha256"] == artifact["sha256"]
     library = api.get(path + "/so", headers=tokens["user"])
-    assert library.content == files["matmul_32x16x8/matmul_32x16x8.so"]
+    assert library.content == files["matmul_32x16x8/matmul_32x16x8.so"] == b"\x7fELF stand-in"
     assert 'filename="matmul_32x16x8.so"' in library.headers["content-disposition"]
     assert api.get(f"/api/v1/tasks/{task['id']}").json()["artifact"]["sha256"] == artifact["sha256"]

@@ -212,14 +212,14 @@ class _ProgressView:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
             self.progress = Progress(
-                TextColumn("task {task.fields[task_id]} {task.fields[status]}"),
+                TextColumn("task {task.fields[number]} {task.fields[status]}"),
                 BarColumn(),
                 MofNCompleteColumn(),
                 TextColumn("best {task.fields[best]}"),
                 TimeElapsedColumn(),
             )
             self.progress.start()
-            self.bar = self.progress.add_task("", total=None, task_id="?", status="", best="-")
+            self.bar = self.progress.add_task("", total=None, number="?", status="", best="-")
         return self
 
     def update(self, task: dict[str, Any]) -> None:
@@ -230,7 +230,7 @@ class _ProgressView:
             self.bar,
             total=task["budget"]["trials"],
             completed=task["trials_done"],
-            task_id=task["id"],
+            number=task["id"],
             status=task["status"],
             best=best,
         )

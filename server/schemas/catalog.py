@@ -12,9 +12,12 @@ class OpArg(BaseModel):
 
     name: str
     type: str
-    min: int | float | None = None
     default: Any = None
+    min: int | float | None = None
+    max: int | float | None = None
     choices: list[Any] | None = None
+    required: bool = False
+    description: str = ""
 
 
 class OpOut(BaseModel):
@@ -22,5 +25,6 @@ class OpOut(BaseModel):
 
     name: str
     description: str
+    family: str
     args: list[OpArg]
     targets: list[str]

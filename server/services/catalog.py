@@ -22,11 +22,11 @@ def targets() -> list[dict[str, Any]]:
 
 def make_workload(op: str, args: dict[str, Any]) -> Workload:
     """The workload for `op` with `args`; a bad operator or argument is a FieldError
-    located at `op` or `args.<name>`."""
+    located at `op`, `args` or `args.<name>`."""
     try:
         return ops.make_workload(op, args)
     except WorkloadError as exc:
-        loc = ("body", "op") if exc.field == "op" else ("body", "args", exc.field)
+        loc = ("body", exc.field) if exc.field in ("op", "args") else ("body", "args", exc.field)
         raise FieldError(loc, str(exc)) from exc
 
 

@@ -1,0 +1,184 @@
+"""`tunefleet server` as a real uvicorn process, driven by tunefleet.Client and the CLI."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from server_helpers import artifact_files, tarball
+
+from tunefleet.client import Client, IntegrityError, ServiceError
+from tunefleet.server.db.models import Task, TokenScope
+from tunefleet.server.services import tokens
+
+TUNEFLEET = str(Path(sys.executable).with_name("tunefleet"))
+MATMUL = {"M": 32, "N": 16, "K": 8}
+
+
+@dataclass
+class LiveServer:
+    url: str
+    env: dict[str, str]
+    user_token: str
+    worker_token: str
+    log: Path
+
+    def cli(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        env = {**self.env, "TUNEFLEET_URL": self.url, "TUNEFLEET_TOKEN": self.user_token}
+        return subprocess.run([TUNEFLEET, *args], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def live(database_url: str, tmp_path: Path, db) -> Iterator[LiveServer]:
+    port = _free_port()
+    env = {
+        **os.environ,
+        "TUNEFLEET_HOME": str(tmp_path / "home"),
+        "TUNEFLEET_DATABASE_URL": database_url,
+        "TUNEFLEET_PORT": str(port),
+        "TUNEFLEET_LOG_FORMAT": "json",
+    }
+    server = LiveServer(f"http://127.0.0.1:{port}", env, tokens.create(db, "u", TokenScope.USER),
+                        tokens.create(db, "w", TokenScope.WORKER), tmp_path / "server.log")
+    with server.log.open("w") as log:
+        process = subprocess.Popen([TUNEFLEET, "server"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{server.url}/api/v1/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert process.poll() is None, server.log.read_text()
+            assert time.monotonic() < deadline, "server did not come up"
+            time.sleep(0.2)
+        yield server
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def test_client_submit_get_list_cancel_and_errors(live: LiveServer) -> None:
+    with Client(live.url, live.user_token) as client:
+        task = client.submit("matmul", MATMUL, device_key="cpu-test", trials=8)
+        assert task["status"] == "queued" and task["budget"]["trials"] == 8
+        assert client.get(task["id"]) == task
+        assert client.tasks(device_key="cpu-test")["total"] == 1
+        assert client.trials(task["id"])["items"] == []
+        with pytest.raises(ServiceError) as bad:
+            client.submit("matmul", {"M": -1}, device_key="cpu-test")
+        assert bad.value.status_code == 422 and "args.M" in str(bad.value)
+        with pytest.raises(ServiceError) as missing:
+            client.best(task["id"])
+        assert missing.value.status_code == 404
+        assert client.cancel(task["id"])["status"] == "cancelled"
+        with pytest.raises(ServiceError) as conflict:
+            client.cancel(task["id"])
+        assert conflict.value.status_code == 409
+    with Client(live.url) as anonymous, pytest.raises(ServiceError) as unauthorized:
+        anonymous.submit("matmul", MATMUL, device_key="cpu-test")
+    assert unauthorized.value.status_code == 401
+
+
+def test_wait_returns_when_the_task_ends(live: LiveServer) -> None:
+    with Client(live.url, live.user_token) as client:
+        task = client.submit("matmul", MATMUL, device_key="cpu-test")
+        with pytest.raises(TimeoutError):
+            client.wait(task["id"], progress=False, poll_s=0.05, timeout_s=0.3)
+
+        def cancel_later() -> None:
+            with Client(live.url, live.user_token) as other:
+                other.cancel(task["id"])
+
+        threading.Timer(0.5, cancel_later).start()
+        assert client.wait(task["id"], progress=True, poll_s=0.1, timeout_s=30)["status"] == "cancelled"
+
+
+def _publish(live: LiveServer, db, files: dict[str, bytes]) -> int:
+    """Upload an artifact as a worker would and make it a new task's result."""
+    data = tarball(files)
+    response = httpx.put(f"{live.url}/api/v1/workers/artifacts/{hashlib.sha256(data).hexdigest()}",
+                         content=data, headers={"Authorization": f"Bearer {live.worker_token}"})
+    assert response.status_code == 201, response.text
+    with Client(live.url, live.user_token) as client:
+        task_id = client.submit("matmul", MATMUL, device_key="cpu-test")["id"]
+    db.get(Task, task_id).artifact_id = response.json()["id"]
+    db.commit()
+    return task_id
+
+
+def test_download_checks_and_extracts_the_artifact(live: LiveServer, db, tmp_path: Path) -> None:
+    files = artifact_files()
+    task_id = _publish(live, db, files)
+    with Client(live.url, live.user_token) as client:
+        folder = client.download(task_id, tmp_path / "out")
+    assert folder == tmp_path / "out" / "matmul_32x16x8"
+    for name, data in files.items():
+        assert (tmp_path / "out" / name).read_bytes() == data
+
+
+def test_download_rejects_a_library_that_does_not_match_its_manifest(live: LiveServer, db, tmp_path: Path) -> None:
+    files = artifact_files()
+    files["matmul_32x16x8/matmul_32x16x8.so"] = b"tampered"
+    task_id = _publish(live, db, files)
+    with Client(live.url, live.user_token) as client, pytest.raises(IntegrityError):
+        client.download(task_id, tmp_path / "out")
+
+
+def test_cli_submit_status_wait_download(live: LiveServer, db, tmp_path: Path) -> None:
+    submitted = live.cli("submit", "matmul", "-a", "M=32", "-a", "N=16", "-a", "K=8", "-a", "epilogue=relu",
+                         "--device-key", "cpu-test", "--trials", "4", "--json")
+    assert submitted.returncode == 0, submitted.stderr
+    task = json.loads(submitted.stdout)
+    assert task["workload"]["args"]["epilogue"] == "relu" and task["budget"]["trials"] == 4
+
+    status = live.cli("status", str(task["id"]))
+    assert f"task {task['id']}: queued" in status.stdout and "trials 0/4" in status.stdout
+    listing = live.cli("status", "--device-key", "cpu-test")
+    assert "1 of 1 tasks" in listing.stdout
+
+    bad = live.cli("submit", "matmul", "-a", "M=0", "--device-key", "cpu-test")
+    assert bad.returncode != 0 and "args.M" in bad.stderr
+
+    with Client(live.url, live.user_token) as client:
+        client.cancel(task["id"])
+    waited = live.cli("wait", str(task["id"]))
+    assert waited.returncode == 1 and "cancelled" in waited.stdout
+
+    task_id = _publish(live, db, artifact_files())
+    downloaded = live.cli("download", str(task_id), "-o", str(tmp_path / "dl"))
+    assert downloaded.returncode == 0, downloaded.stderr
+    assert Path(downloaded.stdout.strip(), "manifest.json").is_file()
+
+
+def test_logs_are_json_lines(live: LiveServer) -> None:
+    httpx.get(f"{live.url}/api/v1/tasks")
+    time.sleep(0.2)
+    entries = [json.loads(line) for line in live.log.read_text().splitlines() if line.strip()]
+    assert any("GET /api/v1/tasks" in e["message"] and e["logger"] == "uvicorn.access" for e in entries)
+    assert all({"time", "level", "logger", "message"} <= set(e) for e in entries)
+
+
+def test_server_refuses_an_unmigrated_database(tmp_path: Path) -> None:
+    env = {**os.environ, "TUNEFLEET_HOME": str(tmp_path / "home"), "TUNEFLEET_DATABASE_URL": ""}
+    done = subprocess.run([TUNEFLEET, "server", "--port", str(_free_port())], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and "tunefleet db upgrade" in done.stderr
