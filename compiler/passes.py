@@ -159,32 +159,75 @@ def vectorize(s: Stmt, lanes: int) -> Stmt:
 
 
 def partition_tails(s: Stmt) -> Stmt:
-    """Split a loop `for x in range(E)` whose body holds a guard `f(x, inner) < B` (f increasing
-    in x) into a main loop, where the guard provably holds and is removed, and a tail loop.
+    """Split a loop `for x in range(E)` whose body holds guards `f(x, inner) < B` (f increasing
+    in x) or `g(x, inner) >= B` (g increasing in x) into a head loop, where a lower-bound guard
+    may fail, a main loop, where every such guard provably holds and is removed, and a tail
+    loop, where an upper-bound guard may fail.
 
-    This is loop peeling for split tails (Halide's / TVM's LoopPartition): the hot loop
-    carries no conditions.
+    This is loop peeling for split tails and for zero-padding borders (Halide's / TVM's
+    LoopPartition): the hot loop carries no conditions.
     """
     ranges = loop_ranges(s)
+
+    def piece(n: For, start: int, stop: int, kind: str, suffix: str) -> For:
+        var = Var(n.var.name + suffix, n.var.dtype)
+        value = BinOp("add", var, Const(start, "int64")) if start else var
+        body = map_stmt(n.body, lambda e: substitute(e, {n.var: value}))
+        ranges[var] = (0, stop - start - 1)
+        return For(var, stop - start, kind, simplify_stmt(body, ranges))
 
     def fs(n):
         if not isinstance(n, For) or n.kind in ("vectorized",) or n.extent < 2:
             return None
+        head = _head_point(n, ranges)
         split = _split_point(n, ranges)
-        if split is None or split <= 0 or split >= n.extent:
+        split = n.extent if split is None or split <= head else min(split, n.extent)
+        if head >= split or (head == 0 and split == n.extent):
             return None
-        main_var, tail_var = Var(n.var.name, n.var.dtype), Var(n.var.name + "_t", n.var.dtype)
-        main_r = dict(ranges)
-        main_r[main_var] = (0, split - 1)
-        main_body = map_stmt(n.body, lambda e: substitute(e, {n.var: main_var}))
-        main = For(main_var, split, n.kind, simplify_stmt(main_body, main_r))
-        tail_body = map_stmt(n.body, lambda e: substitute(e, {n.var: BinOp("add", tail_var, Const(split, "int64"))}))
-        ranges[main_var] = (0, split - 1)
-        ranges[tail_var] = (0, n.extent - split - 1)
-        tail = For(tail_var, n.extent - split, n.kind if n.kind != "parallel" else "serial", tail_body)
-        return seq([main, tail])
+        edge_kind = n.kind if n.kind != "parallel" else "serial"
+        pieces = []
+        if head:
+            pieces.append(piece(n, 0, head, edge_kind, "_h"))
+        pieces.append(piece(n, head, split, n.kind, ""))
+        if split < n.extent:
+            pieces.append(piece(n, split, n.extent, edge_kind, "_t"))
+        return seq(pieces)
 
     return map_stmt(s, lambda e: e, fs)
+
+
+def _guards(loop: For) -> list[Expr]:
+    """Conjuncts of the conditions of IfThenElse statements and Select expressions in the body."""
+    conds = [c for n in walk_stmt(loop.body) if isinstance(n, IfThenElse) for c in _conjuncts(n.cond)]
+    conds += [c for e in stmt_exprs(loop.body) for n in expr_nodes(e) if isinstance(n, Select)
+              for c in _conjuncts(n.cond)]
+    return conds
+
+
+def _head_point(loop: For, ranges) -> int:
+    """Smallest k such that every lower-bound guard `a >= b` (a - b increasing in `loop.var`) in
+    the body holds for all x >= k, clipped to [0, extent]; 0 if there is none. Only guards
+    whose other variables are loops inside this one count (as in _split_point)."""
+    inner = {n.var for n in walk_stmt(loop.body) if isinstance(n, For)}
+    simp = Simplifier(ranges)
+    head = 0
+    for cond in _guards(loop):
+        if not (isinstance(cond, BinOp) and cond.op == "ge" and _depends(cond.a, loop.var)):
+            continue
+        if not {x for x in expr_nodes(cond) if isinstance(x, Var)} - {loop.var} <= inner:
+            continue
+        lin = simp.lin(BinOp("sub", cond.a, cond.b))
+        entry = lin.terms.get(loop.var)
+        if entry is None or entry[0] <= 0:
+            continue
+        rest = lin.copy()
+        del rest.terms[loop.var]
+        lo, _ = simp.lin_range(rest)
+        if lo == -float("inf"):
+            continue
+        # coef*x + lo >= 0  <=>  x >= ceil(-lo / coef)
+        head = max(head, min(loop.extent, max(0, -(int(lo) // entry[0]))))
+    return head
 
 
 def _split_point(loop: For, ranges) -> int | None:
@@ -195,12 +238,9 @@ def _split_point(loop: For, ranges) -> int | None:
     exactly what the guard ranges over. None if there is no such guard.
     """
     inner = {n.var for n in walk_stmt(loop.body) if isinstance(n, For)}
-    conds = [c for n in walk_stmt(loop.body) if isinstance(n, IfThenElse) for c in _conjuncts(n.cond)]
-    conds += [c for e in stmt_exprs(loop.body) for n in expr_nodes(e) if isinstance(n, Select)
-              for c in _conjuncts(n.cond)]
     simp = Simplifier(ranges)
     best = None
-    for cond in conds:
+    for cond in _guards(loop):
         if not (isinstance(cond, BinOp) and cond.op == "lt" and _depends(cond.a, loop.var)):
             continue
         others = {x for x in expr_nodes(cond) if isinstance(x, Var)} - {loop.var}
