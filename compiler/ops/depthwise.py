@@ -1,0 +1,157 @@
+"""depthwise_conv2d_nchw: out[N, C, OH, OW] = depthwise conv(data[N, C, H, W], weight[C, 1, KH, KW])
+(+ bias[C]) (+ relu/gelu), float32/float64 (channel multiplier 1, as in MobileNet; the weight
+shape is PyTorch's for groups=C).
+
+Each channel is a small 2-D stencil (KH·KW multiply-adds per output), so the CPU template
+keeps the public NCHW layout and vectorizes along the output width, like TVM's x86
+depthwise schedule for NCHW: tiles of tile_h rows × tile_w columns accumulate in
+registers over (kh, kw), with the weight tap broadcast. The zero padding is a stage
+computed per (batch, channel) plane, or per tile row band, inside the parallel loop. For
+a column stride s > 1 that stage also splits the columns into s phases,
+`pad[n, c, p, ih, q] = padded(data)[n, c, ih, q*s + p]`, so that the strided reads of the
+convolution become unit-stride vector loads (`pad[..., (kw*dw) % s, oh*sh + kh*dh, ow + (kw*dw) // s]`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import te
+from ..schedule import create_schedule
+from .conv_common import (check_conv, conv_args, conv_flop, finish, has_epilogue, load_or_zero, np_depthwise_nchw,
+                          np_finish, out_size)
+from .registry import OpDef, register
+
+ARGS = conv_args(channels=False)
+
+
+def _inputs(a: dict):
+    data = te.placeholder((a["N"], a["C"], a["H"], a["W"]), a["dtype"], "data")
+    weight = te.placeholder((a["C"], 1, a["KH"], a["KW"]), a["dtype"], "weight")
+    bias = te.placeholder((a["C"],), a["dtype"], "bias") if a["bias"] else None
+    return data, weight, bias
+
+
+def depthwise_nchw(a: dict, data, weight, bias):
+    """(pad, conv, out): the padded, column-phase-split data (None when there is neither padding nor
+    a column stride), the convolution, and the output with bias/epilogue (`conv` when none)."""
+    N, C, H, W = data.shape
+    KH, KW = a["KH"], a["KW"]
+    (sh, sw), (ph, pw), (dh, dw) = a["stride"], a["padding"], a["dilation"]
+    OH, OW = out_size(a)
+    pad = None
+    if ph or pw or sw > 1:
+        guard = tuple(d for d, g in ((2, ph), (3, pw or W % sw)) if g)
+        pad = te.compute((N, C, sw, H + 2 * ph, -(-(W + 2 * pw) // sw)),
+                         lambda n, c, p, h, q: load_or_zero(data, (n, c, h - ph, q * sw + p - pw), guard),
+                         name="data_pad")
+    kh, kw = te.reduce_axis(KH, "kh"), te.reduce_axis(KW, "kw")
+
+    def tap(n, c, oh, ow):
+        if pad is None:
+            return data[n, c, oh * sh + kh * dh, ow + kw * dw]
+        return pad[n, c, (kw * dw) % sw, oh * sh + kh * dh, ow + (kw * dw) // sw]
+
+    conv = te.compute((N, C, OH, OW),
+                      lambda n, c, oh, ow: te.sum(tap(n, c, oh, ow) * weight[c, 0, kh, kw], axis=[kh, kw]),
+                      name="out_acc" if has_epilogue(a) else "out")
+    if not has_epilogue(a):
+        return pad, conv, conv
+    out = te.compute((N, C, OH, OW), lambda n, c, h, w: finish(conv[n, c, h, w], bias, c, a["epilogue"]), name="out")
+    return pad, conv, out
+
+
+def compute(a: dict) -> list[te.Tensor]:
+    data, weight, bias = _inputs(a)
+    *_, out = depthwise_nchw(a, data, weight, bias)
+    return [data, weight, *([bias] if bias is not None else []), out]
+
+
+def reference(a: dict, data: np.ndarray, weight: np.ndarray, *rest: np.ndarray) -> list[np.ndarray]:
+    return [np_finish(a, np_depthwise_nchw(a, data, weight), rest[0] if rest else None, 1)]
+
+
+def flop(a: dict) -> int:
+    return conv_flop(a, a["KH"] * a["KW"], a["C"])
+
+
+# ----------------------------------------------------------------------------- CPU template
+
+
+def define_knobs(cfg, a: dict, lanes: int) -> None:
+    """tile_w (output columns per tile, in half-vector steps), tile_h (rows per tile), unroll_kw,
+    parallel ('n_c': one task per plane, padding per plane; 'n_c_oh': one per row band,
+    padding per band)."""
+    OH, OW = out_size(a)
+    widths = [w for w in (lanes // 2, lanes, 2 * lanes, 3 * lanes, 4 * lanes) if w < OW + lanes // 2] or [lanes // 2]
+    cfg.define_knob("tile_w", widths)
+    cfg.define_knob("tile_h", [h for h in (1, 2, 3, 4, 6, 8) if h <= OH])
+    cfg.define_knob("unroll_kw", [True, False])
+    cfg.define_knob("parallel", ["n_c", "n_c_oh"])
+
+
+def schedule(sch, cfg, pad, conv, out) -> None:
+    acc = sch.cache_write(conv, "local")
+    if out is not conv:
+        sch[conv].compute_inline()
+    so = sch[out]
+    n, c, h, w = so.op.axis
+    ho, hi = so.split(h, factor=cfg["tile_h"].val)
+    wo, wi = so.split(w, factor=cfg["tile_w"].val)
+    so.reorder(n, c, ho, wo, hi, wi)
+    par = so.fuse(n, c, ho) if cfg["parallel"].val == "n_c_oh" else so.fuse(n, c)
+    so.parallel(par)
+    so.unroll(hi)
+    so.vectorize(wi)
+
+    sa = sch[acc]
+    sa.compute_at(so, wo)
+    an, ac, ah, aw = sa.op.axis
+    kh, kw = sa.op.reduce_axis
+    sa.reorder(an, ac, kh, kw, ah, aw)
+    if cfg["unroll_kw"].val:
+        sa.unroll(kw)
+    sa.unroll(ah)
+    sa.vectorize(aw)
+    if pad is not None:
+        sp = sch[pad]
+        sp.compute_at(so, par)
+        sp.unroll(sp.op.axis[2])  # the column phases: constant phases let the borders be peeled off
+
+
+def cpu_template(cfg, workload, target):
+    a = workload.args
+    define_knobs(cfg, a, target.lanes(a["dtype"]))
+    cfg.add_flop(flop(a))
+    data, weight, bias = _inputs(a)
+    pad, conv, out = depthwise_nchw(a, data, weight, bias)
+    sch = create_schedule(out)
+    schedule(sch, cfg, pad, conv, out)
+    return sch, [data, weight, *([bias] if bias is not None else []), out]
+
+
+def default_config(space, workload, target) -> dict:
+    """Rows of two vectors (one when the output is narrower), as many rows per tile as keep
+    about 8 accumulators (half the AVX2 register file, a quarter of AVX-512's, leaving room
+    for the unrolled taps), kw unrolled, one plane per task."""
+    a = workload.args
+    lanes = target.lanes(a["dtype"])
+    _, OW = out_size(a)
+    widths = [space.knobs["tile_w"].entity(i).val for i in range(len(space.knobs["tile_w"]))]
+    heights = [space.knobs["tile_h"].entity(i).val for i in range(len(space.knobs["tile_h"]))]
+    tile_w = max(w for w in widths if w <= max(widths[0], min(2 * lanes, OW)))
+    tile_h = max(h for h in heights if h * max(1, tile_w // lanes) <= 8)
+    return {"tile_w": tile_w, "tile_h": tile_h, "unroll_kw": True, "parallel": "n_c"}
+
+
+def _layouts(a: dict) -> dict[str, str]:
+    return {"data": "NCHW [N, C, H, W]", "weight": "[C, 1, KH, KW]", "bias": "[C]", "out": "NCHW [N, C, OH, OW]"}
+
+
+register(OpDef(
+    name="depthwise_conv2d_nchw",
+    description="depthwise 2-D convolution (channel multiplier 1), NCHW data, weights [C, 1, KH, KW], "
+                "optional bias[C] and relu/gelu epilogue",
+    args=ARGS, compute=compute, reference=reference, flop=flop, templates={"cpu": cpu_template},
+    default_config=default_config, check=check_conv, layouts=_layouts, family="depthwise_conv2d",
+))
