@@ -80,7 +80,7 @@ def build(sch: Schedule, args: Sequence[Tensor], target: Target, name: str,
     Raises ScheduleError for an illegal schedule, BuildError for a compiler failure.
     """
     func = lower(sch, args, name, lanes=target.lanes("float32"))
-    func.extern_sources = list(extern_sources)
+    func.extern_sources = list(dict.fromkeys([*func.extern_sources, *extern_sources]))
     return build_func(func, arg_specs(args, layouts), target)
 
 
@@ -91,5 +91,4 @@ def build_workload(workload, config, target: Target) -> BuiltKernel:
     Raises ScheduleError / BuildError; WorkloadError when the target kind has no template.
     """
     sch, tensors = workload.template(target.kind)(config, workload, target)
-    return build(sch, tensors, target, workload.kernel_name(), workload.layouts(),
-                 workload.args.get("extern_sources", ()) if isinstance(workload.args, dict) else ())
+    return build(sch, tensors, target, workload.kernel_name(), workload.layouts())

@@ -81,6 +81,30 @@ class Broadcast(Expr):
         return f"x{self.lanes}({self.value!r})"
 
 
+class Address(Expr):
+    """Pointer to `buffer[index]` (passed to extern calls)."""
+
+    __slots__ = ("buffer", "index", "dtype")
+
+    def __init__(self, buffer: Buffer, index: Expr):
+        self.buffer, self.index, self.dtype = buffer, as_expr(index), "handle"
+
+    def __repr__(self):
+        return f"&{self.buffer.name}[{self.index!r}]"
+
+
+class TensorAddress(Expr):
+    """Pointer to `tensor[indices]` before buffers are flattened (lowering-internal)."""
+
+    __slots__ = ("tensor", "indices", "dtype")
+
+    def __init__(self, tensor: Tensor, indices):
+        self.tensor, self.indices, self.dtype = tensor, tuple(as_expr(i) for i in indices), "handle"
+
+    def __repr__(self):
+        return f"&{self.tensor.name}[{', '.join(map(repr, self.indices))}]"
+
+
 class Stmt:
     pass
 
@@ -135,7 +159,7 @@ class Provide(Stmt):
 
 @dataclass(eq=False)
 class Evaluate(Stmt):
-    """Calls extern C function `func` with `args` (expressions; `Buffer`s pass as pointers plus offset)."""
+    """Calls extern C function `func` with `args` (expressions; pointers as `Address`)."""
 
     func: str
     args: list
@@ -191,6 +215,10 @@ def map_expr(e: Expr, f: Callable[[Expr], Expr | None]) -> Expr:
     elif isinstance(e, TensorLoad):
         idx = [map_expr(x, f) for x in e.indices]
         n = e if all(x is y for x, y in zip(idx, e.indices)) else TensorLoad(e.tensor, idx)
+    elif isinstance(e, TensorAddress):
+        n = TensorAddress(e.tensor, [map_expr(x, f) for x in e.indices])
+    elif isinstance(e, Address):
+        n = Address(e.buffer, map_expr(e.index, f))
     elif isinstance(e, Reduce):
         src = map_expr(e.source, f)
         n = e if src is e.source else Reduce(e.combiner, src, e.axes)
@@ -278,8 +306,10 @@ def expr_nodes(e: Expr) -> Iterable[Expr]:
     while stack:
         n = stack.pop()
         yield n
-        if isinstance(n, Load):
+        if isinstance(n, (Load, Address)):
             stack.append(n.index)
+        elif isinstance(n, TensorAddress):
+            stack.extend(n.indices)
         elif isinstance(n, Ramp):
             stack.append(n.base)
         elif isinstance(n, Broadcast):

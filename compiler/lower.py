@@ -23,9 +23,9 @@ from __future__ import annotations
 from typing import Sequence
 
 from . import passes
-from .ir import (Allocate, Buffer, For, IfThenElse, Load, PrimFunc, Provide, Store, map_expr, map_stmt, seq,
-                 substitute)
-from .schedule import Fuse, Schedule, ScheduleError, Split, Stage
+from .ir import (Address, Allocate, Buffer, Evaluate, For, IfThenElse, Load, PrimFunc, Provide, Store, TensorAddress,
+                 map_expr, map_stmt, seq, substitute)
+from .schedule import Schedule, ScheduleError, Split, Stage
 from .simplify import INF, Lin, Simplifier
 from .te import (BinOp, ComputeOp, Const, Expr, IterVar, PlaceholderOp, Reduce, REDUCERS, Tensor, TensorLoad,
                  Var, all_of, check_identifier, walk)
@@ -212,7 +212,19 @@ class _Lowering:
                 children.setdefault(c.attach_ivar, []).append(c)
         guards = [(g, {n for n in walk(g) if isinstance(n, IterVar)} & set(st.leaf_iter_vars)) for g in self.guards[st]]
 
-        def build(loop_vars: list[IterVar], inner, gs):
+        tensorized = st.tensorized[0] if st.tensorized else None
+
+        def build(loop_vars: list[IterVar], inner, gs, *, expand: bool = False):
+            if tensorized in loop_vars and not expand:
+                p = loop_vars.index(tensorized)
+                tile = set(loop_vars[p:])
+                inner_gs = [(g, vs) for g, vs in gs if vs & tile]
+                call = self.intrin_call(st, inner, loop_vars[p:])
+                if inner_gs:
+                    last = {v: Const(ext[v] - 1, "int64") for v in tile}
+                    full = Simplifier(self.ranges).simplify(all_of(*(substitute(g, last) for g, _ in inner_gs)))
+                    call = IfThenElse(full, call, build(loop_vars[p:], inner, inner_gs, expand=True))
+                return build(loop_vars[:p], call, [(g, vs) for g, vs in gs if not vs & tile])
             pos = {v: n for n, v in enumerate(loop_vars)}
             placed = [(g, max((pos[v] for v in vs if v in pos), default=-1)) for g, vs in gs]
             stmt = inner
@@ -233,6 +245,8 @@ class _Lowering:
             value = substitute(body, vals)
             return build(leaves, Provide(st.tensor, store_idx, value), guards)
         first = next((n for n, v in enumerate(leaves) if v.kind == "reduce"), len(leaves))
+        if tensorized is not None:
+            first = min(first, leaves.index(tensorized))
         outer, inner = leaves[:first], leaves[first:]
         outer_set = set(outer)
         inner_guards = [(g, vs) for g, vs in guards if not vs <= outer_set]
@@ -248,11 +262,45 @@ class _Lowering:
         init = Provide(st.tensor, store_idx, body.identity())
         saved = children
         children = {}
-        init_nest = build(data_inner, init, init_guards)
+        init_nest = build(data_inner, init, init_guards, expand=True)
         children = {v: cs for v, cs in saved.items() if v in set(inner)}
         update_nest = build(inner, update, inner_guards)
         children = {v: cs for v, cs in saved.items() if v in outer_set}
         return build(outer, seq([init_nest, update_nest]), outer_guards)
+
+    def intrin_call(self, st: Stage, provide: Provide, tile: list[IterVar]) -> Evaluate:
+        """The Evaluate replacing the loops `tile` of `st` by its TensorIntrin."""
+        intrin = st.tensorized[1]
+        zero = {v: Const(0, "int64") for v in tile}
+        simp = Simplifier(self.ranges)
+        accesses = {provide.tensor.name: (provide.tensor, provide.indices)}
+        for n in walk(provide.value):
+            if isinstance(n, TensorLoad):
+                accesses.setdefault(n.tensor.name, (n.tensor, n.indices))
+        ext = self.leaf_ext[st]
+        args = []
+        for spec in intrin.args:
+            name, _, field = spec.partition(".")
+            if spec.startswith("extent:"):
+                axis = spec[len("extent:"):]
+                match = [v for v in tile if v.name == axis]
+                if not match:
+                    raise ScheduleError(f"stage {st.name!r}: tensorize argument {spec!r}: no tensorized loop "
+                                        f"named {axis!r}; loops: {[v.name for v in tile]}")
+                args.append(Const(ext[match[0]], "int64"))
+            elif name in accesses and field.startswith("stride") and field[6:].isdigit():
+                t = accesses[name][0]
+                d = int(field[6:])
+                if d >= t.ndim:
+                    raise ScheduleError(f"stage {st.name!r}: tensorize argument {spec!r}: {name} has {t.ndim} dims")
+                args.append(Const(self.buffer(t).strides[d], "int64"))
+            elif name in accesses and not field:
+                t, idx = accesses[name]
+                args.append(TensorAddress(t, [simp.simplify(substitute(i, zero)) for i in idx]))
+            else:
+                raise ScheduleError(f"stage {st.name!r}: tensorize argument {spec!r} names no tensor of the "
+                                    f"stage; tensors: {sorted(accesses)}")
+        return Evaluate(intrin.func, args)
 
     # ----------------------------------------------------------------- flattening
     def flatten(self, stmt):
@@ -266,8 +314,14 @@ class _Lowering:
             return flat
 
         def fe(e: Expr) -> Expr:
-            return map_expr(e, lambda n: Load(self.buffer(n.tensor), index(n.tensor, n.indices))
-                            if isinstance(n, TensorLoad) else None)
+            def repl(n):
+                if isinstance(n, TensorLoad):
+                    return Load(self.buffer(n.tensor), index(n.tensor, n.indices))
+                if isinstance(n, TensorAddress):
+                    return Address(self.buffer(n.tensor), index(n.tensor, n.indices))
+                return None
+
+            return map_expr(e, repl)
 
         def fs(s):
             if isinstance(s, Provide):
@@ -286,7 +340,8 @@ class _Lowering:
         body = self.flatten(body)
         params = [self.buffer(t) for t in self.args]
         n_out = sum(1 for t in self.args if isinstance(t.op, ComputeOp))
-        return PrimFunc(name, params, body, n_out)
+        sources = list(dict.fromkeys(st.tensorized[1].source for st in self.stages if st.tensorized))
+        return PrimFunc(name, params, body, n_out, sources)
 
 
 def check_args(sch: Schedule, args: Sequence[Tensor]) -> None:

@@ -44,6 +44,25 @@ class Fuse:
 LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled")
 
 
+@dataclass(frozen=True)
+class TensorIntrin:
+    """A micro-kernel given as C source that replaces a loop nest (see `Stage.tensorize`).
+
+    func: the C function's name; source: C source defining it (compiled into every
+    candidate and the artifact, with the same flags); args: the call's arguments, each one of
+      "<tensor>"          pointer to the tensor's first element of the tile (inner loops at 0),
+      "<tensor>.stride<d>" the element stride of dimension d of the tensor's buffer,
+      "extent:<axis>"     the extent of a tensorized loop, by leaf axis name.
+    E.g. an mr×nr GEMM update `void gemm(int64_t K, const float* A, int64_t lda,
+    const float* B, int64_t ldb, float* C, int64_t ldc)` is
+    TensorIntrin("gemm", src, ["extent:k", "A", "A.stride0", "B", "B.stride0", "C", "C.stride0"]).
+    """
+
+    func: str
+    source: str
+    args: tuple[str, ...]
+
+
 class Stage:
     """The schedule of one compute tensor.
 
@@ -60,7 +79,7 @@ class Stage:
         self.relations: list[Split | Fuse] = []
         self.iter_kind: dict[IterVar, str] = {}
         self.attach, self.attach_stage, self.attach_ivar = "root", None, None
-        self.pragmas: dict[IterVar, dict] = {}
+        self.tensorized: tuple[IterVar, TensorIntrin] | None = None
 
     @property
     def name(self) -> str:
@@ -153,6 +172,16 @@ class Stage:
     def unroll(self, iv: IterVar) -> None:
         """Unroll this loop completely."""
         self._annotate(iv, "unrolled")
+
+    def tensorize(self, iv: IterVar, intrin: TensorIntrin) -> None:
+        """Replace the loops from `iv` inward by a call to `intrin` (a C micro-kernel).
+
+        Tiles where a split leaves a tail run the original loops instead of the call.
+        """
+        self._leaf(iv, "tensorize")
+        if not isinstance(intrin, TensorIntrin):
+            raise ScheduleError(f"stage {self.name!r}: tensorize needs a TensorIntrin, got {type(intrin).__name__}")
+        self.tensorized = (iv, intrin)
 
     # ----------------------------------------------------------------- placement
     def compute_inline(self) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from .ir import Broadcast, Load, Ramp
+from .ir import Address, Broadcast, Load, Ramp
 from .te import BinOp, Call, Cast, Const, Expr, Select, TensorLoad, Var, dtype_of
 
 Range = tuple[int, int]  # inclusive [lo, hi]
@@ -233,6 +233,8 @@ class Simplifier:
             return TensorLoad(e.tensor, [self.simplify(i) for i in e.indices])
         if isinstance(e, Load):
             return Load(e.buffer, self.simplify(e.index))
+        if isinstance(e, Address):
+            return Address(e.buffer, self.simplify(e.index))
         if isinstance(e, Ramp):
             return Ramp(self.simplify(e.base), e.stride, e.lanes)
         if isinstance(e, Broadcast):

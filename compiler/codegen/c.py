@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import re
 
-from ..ir import (Allocate, Broadcast, Buffer, Evaluate, For, IfThenElse, Load, PrimFunc, Ramp, Seq, Stmt, Store,
+from ..ir import (Address, Allocate, Broadcast, Buffer, Evaluate, For, IfThenElse, Load, PrimFunc, Ramp, Seq, Stmt, Store,
                   expr_nodes, lanes_of, stmt_exprs, walk_stmt)
 from ..simplify import Simplifier
 from ..te import BinOp, Call, Cast, Const, DTYPES, Expr, Select, Var, dtype_of
@@ -89,6 +89,8 @@ class CGenerator:
             return self.var(e)
         if isinstance(e, Load):
             return self.load(e)
+        if isinstance(e, Address):
+            return f"({self.buf(e.buffer)} + {self.expr(e.index)})"
         if isinstance(e, Broadcast):
             self.vec_types.add((e.dtype, e.lanes))
             return f"tf_bcast_{vec_type(e.dtype, e.lanes)}({self.expr(e.value)})"
@@ -232,8 +234,7 @@ class CGenerator:
         if isinstance(s, Allocate):
             return self.allocate(s, ind)
         if isinstance(s, Evaluate):
-            args = ", ".join(self.buf(a) if isinstance(a, Buffer) else self.expr(a) for a in s.args)
-            return [f"{pad}{s.func}({args});"]
+            return [f"{pad}{s.func}({', '.join(self.expr(a) for a in s.args)});"]
         raise NotImplementedError(f"C codegen: {type(s).__name__}")
 
     def allocate(self, s: Allocate, ind: int) -> list[str]:
@@ -272,10 +273,9 @@ class CGenerator:
         lanes = None
         idxs = [n.index for n in walk_stmt(s.body) if isinstance(n, Store) and n.buffer is b]
         idxs += [n.index for e in stmt_exprs(s.body) for n in expr_nodes(e) if isinstance(n, Load) and n.buffer is b]
-        idxs += [a for n in walk_stmt(s.body) if isinstance(n, Evaluate) for a in n.args if a is b]
+        if any(isinstance(n, Address) and n.buffer is b for e in stmt_exprs(s.body) for n in expr_nodes(e)):
+            return 0
         for i in idxs:
-            if isinstance(i, Buffer):
-                return 0
             if isinstance(i, Ramp):
                 if i.stride != 1 or not isinstance(i.base, Const) or (lanes not in (None, i.lanes)):
                     return 0
@@ -300,21 +300,20 @@ class CGenerator:
             for n in expr_nodes(e):
                 if isinstance(n, Var) and n not in bound:
                     free_vars[id(n)] = n
-                if isinstance(n, Load) and id(n.buffer) not in allocated:
+                if isinstance(n, (Load, Address)) and id(n.buffer) not in allocated:
                     bufs[id(n.buffer)] = n.buffer
         for n in walk_stmt(s.body):
             if isinstance(n, Store) and id(n.buffer) not in allocated:
                 bufs[id(n.buffer)] = n.buffer
-            if isinstance(n, Evaluate):
-                for a in n.args:
-                    if isinstance(a, Buffer) and id(a) not in allocated:
-                        bufs[id(a)] = a
         for b in bufs.values():
             if id(b) in self.promoted:
                 raise NotImplementedError(f"register-promoted buffer {b.name} used inside a parallel loop")
-        fields = [f"  {DTYPES[b.dtype].ctype}* {self.buf(b)};" for b in bufs.values()]
+        n_in = len(self.func.params) - self.func.num_outputs
+        inputs = {id(b) for b in self.func.params[:n_in]}
+        ptr = {id(b): ("const " if id(b) in inputs else "") + f"{DTYPES[b.dtype].ctype}*" for b in bufs.values()}
+        fields = [f"  {ptr[id(b)]} {self.buf(b)};" for b in bufs.values()]
         fields += [f"  int64_t {self.var(v)};" for v in free_vars.values()]
-        unpack = [f"  {DTYPES[b.dtype].ctype}* restrict {self.buf(b)} = tf_c->{self.buf(b)};" for b in bufs.values()]
+        unpack = [f"  {ptr[id(b)]} restrict {self.buf(b)} = tf_c->{self.buf(b)};" for b in bufs.values()]
         unpack += [f"  int64_t {self.var(v)} = tf_c->{self.var(v)};" for v in free_vars.values()]
         v = self.var(s.var)
         self.simp.ranges[s.var] = (0, s.extent - 1)
@@ -359,9 +358,8 @@ class CGenerator:
                 f"static inline {t} tf_vmin_{t}({t} a, {t} b) {{ {it} m = a < b; "
                 f"return ({t})((m & ({it})a) | (~m & ({it})b)); }}",
             ]
-        extern = "\n".join(f.extern_sources)
         return "\n".join([
-            PRELUDE, *typedefs, "", extern, *self.helpers,
+            PRELUDE, *typedefs, "", *self.helpers,
             f"TF_EXPORT int {f.name}({', '.join(params)}) {{", *body, "  return 0;", "}", ""])
 
 

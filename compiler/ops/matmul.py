@@ -14,9 +14,9 @@ from __future__ import annotations
 import numpy as np
 
 from .. import te
-from ..schedule import create_schedule
+from ..schedule import TensorIntrin, create_schedule
 from .common import EPILOGUES, apply_epilogue, np_epilogue, pack_blocked
-from .registry import ArgDef, OpDef, register
+from .registry import ArgDef, OpDef, WorkloadError, register
 
 MAX_DIM = 1 << 16
 
@@ -27,41 +27,76 @@ ARGS = [
     ArgDef("bias", "bool", False, description="add bias[N] to every row"),
     ArgDef("epilogue", "str", "none", choices=EPILOGUES, description="activation applied last"),
     ArgDef("dtype", "str", "float32", choices=("float32", "float64")),
+    ArgDef("micro_kernel", "json", None, description=(
+        "optional extern C micro-kernel {func, source, mr, nr}: "
+        "void func(int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc) "
+        "adds the mr×K by K×nr product to the mr×nr tile at C (row strides in elements)")),
 ]
+
+MAX_MICRO_KERNEL_BYTES = 256 * 1024
+
+
+def _check(a: dict) -> None:
+    mk = a["micro_kernel"]
+    if mk is None:
+        return
+    allowed = {"func", "source", "mr", "nr"}
+    if set(mk) != allowed:
+        raise WorkloadError("micro_kernel", f"needs exactly the fields {sorted(allowed)}, got {sorted(mk)}")
+    try:
+        te.check_identifier(mk["func"], "micro_kernel.func")
+    except te.TEError as e:
+        raise WorkloadError("micro_kernel.func", str(e)) from None
+    if not isinstance(mk["source"], str) or not mk["source"].strip():
+        raise WorkloadError("micro_kernel.source", "must be C source text")
+    if len(mk["source"].encode()) > MAX_MICRO_KERNEL_BYTES:
+        raise WorkloadError("micro_kernel.source", f"is larger than {MAX_MICRO_KERNEL_BYTES} bytes")
+    for f in ("mr", "nr"):
+        if isinstance(mk[f], bool) or not isinstance(mk[f], int) or not 1 <= mk[f] <= 64:
+            raise WorkloadError(f"micro_kernel.{f}", f"must be an integer in 1..64, got {mk[f]!r}")
+    if a["dtype"] != "float32":
+        raise WorkloadError("dtype", "a micro_kernel takes float32 operands")
 
 
 def matmul_expr(A: te.Tensor, B: te.Tensor, bias: te.Tensor | None, epilogue: str, *,
                 b_panel: te.Tensor | None = None, nr: int = 1, a_panel: te.Tensor | None = None, mr: int = 1,
-                name: str = "C") -> tuple[te.Tensor, te.Tensor]:
+                name: str = "C", transpose_b: bool = False) -> tuple[te.Tensor, te.Tensor]:
     """(product, out): the reduction C = A·B (reading packed panels when given) and the
     output with bias/epilogue applied (the same tensor when there is none).
 
-    b_panel: Bp[ceil(N/nr), K, nr] from pack_blocked(B, 1, nr); a_panel: Ap[ceil(M/mr), K, mr]
-    from pack_blocked(A, 0, mr). Shared by matmul, dense and batch_matmul templates.
+    A: [*batch, M, K]; B: [*batch, K, N], or [*batch, N, K] with transpose_b (C = A·Bᵀ);
+    leading batch dims (any number, also none) are shared by A, B and C; bias: [N].
+    b_panel: Bp[ceil(N/nr), *batch, K, nr] from pack_blocked(B, -1 or -2 with transpose_b, nr);
+    a_panel: Ap[ceil(M/mr), *batch, K, mr] from pack_blocked(A, -2, mr). Shared by matmul,
+    dense and batch_matmul templates.
     """
-    M, K = A.shape
-    N = B.shape[1]
+    *batch, M, K = A.shape
+    N = B.shape[-2] if transpose_b else B.shape[-1]
     k = te.reduce_axis(K, "k")
+    names = [f"b{d}" for d in range(len(batch))] + ["i", "j"]
 
-    def a_at(i, kk):
-        return a_panel[i // mr, kk, i % mr] if a_panel is not None else A[i, kk]
+    def a_at(b, i, kk):
+        return a_panel[(i // mr, *b, kk, i % mr)] if a_panel is not None else A[(*b, i, kk)]
 
-    def b_at(kk, j):
-        return b_panel[j // nr, kk, j % nr] if b_panel is not None else B[kk, j]
+    def b_at(b, kk, j):
+        if b_panel is not None:
+            return b_panel[(j // nr, *b, kk, j % nr)]
+        return B[(*b, j, kk)] if transpose_b else B[(*b, kk, j)]
 
     has_epi = bias is not None or epilogue != "none"
-    prod = te.compute((M, N), lambda i, j: te.sum(a_at(i, k) * b_at(k, j), axis=k),
-                      name=name + "_acc" if has_epi else name)
+    prod = te.compute((*batch, M, N), lambda *idx: te.sum(a_at(idx[:-2], idx[-2], k) * b_at(idx[:-2], k, idx[-1]),
+                                                          axis=k),
+                      name=name + "_acc" if has_epi else name, axis_names=names)
     if not has_epi:
         return prod, prod
 
-    def epi(i, j):
-        x = prod[i, j]
+    def epi(*idx):
+        x = prod[idx]
         if bias is not None:
-            x = x + bias[j]
+            x = x + bias[idx[-1]]
         return apply_epilogue(x, epilogue)
 
-    return prod, te.compute((M, N), epi, name=name)
+    return prod, te.compute((*batch, M, N), epi, name=name, axis_names=names)
 
 
 def _inputs(a: dict):
@@ -110,19 +145,20 @@ def define_gemm_knobs(cfg, M: int, N: int, K: int, lanes: int) -> None:
 
 
 def schedule_gemm(sch, cfg, prod: te.Tensor, out: te.Tensor, packs: list[te.Tensor], K: int) -> None:
-    """Schedule the 2-D GEMM `prod` (and its epilogue `out`) with the knobs of define_gemm_knobs.
+    """Schedule the GEMM `prod` (and its epilogue `out`) with the knobs of define_gemm_knobs.
 
     The output stage is tiled (i: ioo, ioi, ii; j: joo, joi, ji), the register tile
     (cache_write of prod) is computed at the innermost tile loop with k split by ku,
     unrolled rows and vectorized columns; packing stages run at the root in parallel.
+    Leading batch axes (batch_matmul) are outermost and always part of the parallel loop.
     """
     mr, nr, ku = cfg["mr"].val, cfg["nr"].val, cfg["ku"].val
-    M, N = out.shape
+    M, N = out.shape[-2:]
     acc = sch.cache_write(prod, "local")
     if out is not prod:
         sch[prod].compute_inline()
     so = sch[out]
-    i, j = so.op.axis
+    *batch, i, j = so.op.axis
     io, ii = so.split(i, factor=mr)
     jo, ji = so.split(j, factor=nr)
     bm = min(cfg["bm"].val, -(-M // mr))
@@ -132,16 +168,16 @@ def schedule_gemm(sch, cfg, prod: te.Tensor, out: te.Tensor, packs: list[te.Tens
     order = cfg["order"].val
     outer = [joo, ioo] if order.startswith("nm") else [ioo, joo]
     inner = [joi, ioi] if order.endswith("nm") else [ioi, joi]
-    so.reorder(*outer, *inner, ii, ji)
+    so.reorder(*batch, *outer, *inner, ii, ji)
     if cfg["parallel"].val == "fused":
-        so.parallel(so.fuse(*outer))
+        so.parallel(so.fuse(*batch, *outer))
     else:
-        so.parallel(outer[0])
+        so.parallel(so.fuse(*batch, outer[0]))
     so.unroll(ii)
     so.vectorize(ji)
     sa = sch[acc]
     sa.compute_at(so, inner[-1])
-    ai, aj = sa.op.axis
+    *_, ai, aj = sa.op.axis
     (ak,) = sa.op.reduce_axis
     ko, ki = sa.split(ak, factor=min(ku, K))
     sa.reorder(ko, ki, ai, aj)
@@ -154,8 +190,43 @@ def schedule_gemm(sch, cfg, prod: te.Tensor, out: te.Tensor, packs: list[te.Tens
         sp.vectorize(sp.op.axis[-1])
 
 
+def micro_kernel_template(cfg, workload, target):
+    """Tiles of the output computed by the workload's extern micro-kernel (tensorize); the
+    tiles a split leaves partial run the plain loops. Knobs: blocking and loop order."""
+    a = workload.args
+    mk = a["micro_kernel"]
+    M, N = a["M"], a["N"]
+    cfg.define_knob("bm", [1, 2, 4, 8, 16])
+    cfg.define_knob("bn", [1, 2, 4, 8, 16])
+    cfg.define_knob("order", list(ORDERS))
+    cfg.define_knob("parallel", ["outer", "fused"])
+    cfg.add_flop(flop(a))
+    A, B, bias = _inputs(a)
+    prod, out = matmul_expr(A, B, bias, a["epilogue"])
+    sch = create_schedule(out)
+    sp = sch[prod]
+    i, j = sp.op.axis
+    io, ii = sp.split(i, factor=mk["mr"])
+    jo, ji = sp.split(j, factor=mk["nr"])
+    ioo, ioi = sp.split(io, factor=min(cfg["bm"].val, -(-M // mk["mr"])))
+    joo, joi = sp.split(jo, factor=min(cfg["bn"].val, -(-N // mk["nr"])))
+    order = cfg["order"].val
+    outer = [joo, ioo] if order.startswith("nm") else [ioo, joo]
+    inner = [joi, ioi] if order.endswith("nm") else [ioi, joi]
+    sp.reorder(*outer, *inner, ii, ji, sp.op.reduce_axis[0])
+    sp.parallel(sp.fuse(*outer) if cfg["parallel"].val == "fused" else outer[0])
+    sp.tensorize(ii, TensorIntrin(mk["func"], mk["source"],
+                                  ("extent:k", "A", "A.stride0", "B", "B.stride0", prod.name, f"{prod.name}.stride0")))
+    if out is not prod:
+        so = sch[out]
+        so.parallel(so.op.axis[0])
+    return sch, [A, B, *([bias] if bias is not None else []), out]
+
+
 def cpu_template(cfg, workload, target):
     a = workload.args
+    if a["micro_kernel"] is not None:
+        return micro_kernel_template(cfg, workload, target)
     M, N, K = a["M"], a["N"], a["K"]
     lanes = target.lanes(a["dtype"])
     define_gemm_knobs(cfg, M, N, K, lanes)
@@ -204,6 +275,8 @@ def gemm_default(space, M: int, N: int, K: int, lanes: int, dtype_bytes: int = 4
 
 def default_config(space, workload, target) -> dict:
     a = workload.args
+    if a["micro_kernel"] is not None:
+        return {"bm": 4, "bn": 4, "order": "nm_nm", "parallel": "fused"}
     return gemm_default(space, a["M"], a["N"], a["K"], target.lanes(a["dtype"]), 4 if a["dtype"] == "float32" else 8)
 
 
@@ -215,5 +288,5 @@ register(OpDef(
     name="matmul",
     description="C[M,N] = A[M,K] · B[K,N], optional bias[N] and relu/gelu epilogue",
     args=ARGS, compute=compute, reference=reference, flop=flop,
-    templates={"cpu": cpu_template}, default_config=default_config, layouts=_layouts, family="gemm",
+    templates={"cpu": cpu_template}, default_config=default_config, layouts=_layouts, family="gemm", check=_check,
 ))

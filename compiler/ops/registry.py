@@ -80,6 +80,9 @@ class ArgDef:
         elif self.type == "str":
             if not isinstance(value, str):
                 raise WorkloadError(self.name, f"must be a string, got {value!r}")
+        elif self.type == "json":
+            if not isinstance(value, dict):
+                raise WorkloadError(self.name, f"must be an object, got {type(value).__name__}")
         if self.choices is not None and value not in self.choices:
             raise WorkloadError(self.name, f"{value!r} is not allowed; allowed: {', '.join(map(str, self.choices))}")
         return value
