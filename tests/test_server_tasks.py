@@ -7,7 +7,7 @@ import datetime as dt
 
 import pytest
 
-from tunefleet.server.db.models import Artifact, BestRecord, Task, Trial
+from tunefleet.server.db.models import Artifact, BestRecord, Task, TaskStatus, Trial
 
 MATMUL = {"op": "matmul", "args": {"M": 32, "N": 16, "K": 8}, "target": "cpu", "device_key": "cpu-test"}
 
@@ -192,3 +192,38 @@ def test_reuse_answers_at_once_with_the_stored_best(api, tokens, db) -> None:
 
     assert submit(api, tokens, reuse=False)["status"] == "queued"
     assert submit(api, tokens, reuse=True, device_key="cpu-other")["status"] == "queued"
+
+
+def test_state_machine_stamps_times_and_refuses_illegal_moves() -> None:
+    from tunefleet.server.errors import Conflict
+    from tunefleet.server.services.tasks import transition
+
+    task = Task(id=1, status="queued")
+    transition(task, TaskStatus.WAITING_FOR_WORKER)
+    assert task.started_at is None
+    transition(task, TaskStatus.RUNNING)
+    started = task.started_at
+    assert started is not None and task.finished_at is None
+    transition(task, TaskStatus.QUEUED)  # its tuner died: requeued, resumed later
+    transition(task, TaskStatus.RUNNING)
+    assert task.started_at == started
+    transition(task, TaskStatus.EXPORTING)
+    transition(task, TaskStatus.DONE)
+    assert task.finished_at is not None
+    with pytest.raises(Conflict, match="task 1 is done"):
+        transition(task, TaskStatus.RUNNING)
+    failed = Task(id=2, status="running")
+    transition(failed, TaskStatus.FAILED, error="no candidate compiled")
+    assert failed.error == "no candidate compiled"
+    with pytest.raises(Conflict):
+        transition(Task(id=3, status="queued"), TaskStatus.DONE)
+
+
+def test_a_config_is_stored_once_per_task(api, tokens, db) -> None:
+    from sqlalchemy.exc import IntegrityError
+
+    task = submit(api, tokens)
+    _add_trials(db, task["id"], [1e-3])
+    db.add(Trial(task_id=task["id"], config_index=0, config={"index": 0}, status="queued", attempts=0))
+    with pytest.raises(IntegrityError):
+        db.commit()
