@@ -66,9 +66,9 @@ def matmul_expr(A: te.Tensor, B: te.Tensor, bias: te.Tensor | None, epilogue: st
 
     A: [*batch, M, K]; B: [*batch, K, N], or [*batch, N, K] with transpose_b (C = A·Bᵀ);
     leading batch dims (any number, also none) are shared by A, B and C; bias: [N].
-    b_panel: Bp[ceil(N/nr), *batch, K, nr] from pack_blocked(B, -1 or -2 with transpose_b, nr);
-    a_panel: Ap[ceil(M/mr), *batch, K, mr] from pack_blocked(A, -2, mr). Shared by matmul,
-    dense and batch_matmul templates.
+    b_panel: Bp[ceil(N/nr), *batch, K, nr] from pack_blocked(B, <axis of N>, nr);
+    a_panel: Ap[ceil(M/mr), *batch, K, mr] from pack_blocked(A, <axis of M>, mr). Shared by
+    matmul, dense and batch_matmul templates.
     """
     *batch, M, K = A.shape
     N = B.shape[-2] if transpose_b else B.shape[-1]
