@@ -22,8 +22,9 @@ from ..ir import (Address, Allocate, Broadcast, Buffer, Evaluate, For, IfThenEls
 from ..simplify import Simplifier
 from ..te import BinOp, Call, Cast, Const, DTYPES, Expr, Select, Var, dtype_of
 
-_BIN = {"add": "+", "sub": "-", "mul": "*", "div": "/", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
+_BIN = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "/", "floormod": "%", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
         "eq": "==", "ne": "!=", "and": "&&", "or": "||"}
+_INT_PREC = {"add": 4, "sub": 4, "mul": 5, "floordiv": 5, "floormod": 5}
 _VEC_INT = {"float32": "int32_t", "float64": "int64_t"}
 _MATH = {"exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "erf": "erf", "abs": "fabs"}
 
@@ -139,11 +140,29 @@ class CGenerator:
             if dtype_of(e.dtype).kind == "float":
                 f = "floor" + ("f" if e.dtype == "float32" else "")
                 return f"{f}(({a}) / ({b}))" if e.op == "floordiv" else f"(({a}) - {f}(({a}) / ({b})) * ({b}))"
-            rng = self.simp.range_of(e.a)
-            if rng[0] >= 0 and isinstance(e.b, Const) and e.b.value > 0:
-                return f"({a} {'/' if e.op == 'floordiv' else '%'} {b})"
-            return f"tf_{e.op}({a}, {b})"
+            if not self._c_division(e):
+                return f"tf_{e.op}({a}, {b})"
+        if e.op in _INT_PREC and dtype_of(e.dtype).kind == "int":
+            return self._int_arith(e, a, b)
         return f"({a} {_BIN[e.op]} {b})"
+
+    def _c_division(self, e: BinOp) -> bool:
+        """Whether C's truncating / and % equal floordiv/floormod here (non-negative by a positive constant)."""
+        return self.simp.range_of(e.a)[0] >= 0 and isinstance(e.b, Const) and e.b.value > 0
+
+    def _int_arith(self, e: BinOp, a: str, b: str) -> str:
+        """Integer index arithmetic with only the parentheses C's precedence needs: `i * 64 + j`."""
+        prec = _INT_PREC[e.op]
+
+        def needs(child: Expr, right: bool) -> bool:
+            if not (isinstance(child, BinOp) and child.op in _INT_PREC):
+                return False
+            p = _INT_PREC[child.op]
+            return p < prec or (right and p == prec and e.op in ("sub", "floordiv", "floormod"))
+
+        a = f"({a})" if needs(e.a, False) else a
+        b = f"({b})" if needs(e.b, True) else b
+        return f"{a} {_BIN[e.op]} {b}"
 
     def call(self, e: Call) -> str:
         lanes = lanes_of(e)
