@@ -138,8 +138,6 @@ class Trial(Base):
     dispatched_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     finished_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
 
-    task: Mapped[Task] = relationship(foreign_keys=[task_id])
-
 
 class Artifact(Base):
     """A built kernel (tar.gz of .so, .h, manifest.json, source) in the content-addressed store."""
@@ -168,9 +166,6 @@ class BestRecord(Base):
     latency_s: Mapped[float] = mapped_column(Float)
     gflops: Mapped[float] = mapped_column(Float)
     updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
-
-    trial: Mapped[Trial] = relationship()
-    artifact: Mapped[Artifact] = relationship()
 
 
 class Worker(Base):

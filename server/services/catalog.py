@@ -30,17 +30,12 @@ def make_workload(op: str, args: dict[str, Any]) -> Workload:
         raise FieldError(loc, str(exc)) from exc
 
 
-def parse_target(target: str, op: str) -> Target:
-    """The parsed target, checked to be one `op` supports; errors locate `target`."""
+def parse_target(target: str, workload: Workload) -> Target:
+    """The parsed target, checked to be one the workload's operator has a schedule
+    template for; errors locate `target`."""
     try:
         parsed = Target.parse(target)
-    except TargetError as exc:
+        workload.template(parsed.kind)
+    except (TargetError, WorkloadError) as exc:
         raise FieldError(("body", "target"), str(exc)) from exc
-    supported = next((o["targets"] for o in operators() if o["name"] == op), [])
-    if parsed.kind not in supported:
-        raise FieldError(
-            ("body", "target"),
-            f"operator {op!r} has schedules for targets {', '.join(supported)}, "
-            f"not {parsed.kind!r}",
-        )
     return parsed

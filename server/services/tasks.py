@@ -67,7 +67,7 @@ def submit(session: Session, request: TaskCreate) -> Task:
     request is invalid.
     """
     workload = catalog.make_workload(request.op, request.args)
-    target = str(catalog.parse_target(request.target, request.op))
+    target = str(catalog.parse_target(request.target, workload))
     task = Task(
         op=workload.op,
         workload=workload.to_json(),
