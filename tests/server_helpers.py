@@ -6,6 +6,7 @@ import hashlib
 import io
 import json
 import tarfile
+from pathlib import Path
 
 
 def tarball(files: dict[str, bytes]) -> bytes:
@@ -28,3 +29,22 @@ def artifact_files(name: str = "matmul_32x16x8", library: bytes = b"\x7fELF stan
         f"{name}/{name}.h": b"int matmul_32x16x8(const float*, const float*, float*);\n",
         f"{name}/{name}.c": b"/* source */\n",
     }
+
+
+def real_artifact(workload_args: dict, out_dir: Path) -> tuple[bytes, str]:
+    """A real matmul artifact (default config, host target) as a tar.gz, and its kernel name."""
+    from tunefleet.compiler import ops
+    from tunefleet.compiler.artifact import write_artifact
+    from tunefleet.compiler.driver import build_workload
+    from tunefleet.compiler.target import Target
+
+    workload = ops.make_workload("matmul", workload_args)
+    target = Target.host()
+    built = build_workload(workload, ops.default_config(workload, target), target)
+    folder = write_artifact(out_dir / built.name, name=built.name, source=built.source,
+                            so_path=built.so_path, args=built.args,
+                            manifest={"workload": workload.to_json(), "target": str(target)})
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        tar.add(folder, arcname=built.name)
+    return buffer.getvalue(), built.name

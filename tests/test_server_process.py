@@ -16,7 +16,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from server_helpers import artifact_files, tarball
+import numpy as np
+from server_helpers import artifact_files, real_artifact, tarball
 
 from tunefleet.client import Client, IntegrityError, ServiceError
 from tunefleet.server.db.models import Task, TokenScope
@@ -112,9 +113,8 @@ def test_wait_returns_when_the_task_ends(live: LiveServer) -> None:
         assert client.wait(task["id"], progress=True, poll_s=0.1, timeout_s=30)["status"] == "cancelled"
 
 
-def _publish(live: LiveServer, db, files: dict[str, bytes]) -> int:
-    """Upload an artifact as a worker would and make it a new task's result."""
-    data = tarball(files)
+def _publish(live: LiveServer, db, data: bytes) -> int:
+    """Upload an artifact tarball as a worker would and make it a new task's result."""
     response = httpx.put(f"{live.url}/api/v1/workers/artifacts/{hashlib.sha256(data).hexdigest()}",
                          content=data, headers={"Authorization": f"Bearer {live.worker_token}"})
     assert response.status_code == 201, response.text
@@ -127,7 +127,7 @@ def _publish(live: LiveServer, db, files: dict[str, bytes]) -> int:
 
 def test_download_checks_and_extracts_the_artifact(live: LiveServer, db, tmp_path: Path) -> None:
     files = artifact_files()
-    task_id = _publish(live, db, files)
+    task_id = _publish(live, db, tarball(files))
     with Client(live.url, live.user_token) as client:
         folder = client.download(task_id, tmp_path / "out")
     assert folder == tmp_path / "out" / "matmul_32x16x8"
@@ -138,9 +138,21 @@ def test_download_checks_and_extracts_the_artifact(live: LiveServer, db, tmp_pat
 def test_download_rejects_a_library_that_does_not_match_its_manifest(live: LiveServer, db, tmp_path: Path) -> None:
     files = artifact_files()
     files["matmul_32x16x8/matmul_32x16x8.so"] = b"tampered"
-    task_id = _publish(live, db, files)
+    task_id = _publish(live, db, tarball(files))
     with Client(live.url, live.user_token) as client, pytest.raises(IntegrityError):
         client.download(task_id, tmp_path / "out")
+
+
+def test_load_calls_the_downloaded_kernel(live: LiveServer, db, tmp_path: Path) -> None:
+    data, name = real_artifact(MATMUL, tmp_path / "built")
+    task_id = _publish(live, db, data)
+    with Client(live.url, live.user_token) as client:
+        kernel = client.load(task_id, cache_dir=tmp_path / "cache")
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((32, 8), dtype=np.float32)
+    b = rng.standard_normal((8, 16), dtype=np.float32)
+    np.testing.assert_allclose(kernel(a, b), a @ b, rtol=1e-5, atol=1e-5)
+    assert (tmp_path / "cache" / name / f"{name}.so").is_file()
 
 
 def test_cli_submit_status_wait_download(live: LiveServer, db, tmp_path: Path) -> None:
@@ -163,7 +175,7 @@ def test_cli_submit_status_wait_download(live: LiveServer, db, tmp_path: Path) -
     waited = live.cli("wait", str(task["id"]))
     assert waited.returncode == 1 and "cancelled" in waited.stdout
 
-    task_id = _publish(live, db, artifact_files())
+    task_id = _publish(live, db, tarball(artifact_files()))
     downloaded = live.cli("download", str(task_id), "-o", str(tmp_path / "dl"))
     assert downloaded.returncode == 0, downloaded.stderr
     assert Path(downloaded.stdout.strip(), "manifest.json").is_file()
