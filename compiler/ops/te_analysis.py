@@ -1,0 +1,70 @@
+"""Static facts about a tensor-expression computation: its FLOP count, and a proof that every
+load stays in bounds (what a custom workload must satisfy before it is built and run)."""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from .. import te
+from ..simplify import Simplifier
+from ..te import BinOp, Call, ComputeOp, Reduce, Tensor, TensorLoad
+
+_ARITH = ("add", "sub", "mul", "div", "min", "max")
+_COMPARE = ("lt", "le", "gt", "ge", "eq", "ne")
+
+
+def _is_float(e: te.Expr) -> bool:
+    return te.dtype_of(e.dtype).kind == "float"
+
+
+def expr_flop(e: te.Expr) -> int:
+    """Floating-point operations of one evaluation of `e`: float add/sub/mul/div/min/max and
+    comparisons count 1, a math intrinsic counts 1 (TVM's convention); index arithmetic, loads,
+    casts and selects count 0."""
+    n = 0
+    for node in te.walk(e):
+        if isinstance(node, BinOp):
+            if (node.op in _ARITH and _is_float(node)) or (node.op in _COMPARE and _is_float(node.a)):
+                n += 1
+        elif isinstance(node, Call):
+            n += 1
+    return n
+
+
+def count_flop(outputs: Sequence[Tensor]) -> int:
+    """FLOPs of computing `outputs` as defined (before any inlining): each compute tensor's
+    elements × its body's FLOPs; a reduction adds one combine per reduced point."""
+    total = 0
+    for t in te.post_order(outputs):
+        if not isinstance(t.op, ComputeOp):
+            continue
+        body = t.op.body
+        if isinstance(body, Reduce):
+            per_point = math.prod(a.extent for a in body.axes) * (expr_flop(body.source) + 1)
+        else:
+            per_point = expr_flop(body)
+        total += t.size * per_point
+    return total
+
+
+def check_loads_in_bounds(outputs: Sequence[Tensor]) -> None:
+    """Raise TEError naming the tensor, the load and the dimension when an index may leave
+    [0, extent) over the ranges of the axes (interval arithmetic on the index expressions:
+    indices must be provably in bounds, since both branches of if_then_else are evaluated;
+    clamp with te.min/te.max where needed)."""
+    for t in te.post_order(outputs):
+        if not isinstance(t.op, ComputeOp):
+            continue
+        op = t.op
+        simp = Simplifier({ax: (0, ax.extent - 1) for ax in (*op.axes, *op.reduce_axes)})
+        for node in te.walk(op.body):
+            if not isinstance(node, TensorLoad):
+                continue
+            for d, (index, extent) in enumerate(zip(node.indices, node.tensor.shape)):
+                lo, hi = simp.range_of(simp.simplify(index))
+                if lo < 0 or hi > extent - 1:
+                    raise te.TEError(
+                        f"tensor {t.name!r}: index {d} of its load of {node.tensor.name!r} may range over "
+                        f"[{lo}, {hi}], outside [0, {extent - 1}]; clamp it with min/max (both branches of a "
+                        f"select are evaluated)")
