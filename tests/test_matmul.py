@@ -58,12 +58,14 @@ def test_float64():
     assert err < 1e-12
 
 
-def test_default_config_is_a_register_tile_of_two_vectors():
-    w = ops.make_workload("matmul", {"M": 1024, "N": 1024, "K": 1024})
+@pytest.mark.parametrize("N", [1024, 40, 5])
+def test_default_register_tile_fits_the_vector_registers(N):
+    w = ops.make_workload("matmul", {"M": 1024, "N": N, "K": 1024})
     knobs = ops.default_config(w, TARGET).to_json()["knobs"]
     lanes = TARGET.lanes("float32")
-    assert knobs["nr"] == 2 * lanes and knobs["pack_b"] is True
-    assert knobs["mr"] * 2 <= 24
+    accumulators = knobs["mr"] * -(-knobs["nr"] // lanes)
+    assert knobs["pack_b"] is True and 6 <= accumulators <= 24
+    assert knobs["nr"] <= max(N, lanes)
 
 
 @pytest.mark.parametrize("args, field", [

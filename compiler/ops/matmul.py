@@ -250,18 +250,20 @@ def cpu_template(cfg, workload, target):
 def gemm_default(space, M: int, N: int, K: int, lanes: int, dtype_bytes: int = 4) -> dict:
     """Rule for the untuned config (no measurement involved):
 
-    - nr: two vectors (one if N is narrower), mr: as many rows as keep mr*nr/lanes
-      accumulators within 24 of the 32 vector registers of AVX-512 (12 of 16 for AVX2), at most 12;
+    - register tile: with 32 vector registers (AVX-512) nr = 4 vectors and mr = 6 rows (24
+      accumulators, 6 broadcasts + 4 loads per 24 FMAs), with 16 (AVX2) 2 vectors × 6 rows;
+      narrower N takes fewer vectors and more rows, keeping accumulators within 24 (12);
     - bn: panels of B per block so a K×(bn·nr) block of B fills about half of a 1 MiB L2;
     - bm: row tiles so an (bm·mr)×K block of A fills about a quarter of it;
-    - pack B always, pack A when K is long (strided rows stream poorly), ku = 4.
+    - pack B (its panels become contiguous), leave A in place (mr row streams prefetch well), ku = 4.
     """
     choices = {name: [space.knobs[name].entity(i).val for i in range(len(space.knobs[name]))]
                for name in ("mr", "nr", "bm", "bn")}
-    nr = 2 * lanes if 2 * lanes in choices["nr"] and N >= 2 * lanes else choices["nr"][0]
     regs = 24 if lanes * dtype_bytes >= 64 else 12
+    wide = [n for n in choices["nr"] if n <= max(N, lanes) and n // lanes <= regs // 6]
+    nr = max(wide) if wide else choices["nr"][0]
     vecs = max(1, nr // lanes)
-    mr = max(m for m in choices["mr"] if m <= max(1, min(12, regs // vecs)))
+    mr = max(m for m in choices["mr"] if m <= max(1, min(14, regs // vecs)))
     l2 = 1 << 20
 
     def pick(options, limit):
@@ -270,7 +272,7 @@ def gemm_default(space, M: int, N: int, K: int, lanes: int, dtype_bytes: int = 4
     bn = pick(choices["bn"], (l2 // 2) // max(1, K * nr * dtype_bytes))
     bm = pick(choices["bm"], (l2 // 4) // max(1, K * mr * dtype_bytes))
     return {"mr": mr, "nr": nr, "ku": 4, "bm": bm, "bn": bn, "order": "nm_nm", "parallel": "fused",
-            "pack_b": True, "pack_a": K >= 256}
+            "pack_b": True, "pack_a": False}
 
 
 def default_config(space, workload, target) -> dict:
