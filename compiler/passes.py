@@ -204,15 +204,14 @@ def _guards(loop: For) -> list[Expr]:
     return conds
 
 
-def _head_point(loop: For, ranges) -> int:
-    """Smallest k such that every lower-bound guard `a >= b` (a - b increasing in `loop.var`) in
-    the body holds for all x >= k, clipped to [0, extent]; 0 if there is none. Only guards
-    whose other variables are loops inside this one count (as in _split_point)."""
+def _guard_bounds(loop: For, ranges, op: str):
+    """(coef, lo, hi) for each guard `a op b` in the body with a - b = coef*x + rest, coef > 0,
+    where rest ranges over [lo, hi]. Only guards whose other variables are loops inside this
+    one count: their ranges are then exactly what the guard ranges over."""
     inner = {n.var for n in walk_stmt(loop.body) if isinstance(n, For)}
     simp = Simplifier(ranges)
-    head = 0
     for cond in _guards(loop):
-        if not (isinstance(cond, BinOp) and cond.op == "ge" and _depends(cond.a, loop.var)):
+        if not (isinstance(cond, BinOp) and cond.op == op and _depends(cond.a, loop.var)):
             continue
         if not {x for x in expr_nodes(cond) if isinstance(x, Var)} - {loop.var} <= inner:
             continue
@@ -222,42 +221,22 @@ def _head_point(loop: For, ranges) -> int:
             continue
         rest = lin.copy()
         del rest.terms[loop.var]
-        lo, _ = simp.lin_range(rest)
-        if lo == -float("inf"):
-            continue
-        # coef*x + lo >= 0  <=>  x >= ceil(-lo / coef)
-        head = max(head, min(loop.extent, max(0, -(int(lo) // entry[0]))))
-    return head
+        lo, hi = simp.lin_range(rest)
+        if lo != -float("inf") and hi != float("inf"):
+            yield entry[0], int(lo), int(hi)
+
+
+def _head_point(loop: For, ranges) -> int:
+    """Smallest k such that every lower-bound guard `a >= b` holds for all x >= k, clipped to
+    [0, extent]; 0 if there is none."""
+    # coef*x + lo >= 0  <=>  x >= ceil(-lo / coef)
+    return max((min(loop.extent, max(0, -(lo // coef))) for coef, lo, _ in _guard_bounds(loop, ranges, "ge")),
+               default=0)
 
 
 def _split_point(loop: For, ranges) -> int | None:
-    """Largest k such that every guard on `loop.var` in the body holds for all x < k.
-
-    Guards are the conditions of IfThenElse statements and of Select expressions. Only
-    those whose other variables are loops inside this one count: their ranges are then
-    exactly what the guard ranges over. None if there is no such guard.
-    """
-    inner = {n.var for n in walk_stmt(loop.body) if isinstance(n, For)}
-    simp = Simplifier(ranges)
-    best = None
-    for cond in _guards(loop):
-        if not (isinstance(cond, BinOp) and cond.op == "lt" and _depends(cond.a, loop.var)):
-            continue
-        others = {x for x in expr_nodes(cond) if isinstance(x, Var)} - {loop.var}
-        if not others <= inner:
-            continue
-        lin = simp.lin(BinOp("sub", cond.a, cond.b))
-        entry = lin.terms.get(loop.var)
-        if entry is None or entry[0] <= 0:
-            continue
-        rest = lin.copy()
-        del rest.terms[loop.var]
-        _, hi = simp.lin_range(rest)
-        if hi == float("inf"):
-            continue
-        k = _max_x(entry[0], hi)
-        best = k if best is None else min(best, k)
-    return best
+    """Largest k such that every upper-bound guard `a < b` holds for all x < k (None if none)."""
+    return min((_max_x(coef, hi) for coef, _, hi in _guard_bounds(loop, ranges, "lt")), default=None)
 
 
 def _max_x(coef: int, hi: float) -> int:
