@@ -56,3 +56,9 @@ def pack_blocked(t: Tensor, axis: int, factor: int, name: str, outer_multiple: i
         return te.if_then_else(src < extent, t[tuple(clamped)], te.const(0.0, t.dtype))
 
     return te.compute(shape, body, name=name)
+
+
+def knob_choices(space, name: str) -> list:
+    """The values of choice knob `name` of a config space (for default-config rules)."""
+    knob = space.knobs[name]
+    return [knob.entity(i).val for i in range(len(knob))]

@@ -26,6 +26,7 @@ import numpy as np
 
 from .. import te
 from ..schedule import create_schedule
+from .common import knob_choices
 from .conv_common import (check_conv, conv_args, conv_flop, finish, load_or_zero, np_conv2d_nchw, np_finish,
                           out_size)
 from .registry import ArgDef, OpDef, WorkloadError, register
@@ -150,7 +151,10 @@ def _divisors(n: int, limit: int) -> list[int]:
 
 def define_knobs(cfg, a: dict, lanes: int) -> None:
     """ic_bn / oc_bn (channel blocks; fixed by pre-packed weights), reg_n (output columns per
-    register tile), order (reduction loop order), unroll_kw, parallel (fused loops)."""
+    register tile), order (reduction loop order), unroll_kw, parallel: the loops fused into the
+    parallel loop — (n, oc block, row) or (n, oc block) with the weights packed beforehand, or
+    "n_oc_packw": (n, oc block) with each task packing its block's weights itself, while they
+    are hot in its cache (for weight-heavy layers)."""
     OH, OW = out_size(a)
     blocks = packed_blocks(a)
     if blocks is not None:
@@ -162,7 +166,7 @@ def define_knobs(cfg, a: dict, lanes: int) -> None:
     cfg.define_knob("reg_n", list(range(1, min(OW, 32) + 1)))
     cfg.define_knob("order", list(ORDERS))
     cfg.define_knob("unroll_kw", [False, True])
-    cfg.define_knob("parallel", ["n_oc_oh", "n_oc"])
+    cfg.define_knob("parallel", ["n_oc_oh", "n_oc"] + (["n_oc_packw"] if blocks is None else []))
 
 
 def schedule(sch, cfg, data_vec, kernel_vec, conv, out, pack_weight: bool) -> None:
@@ -173,10 +177,8 @@ def schedule(sch, cfg, data_vec, kernel_vec, conv, out, pack_weight: bool) -> No
     co, ci = so.split(c, factor=oc_bn)
     wo, wi = so.split(w, factor=reg_n)
     so.reorder(n, co, h, wo, ci, wi)
-    if cfg["parallel"].val == "n_oc_oh":
-        so.parallel(so.fuse(n, co, h))
-    else:
-        so.parallel(so.fuse(n, co))
+    par = so.fuse(n, co, h) if cfg["parallel"].val == "n_oc_oh" else so.fuse(n, co)
+    so.parallel(par)
     so.unroll(ci)
     so.unroll(wi)
 
@@ -198,7 +200,10 @@ def schedule(sch, cfg, data_vec, kernel_vec, conv, out, pack_weight: bool) -> No
         sk = sch[kernel_vec]
         ko, ki, kh, kw, kb, kob = sk.op.axis
         sk.reorder(ko, ki, kob, kb, kh, kw)
-        sk.parallel(sk.fuse(ko, ki))
+        if cfg["parallel"].val == "n_oc_packw":
+            sk.compute_at(so, par)
+        else:
+            sk.parallel(sk.fuse(ko, ki))
 
 
 def cpu_template(cfg, workload, target):
@@ -212,21 +217,31 @@ def cpu_template(cfg, workload, target):
     return sch, [data, weight, *([bias] if bias is not None else []), out]
 
 
+#: Weights larger than this (bytes, about an L2) are packed per output-channel block by the
+#: task that uses them (parallel "n_oc_packw") in the default config.
+WEIGHT_PACK_INSIDE_BYTES = 1 << 20
+
+
 def default_config(space, workload, target) -> dict:
     """TVM's x86 fallback rule: channel blocks of one vector (the largest divisor of CI up to the
     vector width for ic_bn), reg_n the largest divisor of OW that keeps the reg_n × oc_bn tile in
-    28 vector registers (AVX-512 has 32; AVX2 16 → 12), kw not unrolled, (n, oc, oh) in parallel."""
+    28 vector registers (AVX-512 has 32; AVX2 16 → 12), kw not unrolled; (n, oc, oh) in parallel,
+    except for weights beyond WEIGHT_PACK_INSIDE_BYTES in 8 or more blocks, which each task packs
+    per output-channel block ("n_oc_packw": the packed block is read from cache, not memory)."""
     a = workload.args
     lanes = target.lanes(a["dtype"])
-    choices = {k: [space.knobs[k].entity(i).val for i in range(len(space.knobs[k]))] for k in ("ic_bn", "oc_bn")}
+    choices = {k: knob_choices(space, k) for k in ("ic_bn", "oc_bn", "parallel")}
     ic_bn = max(b for b in choices["ic_bn"] if b <= lanes) if min(choices["ic_bn"]) <= lanes else choices["ic_bn"][0]
     oc_bn = max(b for b in choices["oc_bn"] if b <= lanes) if min(choices["oc_bn"]) <= lanes else choices["oc_bn"][0]
     regs = 28 if target.vector_bytes >= 64 else 12
     _, OW = out_size(a)
     limit = max(1, min(32, OW, regs // max(1, oc_bn // lanes)))
     reg_n = max(d for d in range(1, limit + 1) if OW % d == 0)
+    weight_bytes = a["CO"] * a["CI"] * a["KH"] * a["KW"] * (4 if a["dtype"] == "float32" else 8)
+    pack_inside = ("n_oc_packw" in choices["parallel"] and weight_bytes > WEIGHT_PACK_INSIDE_BYTES
+                   and -(-a["CO"] // oc_bn) >= 8)
     return {"ic_bn": ic_bn, "oc_bn": oc_bn, "reg_n": reg_n, "order": "ic_kh_kw_icb", "unroll_kw": False,
-            "parallel": "n_oc_oh"}
+            "parallel": "n_oc_packw" if pack_inside else "n_oc_oh"}
 
 
 def _layouts(a: dict) -> dict[str, str]:

@@ -17,6 +17,8 @@ import numpy as np
 
 from .. import te
 from ..schedule import create_schedule
+from .common import knob_choices
+from .conv2d import WEIGHT_PACK_INSIDE_BYTES
 from .conv_common import (check_conv, conv_args, conv_flop, finish, has_epilogue, load_or_zero, np_conv2d_nhwc,
                           np_finish, out_size)
 from .registry import OpDef, register
@@ -165,17 +167,20 @@ def cpu_template(cfg, workload, target):
 def default_config(space, workload, target) -> dict:
     """One vector of output channels per tile (oc_bn = lanes, or the largest choice below), reg_n the
     largest divisor of OW that fits the tile in 28 vector registers (12 for AVX2), the whole
-    input-channel loop inside (kh, kw), packed weights, padding per row, (n, oh) in parallel."""
+    input-channel loop inside (kh, kw), padding per row, (n, oh) in parallel; weights packed when
+    they fit in about an L2 (WEIGHT_PACK_INSIDE_BYTES; larger ones cost more to repack on every
+    call than their rows of CO channels cost to stream)."""
     a = workload.args
     lanes = target.lanes(a["dtype"])
-    ocs = [space.knobs["oc_bn"].entity(i).val for i in range(len(space.knobs["oc_bn"]))]
-    oc_bn = max(b for b in ocs if b <= lanes)
+    oc_bn = max(b for b in knob_choices(space, "oc_bn") if b <= lanes)
     regs = 28 if target.vector_bytes >= 64 else 12
     _, OW = out_size(a)
     limit = max(1, min(32, OW, regs // max(1, oc_bn // lanes)))
     reg_n = max(d for d in range(1, limit + 1) if OW % d == 0)
+    weight_bytes = a["CO"] * a["CI"] * a["KH"] * a["KW"] * (4 if a["dtype"] == "float32" else 8)
     return {"oc_bn": oc_bn, "reg_n": reg_n, "ic_bn": a["CI"] if a["CI"] <= 4 * lanes else 1, "order": "kh_kw_ic",
-            "unroll_kw": False, "pack_weight": True, "pad": "row" if any(a["padding"]) else "none",
+            "unroll_kw": False, "pack_weight": weight_bytes <= WEIGHT_PACK_INSIDE_BYTES,
+            "pad": "row" if any(a["padding"]) else "none",
             "parallel": "n_oh"}
 
 

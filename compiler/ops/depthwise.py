@@ -18,6 +18,7 @@ import numpy as np
 
 from .. import te
 from ..schedule import create_schedule
+from .common import knob_choices
 from .conv_common import (check_conv, conv_args, conv_flop, finish, has_epilogue, load_or_zero, np_depthwise_nchw,
                           np_finish, out_size)
 from .registry import OpDef, register
@@ -137,8 +138,7 @@ def default_config(space, workload, target) -> dict:
     a = workload.args
     lanes = target.lanes(a["dtype"])
     _, OW = out_size(a)
-    widths = [space.knobs["tile_w"].entity(i).val for i in range(len(space.knobs["tile_w"]))]
-    heights = [space.knobs["tile_h"].entity(i).val for i in range(len(space.knobs["tile_h"]))]
+    widths, heights = knob_choices(space, "tile_w"), knob_choices(space, "tile_h")
     tile_w = max(w for w in widths if w <= max(widths[0], min(2 * lanes, OW)))
     tile_h = max(h for h in heights if h * max(1, tile_w // lanes) <= 8)
     return {"tile_w": tile_w, "tile_h": tile_h, "unroll_kw": True, "parallel": "n_c"}
