@@ -1,0 +1,64 @@
+"""Test helper for operators: build configs of a workload's template with gcc, run them on
+random inputs and compare with the operator's numpy reference.
+
+    cases = sample(workload, n=20, seed=1)              # [(workload, config)], default first
+    assert not failures(cases)                           # [] when every build matches
+
+Builds run in threads (gcc is a subprocess, so they overlap); kernels run one at a time.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from tunefleet.compiler import ops
+from tunefleet.compiler.driver import build_workload
+from tunefleet.compiler.target import Target
+
+TARGET = Target.host()
+RTOL = {"float32": 1e-4, "float64": 1e-10}
+THREADS = 3
+
+
+def sample(workload, n: int, seed: int, *, default: bool = True) -> list:
+    """The default config (when `default`) and `n` distinct random configs of the workload's space."""
+    space = ops.config_space(workload, TARGET)
+    configs = [ops.default_config(workload, TARGET)] if default else []
+    configs += [c for c in space.random(np.random.default_rng(seed), n) if c not in configs]
+    return [(workload, c) for c in configs]
+
+
+def relative_error(out: np.ndarray, ref: np.ndarray) -> float:
+    """max |out - ref| / max |ref| (NaN in out counts as an error of inf)."""
+    if np.isnan(out).any():
+        return float("inf")
+    return float(np.abs(out.astype(np.float64) - ref).max() / max(np.abs(ref).max(), 1e-6))
+
+
+def _check(case, seed: int, built) -> str | None:
+    workload, config = case
+    if isinstance(built, Exception):
+        return f"{workload.args} {config.to_json()['knobs']}: {type(built).__name__}: {built}"
+    inputs = ops.random_inputs(workload.tensors(), np.random.default_rng(seed))
+    outs = built.run(*inputs)
+    for out, ref in zip(outs, workload.reference(*inputs)):
+        err = relative_error(out, ref)
+        if not err < RTOL[str(ref.dtype)]:
+            return f"{workload.args} {config.to_json()['knobs']}: relative error {err:.3g}"
+    return None
+
+
+def _build(case):
+    try:
+        return build_workload(case[0], case[1], TARGET)
+    except Exception as e:  # reported with the case
+        return e
+
+
+def failures(cases: list, seed: int = 0) -> list[str]:
+    """Descriptions of the cases whose build fails or whose output differs from the reference."""
+    with ThreadPoolExecutor(THREADS) as pool:
+        built = list(pool.map(_build, cases))
+    return [msg for case, b in zip(cases, built) if (msg := _check(case, seed, b)) is not None]

@@ -1,0 +1,113 @@
+"""custom workloads: softmax, layernorm and an elementwise chain written as te JSON build with
+the generic template and match numpy; the interpreter and FLOP count; bad JSON is rejected
+with errors on the field "te"."""
+
+import json
+
+import numpy as np
+import pytest
+from ops_check import TARGET, failures, relative_error, sample
+
+from tunefleet.compiler import ops, te
+from tunefleet.compiler.driver import build_workload
+from tunefleet.compiler.ops.te_analysis import count_flop
+
+
+def softmax(M, N):
+    x = te.placeholder((M, N), name="x")
+    k = te.reduce_axis(N, "k")
+    mx = te.compute((M,), lambda i: te.max(x[i, k], axis=k), name="mx")
+    e = te.compute((M, N), lambda i, j: te.exp(x[i, j] - mx[i]), name="e")
+    k2 = te.reduce_axis(N, "k2")
+    s = te.compute((M,), lambda i: te.sum(e[i, k2], axis=k2), name="s")
+    return te.compute((M, N), lambda i, j: e[i, j] / s[i], name="out")
+
+
+def layernorm(M, N, eps=1e-5):
+    x = te.placeholder((M, N), name="x")
+    gamma, beta = te.placeholder((N,), name="gamma"), te.placeholder((N,), name="beta")
+    k = te.reduce_axis(N, "k")
+    s1 = te.compute((M,), lambda i: te.sum(x[i, k], axis=k), name="s1")
+    mean = te.compute((M,), lambda i: s1[i] * (1.0 / N), name="mean")
+    k2 = te.reduce_axis(N, "k2")
+    s2 = te.compute((M,), lambda i: te.sum((x[i, k2] - mean[i]) * (x[i, k2] - mean[i]), axis=k2), name="s2")
+    return te.compute((M, N), lambda i, j: (x[i, j] - mean[i]) / te.sqrt(s2[i] * (1.0 / N) + eps) * gamma[j]
+                      + beta[j], name="out")
+
+
+def chain(M, N):
+    a, b = te.placeholder((M, N), name="a"), te.placeholder((N,), name="b")
+    t = te.compute((M, N), lambda i, j: a[i, j] * 2.0 + b[j], name="t")
+    return te.compute((M, N), lambda i, j: te.tanh(t[i, j]) + te.sigmoid(t[i, te.min(j + 1, N - 1)]), name="out")
+
+
+def custom(out) -> ops.Workload:
+    """The workload a client would submit: the JSON text of the computation."""
+    return ops.make_workload("custom", {"te": json.loads(json.dumps(te.to_json([out])))})
+
+
+def np_softmax(x):
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def np_layernorm(x, gamma, beta, eps=1e-5):
+    x = x.astype(np.float64)
+    return (x - x.mean(1, keepdims=True)) / np.sqrt(x.var(1, keepdims=True) + eps) * gamma + beta
+
+
+@pytest.mark.parametrize("make, shapes", [(softmax, [(13, 37), (1, 129), (64, 16)]),
+                                          (layernorm, [(7, 100), (3, 1), (32, 768)]),
+                                          (chain, [(5, 33), (1, 7), (9, 130)])])
+def test_random_configs_match_numpy(make, shapes):
+    cases = [c for n, s in enumerate(shapes) for c in sample(custom(make(*s)), 4, seed=n)]
+    assert len({c[1].to_json()["index"] for c in cases}) >= 6
+    assert not failures(cases)
+
+
+def test_interpreter_matches_numpy_formulas():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((13, 37)).astype(np.float32)
+    gamma, beta = rng.standard_normal(37).astype(np.float32), rng.standard_normal(37).astype(np.float32)
+    (sm,) = custom(softmax(13, 37)).reference(x)
+    (ln,) = custom(layernorm(13, 37)).reference(x, gamma, beta)
+    assert sm.dtype == np.float32 and relative_error(sm, np_softmax(x.astype(np.float64))) < 1e-6
+    assert relative_error(ln, np_layernorm(x, gamma, beta)) < 1e-5
+
+
+def test_default_configs_and_arguments():
+    w = custom(layernorm(32, 64))
+    built = build_workload(w, ops.default_config(w, TARGET), TARGET)
+    assert [(a.name, a.shape, a.is_output) for a in built.args] == [
+        ("x", (32, 64), False), ("gamma", (64,), False), ("beta", (64,), False), ("out", (32, 64), True)]
+    rng = np.random.default_rng(1)
+    ins = ops.random_inputs(w.tensors(), rng)
+    assert relative_error(built.run(*ins)[0], np_layernorm(*ins)) < 1e-4
+
+
+def test_flop_count():
+    # softmax: max (1 per point), exp(x - max) (2), sum (1), divide (1) over M×N points
+    assert count_flop([softmax(4, 8)]) == 4 * 8 * 5
+    assert custom(softmax(4, 8)).flop == 160
+
+
+def _json(out) -> dict:
+    return te.to_json([out])
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda j: j["tensors"][-1].update(body=["evil", ["const", 1.0, "float32"]]), "unknown node kind"),
+    (lambda j: j["tensors"][0].update(name="__import__"), "reserved"),
+    (lambda j: j.update(outputs=["nothing"]), "output 'nothing'"),
+    (lambda j: j["tensors"][-1]["body"][1][2].__setitem__(1, ["add", ["var", "i"], ["var", "j"]]),
+     r"may range over \[0, 10\]"),  # x[i, i + j] leaves x
+    (lambda j: j["tensors"].insert(0, {"name": "unused", "op": "placeholder", "shape": [3], "dtype": "float32"}),
+     "no output reads"),
+])
+def test_bad_json_is_rejected_on_field_te(mutate, message):
+    x = te.placeholder((4, 8), name="x")
+    data = _json(te.compute((4, 8), lambda i, j: x[i, j] * 2.0, name="out"))
+    mutate(data)
+    with pytest.raises(ops.WorkloadError, match=message) as exc:
+        ops.make_workload("custom", {"te": data})
+    assert exc.value.field == "te"
