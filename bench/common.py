@@ -109,6 +109,19 @@ print(min(k.time(*ins, *outs, repeat={repeat}, min_repeat_ms={min_repeat_ms})))
     return best_child_seconds(code)
 
 
+def quick_seconds(built, workload, *, repeat: int = 3, min_repeat_ms: int = 40) -> float:
+    """A quick in-process timing (best repeat) of a built kernel on random inputs: for ranking
+    candidates; report numbers from kernel_seconds."""
+    import numpy as np
+
+    import tunefleet
+    from tunefleet.compiler import ops
+
+    k = tunefleet.load(export(built, workload, scratch_dir("tf-bench-")))
+    ins = ops.random_inputs(workload.tensors(), np.random.default_rng(0))
+    return float(np.min(k.time(*ins, repeat=repeat, min_repeat_ms=min_repeat_ms)))
+
+
 def export(built, workload, out_dir: str | Path, extra: dict | None = None) -> Path:
     """Write a built kernel as an artifact directory (for timing it in children)."""
     from tunefleet.compiler.artifact import write_artifact

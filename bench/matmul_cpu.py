@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import export, kernel_seconds, numpy_matmul_seconds, peak_gflops, scratch_dir  # noqa: E402
+from common import export, kernel_seconds, numpy_matmul_seconds, peak_gflops, quick_seconds, scratch_dir  # noqa: E402,E501
 
 from tunefleet.compiler import ops  # noqa: E402
 from tunefleet.compiler.driver import build_workload  # noqa: E402
@@ -40,16 +40,6 @@ def candidates(space, default, lanes: int, n: int, rng) -> list:
         if c["mr"].val * c["nr"].val // lanes <= 28 and c["mr"].val >= 4:
             out.setdefault(c.index, c)
     return list(out.values())
-
-
-def quick_seconds(built, workload) -> float:
-    rng = np.random.default_rng(0)
-    import tunefleet
-
-    d = export(built, workload, scratch_dir("tf-bench-"))
-    k = tunefleet.load(d)
-    ins = ops.random_inputs(workload.tensors(), rng)
-    return float(np.min(k.time(*ins, repeat=3, min_repeat_ms=40)))
 
 
 def main() -> None:
