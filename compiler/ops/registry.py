@@ -8,6 +8,7 @@ concrete, validated arguments; its key is a stable hash of its canonical JSON.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -134,7 +135,7 @@ class OpDef:
             elif a.required:
                 raise WorkloadError(a.name, f"is required for {self.name}")
             else:
-                out[a.name] = a.default
+                out[a.name] = copy.deepcopy(a.default)  # a workload never shares a mutable default
         if self.check is not None:
             self.check(out)
         return out
