@@ -7,6 +7,7 @@ import pytest
 from ops_check import TARGET, failures, relative_error, sample
 
 from tunefleet.compiler import ops
+from tunefleet.compiler.abi import header_text
 from tunefleet.compiler.driver import build_workload
 from tunefleet.compiler.ops.conv2d import pack_weight_np
 
@@ -69,7 +70,8 @@ def test_packed_layouts_stay_inside_the_kernel(op, layouts):
     for config in [ops.default_config(w, TARGET), *space.random(np.random.default_rng(0), 2)]:
         built = build_workload(w, config, TARGET)
         assert {a.name: a.shape for a in built.args} == layouts
-        assert not any("vec" in a.name or "pad" in a.name for a in built.args)
+        header = header_text(built.name, built.args, doc="")
+        assert op[-4:].upper() in header and not any(s in header for s in ("_vec", "_pad", "_acc", "NCHWc"))
 
 
 def test_float64():
