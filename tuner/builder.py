@@ -1,0 +1,127 @@
+"""Builders: compile candidates into shared libraries in a pool of processes.
+
+A :class:`Builder` keeps ``n_parallel`` processes forked from the fork server
+(see :mod:`.processes`), pinned to ``cpus``, each with the operator plugins
+imported. :meth:`Builder.submit` returns a future, so builds run ahead of the
+runner. Builds go through ``compile_shared``, which caches libraries by the
+hash of their source and is safe with concurrent builders.
+
+Any failure to produce a library is a ``compile_error``: a ScheduleError or
+a ConfigError (the config does not fit the template), a BuildError (gcc
+rejected the source or timed out), and also an unexpected exception in the
+compiler (then the error text holds the traceback, to report as a bug).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+import traceback
+from concurrent.futures import Future, ProcessPoolExecutor
+
+from tunefleet.compiler.build import BuildError
+from tunefleet.compiler.driver import build_workload
+from tunefleet.compiler.schedule import ScheduleError
+from tunefleet.compiler.space import ConfigError
+
+from . import plugins, processes
+from .measure import MeasureInput
+from .resolve import resolve
+
+__all__ = ["BuildResult", "build_candidate", "Builder"]
+
+#: Expected ways for a config to fail to build; anything else also fails it, with a traceback.
+_EXPECTED = (ScheduleError, BuildError, ConfigError)
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildResult:
+    """A built candidate: ``status`` "ok" or "compile_error"; the kernel's ``name``, the library's
+    ``so_path`` and its ``args`` (``ArgSpec.to_dict()`` each, call order) when ok; ``build_s``
+    wall seconds; ``error`` text when it failed."""
+
+    status: str
+    name: str = ""
+    so_path: str = ""
+    args: tuple[dict, ...] = ()
+    build_s: float = 0.0
+    error: str = ""
+
+
+def build_candidate(inp: MeasureInput) -> BuildResult:
+    """Build one candidate in this process (no pool). Never raises for a bad candidate."""
+    start = time.perf_counter()
+    try:
+        workload, target, config = resolve(inp.workload, inp.target, inp.config)
+        built = build_workload(workload, config, target)
+    except _EXPECTED as exc:
+        return BuildResult("compile_error", build_s=time.perf_counter() - start,
+                           error=f"{type(exc).__name__}: {exc}")
+    except Exception:  # a compiler bug: the candidate still fails, and the traceback says where
+        return BuildResult("compile_error", build_s=time.perf_counter() - start,
+                           error=f"internal compiler error:\n{traceback.format_exc()}")
+    return BuildResult("ok", built.name, str(built.so_path), tuple(a.to_dict() for a in built.args),
+                       time.perf_counter() - start)
+
+
+_gate: processes.CpuGate | None = None
+
+
+def _init_worker(state: dict, cpus: list[int], gate: processes.CpuGate | None,
+                 plugin_modules: tuple[str, ...]) -> None:
+    global _gate
+    processes.init_worker(state, cpus, plugin_modules)
+    _gate = gate
+
+
+def _build_in_worker(inp: MeasureInput) -> BuildResult:
+    if _gate is None:
+        return build_candidate(inp)
+    with _gate.building():
+        return build_candidate(inp)
+
+
+class Builder:
+    """A pool of ``n_parallel`` builder processes pinned to ``cpus`` (default: the affinity mask).
+
+    ``gate``: a :class:`~.processes.CpuGate` shared with the runner when their
+    CPUs overlap. ``plugin_modules``: operator plugins each process imports
+    (default: ``$TUNEFLEET_OPS_PLUGINS``). If a builder process dies, its
+    candidates come back as compile errors and the pool is replaced.
+    """
+
+    def __init__(self, n_parallel: int | None = None, cpus: list[int] | None = None,
+                 gate: processes.CpuGate | None = None, plugin_modules: tuple[str, ...] | None = None):
+        self.cpus = sorted(cpus) if cpus else sorted(os.sched_getaffinity(0))
+        self.n_parallel = n_parallel or len(self.cpus)
+        if self.n_parallel < 1:
+            raise ValueError(f"n_parallel must be >= 1, got {self.n_parallel}")
+        self.gate = gate
+        self.plugin_modules = plugins.plugin_modules() if plugin_modules is None else tuple(plugin_modules)
+        self._pool: ProcessPoolExecutor | None = None
+
+    def _executor(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(
+                self.n_parallel, mp_context=processes.context(), initializer=_init_worker,
+                initargs=(processes.parent_state(), self.cpus, self.gate, self.plugin_modules))
+        return self._pool
+
+    def submit(self, inp: MeasureInput) -> Future:
+        """Start building ``inp``; the future's result is a :class:`BuildResult`."""
+        return self._executor().submit(_build_in_worker, inp)
+
+    def result(self, future: Future) -> BuildResult:
+        """The future's BuildResult; a compile_error if its builder process died (the pool is then replaced)."""
+        try:
+            return future.result()
+        except Exception as exc:  # BrokenProcessPool, or a result that could not be sent back
+            self.close(wait=False)
+            return BuildResult("compile_error", error=f"builder process failed: {type(exc).__name__}: {exc}")
+
+    def close(self, wait: bool = True) -> None:
+        """Stop the pool; queued builds are cancelled, running ones finish when ``wait``."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=wait, cancel_futures=True)
+            self._pool = None

@@ -1,0 +1,100 @@
+"""The isolated measurement process: load one built candidate, check it, time it.
+
+:func:`child_main` runs in a fresh process per candidate (forked from the fork
+server by :mod:`.runner`), so a candidate that crashes, aborts or hangs takes
+only this process with it. It talks to the runner over a pipe:
+
+1. ``("started",)`` once the library is loaded: the runner's timeout starts now;
+2. correctness check (when the protocol asks for it): fresh random inputs in
+   [-1, 1), outputs pre-filled with NaN (an element the kernel never writes
+   fails the check), compared with the operator's numpy reference. The error
+   is ``max |out - ref| / max |ref|`` over each output (relative to the
+   output's largest magnitude, so the many near-zero entries of a product do
+   not make the check flaky); it must be at most :data:`TOLERANCE` of the
+   dtype: 1e-4 for float32, 1e-9 for float64. A failure ends with
+   ``("result", "wrong_answer", [], text)``;
+3. ``("ready",)``, then it waits for ``"go"``: the runner first keeps builds off
+   these CPUs;
+4. timing with the artifact runtime's ``tunefleet_timer`` on
+   ``<name>_packed``: ``("result", "ok", costs, "")``, seconds per call.
+
+A Python exception, or a nonzero return code of the kernel, ends with
+``("result", "runtime_error", [], text)``. Output of the process (C runtime
+messages, glibc's abort text) goes to the log file the runner reads.
+"""
+
+from __future__ import annotations
+
+import os
+from multiprocessing.connection import Connection
+
+import numpy as np
+
+from tunefleet.compiler import ops
+from tunefleet.load import Kernel
+
+from . import plugins, processes
+from .measure import MeasureProtocol
+
+__all__ = ["TOLERANCE", "relative_error", "child_main"]
+
+#: Largest accepted relative error (see the module docstring) per output dtype.
+TOLERANCE = {"float32": 1e-4, "float64": 1e-9}
+
+
+def relative_error(out: np.ndarray, ref: np.ndarray) -> float:
+    """``max |out - ref| / max |ref|`` in float64 (|ref| floored at 1e-30); NaN if ``out`` has a NaN."""
+    out64, ref64 = out.astype(np.float64), ref.astype(np.float64)
+    if out64.size == 0:
+        return 0.0
+    if np.isnan(out64).any():
+        return float("nan")
+    return float(np.abs(out64 - ref64).max() / max(float(np.abs(ref64).max()), 1e-30))
+
+
+def _check(kernel: Kernel, workload: ops.Workload) -> tuple[str, list[np.ndarray]]:
+    """("" or the wrong-answer text, all arguments of a correct run)."""
+    inputs = ops.random_inputs(workload.tensors(), np.random.default_rng())
+    outputs = [np.full(a.shape, np.nan, a.dtype) for a in kernel.args if a.is_output]
+    kernel(*inputs, out=outputs)
+    refs = workload.reference(*inputs)
+    for spec, out, ref in zip([a for a in kernel.args if a.is_output], outputs, refs):
+        err = relative_error(out, np.asarray(ref))
+        tol = TOLERANCE[spec.dtype]
+        if not err <= tol:
+            unwritten = int(np.isnan(out).sum() - np.isnan(ref).sum())
+            what = f"{unwritten} of {out.size} elements never written (still NaN)" if unwritten > 0 else \
+                f"max relative error {err:.3g} > tolerance {tol:g}"
+            return f"output {spec.name!r}: {what}", []
+    return "", [*inputs, *outputs]
+
+
+def child_main(conn: Connection, job: dict) -> None:
+    """Measure one candidate. ``job``: state (``processes.parent_state()``), cpus, log (path), plugins, workload (JSON),
+    name, so_path, args (ArgSpec dicts), protocol (MeasureProtocol JSON)."""
+    processes.adopt(job["state"], job["cpus"])
+    os.environ["TUNEFLEET_NUM_THREADS"] = str(len(job["cpus"]))
+    log = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    try:
+        plugins.load_plugins(tuple(job["plugins"]))
+        protocol = MeasureProtocol.from_json(job["protocol"])
+        workload = ops.Workload.from_json(job["workload"])
+        kernel = Kernel(job["so_path"], {"name": job["name"], "args": job["args"]})
+        conn.send(("started",))
+        if protocol.check_correctness:
+            wrong, arrays = _check(kernel, workload)
+            if wrong:
+                conn.send(("result", "wrong_answer", [], wrong))
+                return
+        else:
+            arrays = ops.random_inputs(workload.tensors(), np.random.default_rng())
+        conn.send(("ready",))
+        conn.recv()
+        costs = kernel.time(*arrays, number=protocol.number, repeat=protocol.repeat,
+                            min_repeat_ms=round(protocol.min_repeat_ms), cooldown_ms=round(protocol.cooldown_ms),
+                            flush_cache=protocol.flush_cache)
+        conn.send(("result", "ok", costs.tolist(), ""))
+    except Exception as exc:
+        conn.send(("result", "runtime_error", [], f"{type(exc).__name__}: {exc}"))

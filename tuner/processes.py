@@ -1,0 +1,102 @@
+"""Process plumbing shared by the builders and the runner.
+
+Builder and measurement processes are forked from multiprocessing's fork
+server, which imports numpy and the compiler once (:data:`PRELOAD`), so a fresh
+process per candidate costs milliseconds instead of a Python start-up. Each new
+process then takes the environment and ``sys.path`` its parent has *now*
+(:func:`adopt`), as a spawned process would, not the fork server's from when it
+started.
+
+:class:`CpuGate` keeps builds off the CPUs a candidate is being timed on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import signal
+import sys
+from collections.abc import Iterator
+
+from . import plugins
+
+__all__ = ["PRELOAD", "context", "parent_state", "adopt", "init_worker", "CpuGate"]
+
+#: Modules the fork server imports once for all the processes it forks. "__main__" is the
+#: parent's main module, imported once there instead of in every child (multiprocessing's
+#: rule holds: a main script must guard its work with ``if __name__ == "__main__":``).
+PRELOAD = ["__main__", "numpy", "tunefleet.compiler.ops", "tunefleet.compiler.driver", "tunefleet.load",
+           "tunefleet.tuner.builder", "tunefleet.tuner.measure_child"]
+
+
+def context() -> multiprocessing.context.BaseContext:
+    """The forkserver multiprocessing context, with :data:`PRELOAD` (applies when the server starts)."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)
+    return ctx
+
+
+def parent_state() -> dict:
+    """What :func:`adopt` gives a new process: this process's environment and ``sys.path``."""
+    return {"env": dict(os.environ), "sys_path": list(sys.path)}
+
+
+def adopt(state: dict, cpus: list[int] | None) -> None:
+    """In a freshly forked process: take the parent's environment and ``sys.path`` (``state``,
+    from :func:`parent_state`), pin to ``cpus`` (if given), and ignore SIGINT, so that a Ctrl-C
+    reaches only the parent, which then stops its children."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.environ.clear()
+    os.environ.update(state["env"])
+    sys.path[:] = state["sys_path"]
+    if cpus is not None:
+        os.sched_setaffinity(0, cpus)
+
+
+def init_worker(state: dict, cpus: list[int] | None, plugin_modules: tuple[str, ...]) -> None:
+    """Initializer of a pool process: :func:`adopt` the parent's state, then import the operator plugins."""
+    adopt(state, cpus)
+    plugins.load_plugins(plugin_modules)
+
+
+class CpuGate:
+    """Keeps builds and timing apart when builders and the runner share CPUs.
+
+    Builders hold :meth:`building` around a build; the runner holds
+    :meth:`timing` around the timed part of a candidate. A build does not
+    start while a candidate is timed, and timing waits for the builds in flight
+    (at most ``max_wait_s``, so a builder that died holding the gate cannot
+    block the runner forever). Created in the parent and passed to the builder
+    processes when they start.
+    """
+
+    def __init__(self, ctx: multiprocessing.context.BaseContext, max_wait_s: float = 180.0):
+        self._cond = ctx.Condition()
+        self._timing = ctx.RawValue("i", 0)
+        self._building = ctx.RawValue("i", 0)
+        self.max_wait_s = max_wait_s
+
+    @contextlib.contextmanager
+    def building(self) -> Iterator[None]:
+        with self._cond:
+            self._cond.wait_for(lambda: not self._timing.value)
+            self._building.value += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._building.value -= 1
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def timing(self) -> Iterator[None]:
+        with self._cond:
+            self._timing.value = 1
+            self._cond.wait_for(lambda: self._building.value <= 0, timeout=self.max_wait_s)
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._timing.value = 0
+                self._cond.notify_all()

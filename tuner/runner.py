@@ -1,0 +1,199 @@
+"""Measuring candidates on this machine: builders ahead of a runner of isolated child processes.
+
+:class:`LocalMeasurer` (and the one-shot :func:`measure_batch`) turn measure
+inputs into measure results, with no server involved, so ``tunefleet tune``
+and the worker daemon share it:
+
+* a :class:`~.builder.Builder` pool compiles every candidate of a batch at
+  once, ahead of the runner (pipelined: candidate i is measured while later
+  ones build);
+* the runner measures candidates one at a time, each in a fresh child process
+  (:mod:`.measure_child`) pinned to ``cpus`` with ``TUNEFLEET_NUM_THREADS =
+  len(cpus)``: correctness check on fresh random inputs, then the runtime's
+  timer with the protocol's number / repeat / min_repeat_ms / cooldown_ms /
+  flush_cache (the two millisecond values are rounded to whole milliseconds,
+  as the C timer takes ints);
+* ``protocol.timeout_s`` bounds the candidate's execution (check + timing),
+  counted from when the child has loaded the library, not from when the
+  candidate was queued or built; waiting for the CPUs (below) does not count.
+
+When the builders' CPUs overlap the runner's (always, on a machine whose
+CPUs all measure), a :class:`~.processes.CpuGate` keeps builds from running
+while a candidate is timed: builds overlap the child's start-up and
+correctness check only, never the timed repeats.
+
+Statuses: ``compile_error`` (from the builder), ``wrong_answer`` (error text
+gives the error and the tolerance), ``runtime_error`` (the kernel returned
+nonzero, an exception in the child, the child exited or died by a signal:
+the text names the signal, e.g. SIGSEGV, and ends with the child's output),
+``timeout``. A failed candidate costs its own trial only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from . import plugins, processes
+from .builder import Builder, BuildResult
+from .measure import MeasureInput, MeasureProtocol, MeasureResult
+from .measure_child import child_main
+
+__all__ = ["STARTUP_TIMEOUT_S", "LocalMeasurer", "measure_batch"]
+
+#: Seconds a child may take to start and load its library before it counts as a runtime error.
+STARTUP_TIMEOUT_S = 60.0
+#: Characters of the child's output kept in an error text.
+_LOG_TAIL = 2000
+
+
+class _Timeout(Exception):
+    pass
+
+
+class LocalMeasurer:
+    """Builds and measures candidates on this machine.
+
+    ``cpus``: the CPUs candidates run (and are timed) on, default the whole
+    affinity mask. ``build_cpus``: the builders' CPUs, default the affinity
+    mask minus ``cpus``, or all of it when that leaves none.
+    ``n_parallel``: builder processes, default ``len(build_cpus)``.
+    ``plugin_modules``: operator plugins to import in builders and children
+    (default ``$TUNEFLEET_OPS_PLUGINS``). ``host``: stored in every result
+    (default the host name). Use as a context manager, or call :meth:`close`.
+    """
+
+    def __init__(self, *, cpus: Sequence[int] | None = None, build_cpus: Sequence[int] | None = None,
+                 n_parallel: int | None = None, plugin_modules: tuple[str, ...] | None = None,
+                 host: str | None = None):
+        mask = sorted(os.sched_getaffinity(0))
+        self.cpus = sorted(set(cpus)) if cpus else mask
+        if not set(self.cpus) <= set(mask):
+            raise ValueError(f"cpus {self.cpus} are not all in this process's affinity mask {mask}")
+        if build_cpus:
+            build = sorted(set(build_cpus))
+        else:
+            build = [c for c in mask if c not in self.cpus] or mask
+        self.plugin_modules = plugins.plugin_modules() if plugin_modules is None else tuple(plugin_modules)
+        self.host = host or socket.gethostname()
+        self._ctx = processes.context()
+        self.gate = processes.CpuGate(self._ctx) if set(build) & set(self.cpus) else None
+        self.builder = Builder(n_parallel, build, self.gate, self.plugin_modules)
+        self._logs = tempfile.TemporaryDirectory(prefix="tunefleet-measure-")
+
+    @property
+    def n_parallel(self) -> int:
+        """Builder processes: the natural batch size for a tuning loop."""
+        return self.builder.n_parallel
+
+    def measure_batch(self, inputs: Sequence[MeasureInput], protocol: MeasureProtocol) -> list[MeasureResult]:
+        """One result per input, in order. All builds are submitted at once; candidates run one at a time.
+
+        KeyboardInterrupt stops at once: the running child is killed, queued
+        builds are cancelled, and the exception propagates.
+        """
+        futures = [self.builder.submit(inp) for inp in inputs]
+        results = []
+        try:
+            for inp, future in zip(inputs, futures):
+                built = self.builder.result(future)
+                results.append(self._run(inp, built, protocol))
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            raise
+        return results
+
+    def _result(self, status: str, built: BuildResult, *, costs=(), run_s: float = 0.0, error: str = "") -> MeasureResult:
+        return MeasureResult(status, list(costs), built.build_s, run_s, error, self.host)
+
+    def _run(self, inp: MeasureInput, built: BuildResult, protocol: MeasureProtocol) -> MeasureResult:
+        if built.status != "ok":
+            return self._result(built.status, built, error=built.error)
+        log = Path(self._logs.name) / "child.log"
+        log.unlink(missing_ok=True)
+        job = {"state": processes.parent_state(), "cpus": self.cpus, "log": str(log), "plugins": list(self.plugin_modules),
+               "workload": inp.workload, "name": built.name, "so_path": built.so_path, "args": list(built.args),
+               "protocol": protocol.to_json()}
+        parent, child = self._ctx.Pipe(duplex=True)
+        proc = self._ctx.Process(target=child_main, args=(child, job), daemon=True)
+        start = time.perf_counter()
+        proc.start()
+        child.close()
+        try:
+            status, costs, error = self._converse(parent, protocol.timeout_s)
+        except _Timeout as exc:
+            status, costs, error = "timeout", [], str(exc)
+        except EOFError:  # the child died: exit status or signal
+            proc.join(5)
+            status, costs, error = "runtime_error", [], _death(proc.exitcode)
+        finally:
+            if proc.is_alive():
+                proc.kill()
+            proc.join()
+            parent.close()
+        run_s = time.perf_counter() - start
+        if status == "runtime_error":
+            error = f"{error}\n{_tail(log)}".rstrip()
+        return self._result(status, built, costs=costs, run_s=run_s, error=error)
+
+    def _converse(self, conn, timeout_s: float) -> tuple[str, list[float], str]:
+        """Follow the child's messages to its result; raises _Timeout, or EOFError if it died."""
+        msg, _ = _receive(conn, STARTUP_TIMEOUT_S, f"the child did not load the candidate within "
+                                                   f"{STARTUP_TIMEOUT_S:g} s")
+        if msg[0] == "started":
+            limit = f"exceeded timeout_s={timeout_s:g} s of execution"
+            msg, left = _receive(conn, timeout_s, f"{limit} (during the correctness check)")
+            if msg[0] == "ready":
+                with self.gate.timing() if self.gate else contextlib.nullcontext():
+                    conn.send("go")
+                    msg, _ = _receive(conn, left, f"{limit} (during the timing)")
+        return msg[1], msg[2], msg[3]
+
+    def close(self) -> None:
+        """Stop the builders (running builds finish) and remove the child logs."""
+        self.builder.close()
+        self._logs.cleanup()
+
+    def __enter__(self) -> LocalMeasurer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _receive(conn, seconds: float, timeout_text: str) -> tuple[tuple, float]:
+    """The next message and the seconds left of ``seconds``; raises _Timeout(timeout_text), EOFError."""
+    t0 = time.perf_counter()
+    if not conn.poll(max(0.0, seconds)):
+        raise _Timeout(timeout_text)
+    return conn.recv(), seconds - (time.perf_counter() - t0)
+
+
+def _death(exitcode: int | None) -> str:
+    if exitcode is not None and exitcode < 0:
+        sig = signal.Signals(-exitcode)
+        return f"the candidate's process died by signal {sig.name} ({signal.strsignal(sig)})"
+    return f"the candidate's process exited with status {exitcode} before reporting a result"
+
+
+def _tail(log: Path) -> str:
+    try:
+        text = log.read_text(errors="replace").strip()
+    except OSError:
+        return ""
+    return f"output of the candidate's process:\n{text[-_LOG_TAIL:]}" if text else ""
+
+
+def measure_batch(inputs: Sequence[MeasureInput], protocol: MeasureProtocol | None = None,
+                  cpus: Sequence[int] | None = None, **options) -> list[MeasureResult]:
+    """Measure ``inputs`` with a :class:`LocalMeasurer` made for this call (``options`` are its
+    keyword arguments). For repeated batches keep one LocalMeasurer: its builders stay up."""
+    with LocalMeasurer(cpus=cpus, **options) as measurer:
+        return measurer.measure_batch(inputs, protocol or MeasureProtocol())
