@@ -102,17 +102,29 @@ def test_malformed_records_are_rejected():
 def test_best_is_the_fastest_correct_record():
     key = workload_key(MATMUL)
     records = [
-        rec(index=0, costs=(3e-3,)),
+        rec(index=0, costs=(3e-3, 3e-3, 3e-3)),
         rec(index=1, costs=(1e-3, 5e-3, 1e-3)),  # median 1e-3
         rec(index=2, status="wrong_answer"),
-        rec(index=3, costs=(2e-3,)),
-        rec(index=4, costs=(1e-3,)),  # ties with 1: the earlier one wins
-        rec(OTHER, index=5, costs=(1e-4,)),
-        rec(index=6, costs=(1e-5,), target="cuda"),
-        rec(index=7, costs=(5e-4,), device="cpu-64c"),
+        rec(index=3, costs=(2e-3, 2e-3, 2e-3)),
+        rec(index=4, costs=(1e-3, 1e-3, 1e-3)),  # ties with 1: the earlier one wins
+        rec(OTHER, index=5, costs=(1e-4, 1e-4, 1e-4)),
+        rec(index=6, costs=(1e-5, 1e-5, 1e-5), target="cuda"),
+        rec(index=7, costs=(5e-4, 5e-4, 5e-4), device="cpu-64c"),
     ]
     assert best(records, key, "cpu").config["index"] == 7
     assert best(records, key, "cpu", "cpu-2c").config["index"] == 1
     assert best(records, key, "cuda").config["index"] == 6
     assert best(records, key, "cpu", "nowhere") is None
     assert best([rec(status="compile_error")], key, "cpu") is None
+
+
+def test_best_prefers_the_validated_measurements_and_drops_configs_that_ever_failed():
+    key = workload_key(MATMUL)
+    search = [rec(index=i, costs=(c,) * 5) for i, c in enumerate((1.0e-3, 1.1e-3, 1.2e-3, 0.9e-3))]
+    validation = [rec(index=0, costs=(1.3e-3,) * 15), rec(index=1, costs=(1.2e-3,) * 15)]
+    # config 3 was fastest but failed its validation with a wrong answer; config 0 was lucky in the search
+    records = [*search, rec(index=3, status="wrong_answer"), *validation]
+    assert best(records, key, "cpu").config["index"] == 1
+    assert best(search, key, "cpu").config["index"] == 3
+    # a later, longer re-measurement of one config replaces the earlier one
+    assert best([*records, rec(index=0, costs=(1.0e-3,) * 15)], key, "cpu").config["index"] == 0
