@@ -1,0 +1,297 @@
+"""Features of a config for the cost model, read from its lowered loop nest.
+
+As AutoTVM's itervar features (Chen et al., "Learning to Optimize Tensor
+Programs", NeurIPS 2018; TVM ``autotvm/feature.py``), simplified: the nest is
+lowered *before* the IR passes (``_Lowering(...).run``: about 1.5 ms for a
+matmul config, against ~35 ms with the passes), where loop kinds are still the
+schedule's annotations (unrolled, vectorized, parallel) and no loop has been
+unrolled or partitioned yet.
+
+The **main statement** is the store executed most often (the deepest on ties),
+e.g. the register-tile update of a matmul. For each loop around it, outermost
+to innermost, aligned on the innermost loop (slot ``N_LEVELS - 1`` is always
+the innermost loop; missing outer levels are zeros, levels beyond
+``N_LEVELS`` are dropped from the outside), :data:`LEVEL_FEATURES`:
+
+- ``extent``; ``kind_<k>``: one-hot of serial / parallel / vectorized / unrolled;
+- ``topdown`` / ``bottomup``: product of the extents of the loops from the
+  outermost down to this one / from this one down to the innermost;
+- for each of the first ``N_BUFFERS`` buffers of the statement (the stored
+  buffer, then the loaded ones, each once, in the fixed order in which
+  ``ir.expr_nodes`` walks the stored value; missing ones are zeros): ``stride`` (elements the flat index moves when this loop's
+  variable moves by one, at the loop origin), ``bytes`` (bytes of the buffer
+  touched by one run of this loop: the product of the extents of the loops
+  from here inwards that move the index, times the element size, at most the
+  buffer's size) and ``reuse`` (times each touched element is reused within
+  one run of this loop: the product of the extents from here inwards that do
+  not move the index).
+
+Then :data:`TOTAL_FEATURES` of the whole function (flop, arithmetic intensity,
+buffer counts and bytes by scope, iterations of all stores and the main
+store's share of them, parallel / vector / unrolled extents on the main path,
+guards around the main statement, its depth, whether it stores to a local
+tile, and ``invalid`` for a config whose schedule fails to lower).
+
+Magnitudes are ``log2(1 + x)``, strides ``sign(x) · log2(1 + |x|)``, so the
+vector is float32 of fixed width :data:`N_FEATURES` for every operator and
+shape: the cost model can learn across them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tunefleet.compiler import ops
+from tunefleet.compiler.ir import Allocate, Buffer, For, IfThenElse, Load, PrimFunc, Ramp, Seq, Store, expr_nodes
+from tunefleet.compiler.lower import _Lowering
+from tunefleet.compiler.schedule import ScheduleError
+from tunefleet.compiler.space import ConfigEntity
+from tunefleet.compiler.target import DTYPE_BYTES, Target
+from tunefleet.compiler.te import BinOp, Cast, Const, Expr, Select, Var
+
+from .records import Record
+from .resolve import workload_space
+
+__all__ = ["N_LEVELS", "N_BUFFERS", "LEVEL_FEATURES", "TOTAL_FEATURES", "FEATURE_NAMES", "N_FEATURES",
+           "nest_features", "config_features", "Featurizer"]
+
+N_LEVELS = 12
+N_BUFFERS = 4
+KINDS = ("serial", "parallel", "vectorized", "unrolled")
+BUFFER_FEATURES = ("stride", "bytes", "reuse")
+LEVEL_FEATURES = ("extent", *(f"kind_{k}" for k in KINDS), "topdown", "bottomup",
+                  *(f"buf{b}_{f}" for b in range(N_BUFFERS) for f in BUFFER_FEATURES))
+TOTAL_FEATURES = ("flop", "intensity", "n_global", "n_local", "n_heap", "local_bytes", "heap_bytes",
+                  "total_iters", "main_share", "n_nests", "parallel_extent", "vector_extent", "unrolled_extent",
+                  "guards", "depth", "main_is_local", "invalid")
+FEATURE_NAMES = [f"L{lv}_{f}" for lv in range(N_LEVELS) for f in LEVEL_FEATURES] + list(TOTAL_FEATURES)
+N_FEATURES = len(FEATURE_NAMES)
+_TOTAL = {name: N_LEVELS * len(LEVEL_FEATURES) + i for i, name in enumerate(TOTAL_FEATURES)}
+
+
+def _log(x: float) -> float:
+    return math.log2(1.0 + x)
+
+
+def _signed_log(x: float) -> float:
+    return math.copysign(math.log2(1.0 + abs(x)), x)
+
+
+@dataclass
+class _StoreSite:
+    store: Store
+    loops: list[For]
+    guards: int
+    nest: int
+
+    @property
+    def iterations(self) -> int:
+        return math.prod(loop.extent for loop in self.loops)
+
+
+@dataclass
+class _Nest:
+    sites: list[_StoreSite] = field(default_factory=list)
+    allocations: list[Buffer] = field(default_factory=list)
+
+
+def _collect(func: PrimFunc) -> _Nest:
+    nest = _Nest()
+    top = [0]
+
+    def visit(s, loops: list[For], guards: int) -> None:
+        if isinstance(s, For):
+            if not loops:
+                top[0] += 1
+            visit(s.body, [*loops, s], guards)
+        elif isinstance(s, Allocate):
+            nest.allocations.append(s.buffer)
+            visit(s.body, loops, guards)
+        elif isinstance(s, IfThenElse):
+            visit(s.then, loops, guards + 1)
+            if s.otherwise is not None:
+                visit(s.otherwise, loops, guards + 1)
+        elif isinstance(s, Seq):
+            for x in s.stmts:
+                visit(x, loops, guards)
+        elif isinstance(s, Store):
+            nest.sites.append(_StoreSite(s, loops, guards, top[0]))
+
+    visit(func.body, [], 0)
+    return nest
+
+
+_INT_OPS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.floor_divide,
+            "floordiv": np.floor_divide, "floormod": np.mod, "min": np.minimum, "max": np.maximum,
+            "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "eq": np.equal,
+            "ne": np.not_equal, "and": np.logical_and, "or": np.logical_or}
+
+
+def _evaluate(e: Expr, env: dict[Var, np.ndarray]):
+    """Integer value of an index expression at each point of ``env`` (arrays); loads and calls count 0."""
+    if isinstance(e, Const):
+        return e.value
+    if isinstance(e, Var):
+        return env.get(e, 0)
+    if isinstance(e, BinOp):
+        return _INT_OPS[e.op](_evaluate(e.a, env), _evaluate(e.b, env))
+    if isinstance(e, Select):
+        return np.where(_evaluate(e.cond, env), _evaluate(e.t, env), _evaluate(e.f, env))
+    if isinstance(e, Cast):
+        return _evaluate(e.value, env)
+    if isinstance(e, Ramp):
+        return _evaluate(e.base, env)
+    return 0
+
+
+def _accesses(store: Store) -> list[tuple[Buffer, Expr]]:
+    """(buffer, flat index) of the stored buffer, then of each loaded one (first access of each, in
+    ``expr_nodes`` order)."""
+    seen: dict[int, tuple[Buffer, Expr]] = {id(store.buffer): (store.buffer, store.index)}
+    for n in expr_nodes(store.value):
+        if isinstance(n, Load) and id(n.buffer) not in seen:
+            seen[id(n.buffer)] = (n.buffer, n.index)
+    return list(seen.values())
+
+
+def _strides(index: Expr, loops: list[For]) -> np.ndarray:
+    """(len(loops),) elements the index moves per unit step of each loop variable, at the origin."""
+    n = len(loops)
+    basis = np.eye(n + 1, dtype=np.int64)[1:]  # loop j is column j + 1; column 0 is the origin
+    with np.errstate(all="ignore"):
+        value = np.broadcast_to(_evaluate(index, {loop.var: basis[j] for j, loop in enumerate(loops)}), (n + 1,))
+    return (value[1:] - value[0]).astype(np.float64)
+
+
+def _level_block(site: _StoreSite) -> np.ndarray:
+    loops = site.loops[-N_LEVELS:]
+    extents = np.array([loop.extent for loop in loops], dtype=np.float64)
+    block = np.zeros((N_LEVELS, len(LEVEL_FEATURES)), dtype=np.float64)
+    rows = block[N_LEVELS - len(loops):]
+    topdown = np.cumprod(extents)
+    bottomup = np.cumprod(extents[::-1])[::-1]
+    for j, loop in enumerate(loops):
+        row = rows[j]
+        row[0] = _log(loop.extent)
+        row[1 + (KINDS.index(loop.kind) if loop.kind in KINDS else 0)] = 1.0
+        row[5], row[6] = _log(topdown[j]), _log(bottomup[j])
+    for b, (buf, index) in enumerate(_accesses(site.store)[:N_BUFFERS]):
+        strides = _strides(index, loops)
+        moving = np.where(strides != 0, extents, 1.0)
+        still = np.where(strides == 0, extents, 1.0)
+        touched = np.minimum(np.cumprod(moving[::-1])[::-1], buf.size) * DTYPE_BYTES.get(buf.dtype, 4)
+        reuse = np.cumprod(still[::-1])[::-1]
+        col = 7 + b * len(BUFFER_FEATURES)
+        for j in range(len(loops)):
+            rows[j, col:col + 3] = _signed_log(strides[j]), _log(touched[j]), _log(reuse[j])
+    return block
+
+
+def nest_features(func: PrimFunc, flop: float) -> np.ndarray:
+    """Features (N_FEATURES,) float32 of a loop nest lowered without passes; ``flop`` of the workload."""
+    nest = _collect(func)
+    out = np.zeros(N_FEATURES, dtype=np.float64)
+    if not nest.sites:
+        return out.astype(np.float32)
+    main = max(nest.sites, key=lambda s: (s.iterations, len(s.loops)))
+    out[:N_LEVELS * len(LEVEL_FEATURES)] = _level_block(main).reshape(-1)
+    total_iters = sum(s.iterations for s in nest.sites)
+    global_bytes = sum(p.size * DTYPE_BYTES.get(p.dtype, 4) for p in func.params)
+    by_scope = {"local": [], "heap": []}
+    for b in nest.allocations:
+        by_scope.setdefault(b.scope, []).append(b.size * DTYPE_BYTES.get(b.dtype, 4))
+    kinds = [loop.kind for loop in main.loops]
+    totals = {
+        "flop": _log(flop),
+        "intensity": _log(flop / max(1, global_bytes)),
+        "n_global": len(func.params),
+        "n_local": len(by_scope["local"]),
+        "n_heap": len(by_scope["heap"]),
+        "local_bytes": _log(sum(by_scope["local"])),
+        "heap_bytes": _log(sum(by_scope["heap"])),
+        "total_iters": _log(total_iters),
+        "main_share": main.iterations / max(1, total_iters),
+        "n_nests": len({s.nest for s in nest.sites}),
+        "parallel_extent": _log(math.prod(lp.extent for lp, k in zip(main.loops, kinds) if k == "parallel")),
+        "vector_extent": _log(math.prod(lp.extent for lp, k in zip(main.loops, kinds) if k == "vectorized")),
+        "unrolled_extent": _log(math.prod(lp.extent for lp, k in zip(main.loops, kinds) if k == "unrolled")),
+        "guards": main.guards,
+        "depth": len(main.loops),
+        "main_is_local": float(main.store.buffer.scope == "local"),
+    }
+    for name, value in totals.items():
+        out[_TOTAL[name]] = value
+    return out.astype(np.float32)
+
+
+def _invalid() -> np.ndarray:
+    out = np.zeros(N_FEATURES, dtype=np.float32)
+    out[_TOTAL["invalid"]] = 1.0
+    return out
+
+
+def config_features(workload: ops.Workload, target: Target, config: ConfigEntity) -> np.ndarray:
+    """Features (N_FEATURES,) float32 of one config; a config whose schedule does not lower gets
+    only ``invalid = 1``."""
+    try:
+        sch, args = workload.template(target.kind)(config, workload, target)
+        func = _Lowering(sch, args).run(workload.kernel_name())
+    except ScheduleError:
+        return _invalid()
+    return nest_features(func, workload.flop)
+
+
+class Featurizer:
+    """Features of configs and records, cached per (workload key, target, config index).
+
+    ``cache_size``: configs kept (least recently used evicted first); at
+    ~1 KB each, the default holds about 100 MB. Features are computed in this
+    process: a pool of processes was slower on a busy 2-core host, the
+    calls being small (one annealing step's worth of configs at a time).
+    """
+
+    def __init__(self, cache_size: int = 100_000):
+        self.cache_size = cache_size
+        self._cache: OrderedDict[tuple[str, str, int], np.ndarray] = OrderedDict()
+
+    def configs(self, workload: ops.Workload, target: Target, configs: Sequence[ConfigEntity]) -> np.ndarray:
+        """(len(configs), N_FEATURES) float32."""
+        keys = [(workload.key, str(target), c.index) for c in configs]
+        missing = list(dict.fromkeys(k for k in keys if k not in self._cache))
+        fresh = dict(zip(missing, self._compute(workload, target, [k[2] for k in missing])))
+        rows = []
+        for key in keys:
+            row = fresh.get(key)
+            if row is None:
+                row = self._cache[key]
+                self._cache.move_to_end(key)
+            rows.append(row)
+        self._cache.update(fresh)
+        while len(self._cache) > self.cache_size:
+            self._cache.popitem(last=False)
+        return np.stack(rows) if rows else np.zeros((0, N_FEATURES), np.float32)
+
+    def _compute(self, workload: ops.Workload, target: Target, indices: list[int]) -> list[np.ndarray]:
+        space = workload_space(workload.to_json(), str(target))[2]
+        return [config_features(workload, target, space.get(i)) for i in indices]
+
+    def for_space(self, workload: ops.Workload, target: Target) -> Callable[[list[ConfigEntity]], np.ndarray]:
+        """``featurize(configs)`` over one workload's space, as ModelGuidedSearch takes it."""
+        return lambda configs: self.configs(workload, target, configs)
+
+    def records(self, records: Sequence[Record]) -> np.ndarray:
+        """(len(records), N_FEATURES) float32 of the records' configs (for transfer)."""
+        out = np.zeros((len(records), N_FEATURES), np.float32)
+        groups: dict[tuple[str, str], list[int]] = {}
+        for n, r in enumerate(records):
+            groups.setdefault((r.workload_key, r.target), []).append(n)
+        for positions in groups.values():
+            first = records[positions[0]]
+            workload, target, space = workload_space(first.workload, first.target)
+            out[positions] = self.configs(workload, target, [space.from_json(records[n].config) for n in positions])
+        return out
