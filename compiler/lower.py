@@ -25,7 +25,7 @@ from typing import Sequence
 from . import passes
 from .ir import (Address, Allocate, Buffer, Evaluate, For, IfThenElse, Load, PrimFunc, Provide, Store, TensorAddress,
                  map_expr, map_stmt, seq, substitute)
-from .schedule import Schedule, ScheduleError, Split, Stage
+from .schedule import GPU_TAGS, THREAD_TAGS, Schedule, ScheduleError, Split, Stage
 from .simplify import INF, Lin, Simplifier
 from .te import (BinOp, ComputeOp, Const, Expr, IterVar, PlaceholderOp, Reduce, REDUCERS, Tensor, TensorLoad,
                  Var, all_of, check_identifier, walk)
@@ -51,6 +51,11 @@ class _Lowering:
         self.guards: dict[Stage, list[Expr]] = {}
         self.body: dict[Stage, Expr] = {st: self._inline(st.op.body) for st in self.stages}
         self.buffers: dict[int, Buffer] = {}
+        # GPU schedules: loops bound to thread indices (shared stages relax their regions over
+        # them), and guards kept below the loops that attached stages are computed at (so a
+        # shared-memory copy, with its barriers, never runs under a thread-dependent condition)
+        self.thread_vars = {iv for st in sch.stages for iv, k in st.iter_kind.items() if k in THREAD_TAGS}
+        self.gpu = any(k in GPU_TAGS for st in sch.stages for k in st.iter_kind.values())
 
     # ----------------------------------------------------------------- inlining
     def _inline(self, e: Expr) -> Expr:
@@ -87,6 +92,8 @@ class _Lowering:
         fixed = self.enclosing[parent] + leaves[:leaves.index(iv) + 1]
         self.enclosing[st] = fixed
         fixed_set = set(fixed)
+        if st.scope == "shared":  # one copy per thread block: its region spans the block's threads
+            fixed_set -= self.thread_vars
         consumers = [c for c in self.stages if self._loads_of(c, st.tensor)]
         if not consumers:
             raise ScheduleError(f"stage {st.name!r} is computed at {parent.name!r} but nothing reads it")
@@ -197,6 +204,8 @@ class _Lowering:
                 shape = tuple(e for _, e in self.region[id(t)])
                 b = Buffer(t.name, shape, t.dtype)
                 b.scope = "local" if b.size * (4 if t.dtype == "float32" else 8) <= LOCAL_LIMIT_BYTES else "heap"
+                if st.scope == "shared" or (self.gpu and st.scope == "local"):
+                    b.scope = st.scope
                 self.buffers[id(t)] = b
         return self.buffers[id(t)]
 
@@ -226,7 +235,10 @@ class _Lowering:
                     call = IfThenElse(full, call, build(loop_vars[p:], inner, inner_gs, expand=True))
                 return build(loop_vars[:p], call, [(g, vs) for g, vs in gs if not vs & tile])
             pos = {v: n for n, v in enumerate(loop_vars)}
-            placed = [(g, max((pos[v] for v in vs if v in pos), default=-1)) for g, vs in gs]
+            floor = -1
+            if self.gpu:  # keep guards inside the loops where attached stages are computed
+                floor = max((n for n, v in enumerate(loop_vars) if children.get(v)), default=-1)
+            placed = [(g, max(floor, max((pos[v] for v in vs if v in pos), default=-1))) for g, vs in gs]
             stmt = inner
             for n in reversed(range(len(loop_vars))):
                 here = [g for g, p in placed if p == n]

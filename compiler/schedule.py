@@ -4,7 +4,9 @@
 as its root axes (data axes, then reduce axes) and is transformed by the primitives
 `split`, `fuse`, `reorder`, annotated by `parallel`, `vectorize`, `unroll`, and placed by
 `compute_inline`, `compute_at` or left at the root. `Schedule.cache_write` inserts a local
-accumulator stage (e.g. a register tile). Packing stages for weights are ordinary compute
+accumulator stage (e.g. a register tile). For GPUs, `bind` ties loops to block / thread
+indices, `Schedule.cache_read` inserts a copy stage in shared memory or registers, and
+`set_scope` places a stage there. Packing stages for weights are ordinary compute
 stages (see `compiler.ops.common.pack`), scheduled like any other.
 
 The primitives and their semantics are those of Halide (Ragan-Kelley et al., PLDI 2013)
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from .te import ComputeOp, IterVar, PlaceholderOp, Reduce, Tensor, TensorLoad, post_order
-from .ir import substitute
+from .ir import map_expr, substitute
 
 
 class ScheduleError(ValueError):
@@ -42,6 +44,14 @@ class Fuse:
 
 
 LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled")
+#: GPU loop kinds (`Stage.bind`): a loop bound to a block or thread index is not a loop in the
+#: kernel; each block / thread runs one iteration, its variable read from the index.
+BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
+THREAD_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
+GPU_TAGS = BLOCK_TAGS + THREAD_TAGS
+#: Storage scopes of a stage: 'global' (a kernel argument or a root temporary), 'shared' (GPU
+#: shared memory, one copy per thread block), 'local' (registers / a small per-thread array).
+SCOPES = ("global", "shared", "local")
 
 
 @dataclass(frozen=True)
@@ -69,7 +79,7 @@ class Stage:
     Attributes: `op` (its ComputeOp; replaced by a copy op after cache_write), `tensor`,
     `leaf_iter_vars` (loop order, outermost first), `relations` (Split/Fuse in application
     order), `iter_kind` ({IterVar: loop kind}), `attach` ('root' | 'inline' | 'at') with
-    `attach_stage` / `attach_ivar`, and `scope` ('global' or 'local').
+    `attach_stage` / `attach_ivar`, and `scope` ('global', 'shared' or 'local'; see `set_scope`).
     """
 
     def __init__(self, tensor: Tensor, op: ComputeOp, scope: str = "global"):
@@ -173,6 +183,32 @@ class Stage:
         """Unroll this loop completely."""
         self._annotate(iv, "unrolled")
 
+    def bind(self, iv: IterVar, tag: str) -> None:
+        """Bind this (data) loop to a GPU block or thread index (`GPU_TAGS`, e.g. "threadIdx.x").
+
+        Each block (thread) runs the iteration of its index; a loop shorter than the launch
+        extent of its tag is guarded. Loops of stages attached inside may bind the same thread
+        tags again (cooperative fetching: the threads of a block share a shared-memory copy).
+        """
+        if tag not in GPU_TAGS:
+            raise ScheduleError(f"stage {self.name!r}: cannot bind {iv.name!r} to {tag!r}; "
+                                f"allowed: {', '.join(GPU_TAGS)}")
+        self._leaf(iv, f"bind to {tag}")
+        if iv.kind == "reduce":
+            raise ScheduleError(f"stage {self.name!r}: cannot bind reduce axis {iv.name!r} to {tag}")
+        for other, kind in self.iter_kind.items():
+            if kind == tag and other is not iv and other in self.leaf_iter_vars:
+                raise ScheduleError(f"stage {self.name!r}: {tag} is already bound to {other.name!r}")
+        self.iter_kind[iv] = tag
+
+    def set_scope(self, scope: str) -> None:
+        """Where this stage's buffer lives when it is attached (`compute_at`): 'shared'
+        (GPU shared memory, region relaxed over the thread indices of the block), 'local'
+        (per thread) or 'global'."""
+        if scope not in SCOPES:
+            raise ScheduleError(f"stage {self.name!r}: scope {scope!r}; allowed: {', '.join(SCOPES)}")
+        self.scope = scope
+
     def tensorize(self, iv: IterVar, intrin: TensorIntrin) -> None:
         """Replace the loops from `iv` inward by a call to `intrin` (a C micro-kernel).
 
@@ -244,6 +280,48 @@ class Schedule:
         st.all_iter_vars = list(op.axes)
         cst = Stage(cache, cache_op, scope)
         self.stages.insert(self.stages.index(st), cst)
+        self._by_tensor[id(cache)] = cst
+        return cache
+
+    def cache_read(self, t: Tensor, scope: str, readers: Sequence[Tensor]) -> Tensor:
+        """A stage copying `t` into a `scope` ('shared' or 'local') buffer, read by `readers`
+        (tensors whose stages then read the copy instead of `t`).
+
+        Returns the cache tensor; schedule its stage (`s[cache]`), typically `compute_at` a
+        loop of a reader, with its loops bound to the thread indices for a cooperative fetch.
+        `t` may be an input or another stage (e.g. a register copy of a shared copy).
+        """
+        if scope not in ("shared", "local"):
+            raise ScheduleError(f"cache_read of {t.name!r}: scope {scope!r}; allowed: shared, local")
+        if not readers:
+            raise ScheduleError(f"cache_read of {t.name!r}: needs at least one reader")
+        stages = [self[r] for r in readers]
+        for st in stages:
+            if not any(n is t for n in st.op.input_tensors()):
+                raise ScheduleError(f"cache_read of {t.name!r}: stage {st.name!r} does not read it")
+        axes = tuple(IterVar(f"ax{d}", n) for d, n in enumerate(t.shape))
+        name = f"{t.name}_{scope}"
+        taken = {st.name for st in self.stages}
+        k = 1
+        while name in taken:
+            name, k = f"{t.name}_{scope}{k}", k + 1
+        cache_op = ComputeOp(name, axes, TensorLoad(t, axes))
+        cache = Tensor(name, t.shape, t.dtype, cache_op)
+
+        def redirect(e):
+            return map_expr(e, lambda n: TensorLoad(cache, n.indices) if isinstance(n, TensorLoad) and n.tensor is t
+                            else None)
+
+        for st in stages:
+            op = st.op
+            body = op.body
+            if isinstance(body, Reduce):
+                body = Reduce(body.combiner, redirect(body.source), body.axes)
+            else:
+                body = redirect(body)
+            st.op = ComputeOp(op.name, op.axes, body, op.tag)
+        cst = Stage(cache, cache_op, scope)
+        self.stages.insert(min(self.stages.index(st) for st in stages), cst)
         self._by_tensor[id(cache)] = cst
         return cache
 

@@ -82,4 +82,4 @@ def test_bad_arguments_name_the_field(args, field):
 def test_unknown_operator_lists_the_known_ones():
     with pytest.raises(ops.WorkloadError, match="available: .*matmul"):
         ops.make_workload("matmull", {})
-    assert any(op["name"] == "matmul" and op["targets"] == ["cpu"] for op in ops.list())
+    assert any(op["name"] == "matmul" and op["targets"] == ["cpu", "cuda"] for op in ops.list())
