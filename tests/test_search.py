@@ -176,6 +176,7 @@ def test_update_checks_lengths_and_epsilon_range():
 def test_early_stopping():
     stop = EarlyStopping(patience=3, min_rel_improvement=0.01)
     ok = lambda s: MeasureResult("ok", [s])  # noqa: E731
+    assert not stop.update([MeasureResult("compile_error")] * 5)  # nothing correct yet: nothing to stop on
     assert not stop.update([ok(2.0), ok(1.0)])  # improving
     assert not stop.update([ok(0.995), MeasureResult("timeout")])  # < 1% better, a failure
     assert stop.trials_since_best == 2 and stop.best == 1.0

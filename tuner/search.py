@@ -301,7 +301,8 @@ class EarlyStopping:
     """Stop when the best throughput has not improved for ``patience`` trials.
 
     An improvement must beat the best by more than ``min_rel_improvement``
-    (a fraction; 0 counts any gain). Failed trials count as trials.
+    (a fraction; 0 counts any gain). Failed trials count as trials, but only
+    once a correct one was found: there is no best to stop on before that.
     """
 
     def __init__(self, patience: int, min_rel_improvement: float = 0.0):
@@ -319,7 +320,7 @@ class EarlyStopping:
             if t > self.best * (1 + self.min_rel_improvement) and t > 0:
                 self.best = t
                 self.trials_since_best = 0
-            else:
+            elif self.best > 0:
                 self.trials_since_best += 1
         return self.should_stop
 

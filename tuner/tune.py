@@ -1,0 +1,303 @@
+"""The tuning loop on one machine: propose, measure, record, learn; then validate the best.
+
+:func:`tune` runs a search strategy (``"xgb"``: cost-model-guided, the
+default; ``"random"``; ``"grid"``) for up to ``trials`` distinct configs of a
+workload, measuring them in batches with a
+:class:`~.runner.LocalMeasurer` (batch size: its number of builders, so
+each batch builds in parallel and runs back to back). Every result is
+appended to the record file at once, so an interrupted run loses nothing and
+``resume=True`` continues from the file without re-measuring any config
+(they count toward ``trials``). The cost model is refit as results arrive and
+is seeded, before the first trial, from the file's records of other
+workloads of the same operator family on the same device key, and from
+``transfer_records`` (transfer learning across shapes).
+
+At the end, the ``validate_top`` fastest configs are re-measured side by
+side with more repeats; the record file's :func:`~.records.best` then
+chooses among those, by median (a noise-lucky config cannot win), and the
+result reports the winner's coefficient of variation.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+from tunefleet.compiler import ops
+from tunefleet.compiler.target import Target
+
+from . import host
+from . import records as records_mod
+from .cost_model import CostModel
+from .features import Featurizer
+from .measure import MeasureInput, MeasureProtocol, MeasureResult, canonical_json, workload_key
+from .records import Record
+from .resolve import resolve
+from .runner import LocalMeasurer
+from .search import EarlyStopping, GridSearch, ModelGuidedSearch, RandomSearch, SearchStrategy
+
+__all__ = ["STRATEGIES", "SEARCH_SETTINGS", "TuneError", "Trial", "Progress", "TuneResult", "tune"]
+
+STRATEGIES = ("xgb", "random", "grid")
+#: ModelGuidedSearch settings for "xgb". Features cost 1.5-2 ms per new config of a 1024^3
+#: matmul on a busy 2-core host (lowering without passes), so annealing 48 chains for at most
+#: 50 steps (at most ~2,400 new configs per plan, fewer as the cache fills) keeps a replan to
+#: 2-5 s, against the ~50 s that the 16 trials between refits take to build and measure.
+#: (AutoTVM anneals 128 chains for 500 steps and refits every 64 trials.)
+SEARCH_SETTINGS = {"plan_size": 64, "epsilon": 0.05, "retrain_every": 16, "sa_points": 48, "sa_steps": 50,
+                   "sa_patience": 10}
+_RATE_WINDOW_S = 60.0
+
+
+class TuneError(RuntimeError):
+    """A tuning run cannot start (e.g. its record file already holds trials and resume is off)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Trial:
+    """One search trial: its 1-based ``number``, ``config`` JSON, ``result``, and ``elapsed_s`` since
+    the run started when it finished (0 for a trial resumed from the record file)."""
+
+    number: int
+    config: dict
+    result: MeasureResult
+    elapsed_s: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Progress:
+    """What a progress callback gets after every batch (``phase`` "search") and around the
+    final validation ("validate", then "done"). ``rate``: trials per second over the last
+    minute; ``errors``: failed trials by status."""
+
+    phase: str
+    trials_done: int
+    trials_budget: int
+    best_gflops: float
+    rate: float
+    elapsed_s: float
+    errors: dict[str, int]
+
+
+@dataclasses.dataclass(frozen=True)
+class TuneResult:
+    """The outcome of :func:`tune`.
+
+    ``best``: the chosen record (None if no config was correct); ``gflops``,
+    ``latency_s`` (median seconds) and ``cv`` (coefficient of variation of its
+    costs) come from it. ``trials``: every search trial, resumed ones first;
+    ``measured``: trials measured by this run; ``transferred``: records of
+    other workloads that seeded the cost model; ``validation``: the
+    re-measurements; ``elapsed_s``: wall seconds of the run, of which
+    ``search_s`` went to proposing configs and learning from results (cost
+    model fits, features, annealing) and the rest to measuring; ``stopped``:
+    "budget", "early_stopping" or "space_exhausted".
+    """
+
+    workload: ops.Workload
+    target: Target
+    device_key: str
+    best: Record | None
+    trials: list[Trial]
+    measured: int
+    transferred: int
+    validation: list[Record]
+    elapsed_s: float
+    search_s: float
+    stopped: str
+    records_path: Path
+
+    @property
+    def gflops(self) -> float:
+        return self.best.result.gflops(self.workload.flop) if self.best else 0.0
+
+    @property
+    def latency_s(self) -> float:
+        return self.best.result.median if self.best else float("inf")
+
+    @property
+    def cv(self) -> float:
+        return self.best.result.cv if self.best else float("inf")
+
+
+def _family(record: Record) -> str | None:
+    try:
+        return ops.get(record.workload.get("op")).family or record.workload.get("op")
+    except ops.WorkloadError:  # an operator this process does not know (a plugin not loaded)
+        return None
+
+
+def _resolves(record: Record) -> bool:
+    try:
+        resolve(record.workload, record.target, record.config)
+    except (ValueError, LookupError):  # WorkloadError, TargetError, ConfigError: written by another version
+        return False
+    return True
+
+
+def _transfer_set(candidates: Iterable[Record], workload: ops.Workload, device_key: str) -> list[Record]:
+    """Records of other workloads of the same operator family on the same device key that this
+    version of the templates can still read."""
+    key = workload_key(workload.to_json())
+    return [r for r in candidates if r.workload_key != key and r.device_key == device_key
+            and _family(r) == workload.family and _resolves(r)]
+
+
+def _strategy(name: str, workload: ops.Workload, target: Target, featurizer: Featurizer, seed: int,
+              transfer: list[Record]) -> SearchStrategy:
+    space = ops.config_space(workload, target)
+    if name == "random":
+        return RandomSearch(space, seed=seed)
+    if name == "grid":
+        return GridSearch(space, seed=seed)
+    if name != "xgb":
+        raise ValueError(f"strategy: {name!r} is not one of {', '.join(STRATEGIES)}")
+    model = CostModel(seed=seed)
+    model.seed_from_records(transfer, featurizer.records)
+    return ModelGuidedSearch(space, featurizer.for_space(workload, target), cost_model=model,
+                             workload_key=workload.key, seed=seed, **SEARCH_SETTINGS)
+
+
+def tune(
+    workload: ops.Workload,
+    target: Target | str,
+    *,
+    trials: int,
+    records_path: str | os.PathLike,
+    strategy: str = "xgb",
+    protocol: MeasureProtocol | None = None,
+    cpus: Sequence[int] | None = None,
+    device_key: str | None = None,
+    resume: bool = False,
+    early_stopping: int | None = None,
+    transfer_records: Iterable[Record] = (),
+    validate_top: int = 5,
+    validation_repeat: int | None = None,
+    measurer: LocalMeasurer | None = None,
+    batch_size: int | None = None,
+    progress: Callable[[Progress], None] | None = None,
+    seed: int = 0,
+) -> TuneResult:
+    """Tune ``workload`` for ``target`` with up to ``trials`` distinct configs; see the module docstring.
+
+    ``protocol``: how candidates are timed (default ``MeasureProtocol()``);
+    ``cpus``: the CPUs to measure on (default: the affinity mask);
+    ``device_key``: default ``host.device_key(cpus)``; ``early_stopping``:
+    stop after that many trials without a better one; ``validation_repeat``:
+    repeats of the final re-measurement (default ``max(15, 3 * protocol.repeat)``);
+    ``measurer``: a LocalMeasurer to use (default: one made and closed here);
+    ``batch_size``: configs per batch (default: the measurer's builders);
+    ``progress``: called with a :class:`Progress` after each batch.
+
+    Raises TuneError when the record file already holds trials of this
+    workload, target and device key and ``resume`` is false, ValueError for a
+    bad argument (named). KeyboardInterrupt propagates after the measurer is
+    closed; every finished trial is already in the record file.
+    """
+    if trials < 1:
+        raise ValueError(f"trials must be >= 1, got {trials}")
+    target = Target.parse(target) if isinstance(target, str) else target
+    protocol = protocol or MeasureProtocol()
+    cpus = sorted(cpus) if cpus else host.affinity()
+    device_key = device_key or host.device_key(cpus)
+    records_path = Path(records_path)
+    wkey = workload_key(workload.to_json())
+    existing = records_mod.load(records_path) if records_path.exists() else []
+    mine = [r for r in existing if r.workload_key == wkey and r.target == str(target) and r.device_key == device_key]
+    if mine and not resume:
+        configs = len({canonical_json(r.config["knobs"]) for r in mine})
+        raise TuneError(f"{records_path} already holds {configs} measured configs of this workload on {device_key}; "
+                        f"resume to continue from them, or use another record file")
+    toolchain = records_mod.host_toolchain()
+    featurizer = Featurizer()
+    transfer = _transfer_set([*existing, *transfer_records], workload, device_key) if strategy == "xgb" else []
+    search = _strategy(strategy, workload, target, featurizer, seed, transfer)
+    space = search.space
+    stopper = EarlyStopping(early_stopping) if early_stopping else None
+
+    history: list[Trial] = []
+    first: dict[int, Record] = {}
+    for r in mine:  # resumed trials: the first measurement of each config (later ones are validations)
+        first.setdefault(space.from_json(r.config).index, r)
+    if first:
+        configs = [space.get(i) for i in first]
+        search.update(configs, [r.result for r in first.values()])
+        history = [Trial(n + 1, r.config, r.result, 0.0) for n, r in enumerate(first.values())]
+        if stopper:
+            stopper.update(r.result for r in first.values())
+
+    start = time.perf_counter()
+    own = measurer is None
+    measurer = measurer or LocalMeasurer(cpus=cpus)
+    batch_size = batch_size or measurer.n_parallel
+    finished: collections.deque[float] = collections.deque()
+
+    def report(phase: str) -> None:
+        if progress is None:
+            return
+        now = time.perf_counter() - start
+        while finished and finished[0] < now - _RATE_WINDOW_S:
+            finished.popleft()
+        window = min(now, _RATE_WINDOW_S)
+        errors = collections.Counter(t.result.status for t in history if not t.result.ok)
+        best_gflops = max((t.result.gflops(workload.flop) for t in history), default=0.0)
+        progress(Progress(phase, len(history), trials, best_gflops, len(finished) / window if window else 0.0,
+                          now, dict(errors)))
+
+    def measure(configs: list[dict], proto: MeasureProtocol) -> list[Record]:
+        inputs = [MeasureInput(workload.to_json(), str(target), c) for c in configs]
+        out = []
+        for inp, result in zip(inputs, measurer.measure_batch(inputs, proto)):
+            record = Record.of(inp, result, device_key, toolchain)
+            records_mod.append(records_path, record)
+            out.append(record)
+        return out
+
+    stopped = "budget"
+    search_s = 0.0
+    try:
+        report("search")
+        while len(history) < trials:
+            t0 = time.perf_counter()
+            batch = search.next_batch(min(batch_size, trials - len(history)))
+            search_s += time.perf_counter() - t0
+            if not batch:
+                stopped = "space_exhausted"
+                break
+            measured = measure([c.to_json() for c in batch], protocol)
+            now = time.perf_counter() - start
+            for record in measured:
+                history.append(Trial(len(history) + 1, record.config, record.result, now))
+                finished.append(now)
+            t0 = time.perf_counter()
+            search.update(batch, [r.result for r in measured])
+            search_s += time.perf_counter() - t0
+            report("search")
+            if stopper and stopper.update(r.result for r in measured):
+                stopped = "early_stopping"
+                break
+        report("validate")
+        validation = _validate(history, validate_top, protocol, validation_repeat, measure)
+    finally:
+        if own:
+            measurer.close()
+    found = records_mod.best(records_mod.load(records_path), wkey, str(target), device_key)
+    report("done")
+    return TuneResult(workload=workload, target=target, device_key=device_key, best=found, trials=history,
+                      measured=len(history) - len(first), transferred=len(transfer), validation=validation,
+                      elapsed_s=time.perf_counter() - start, search_s=search_s, stopped=stopped,
+                      records_path=records_path)
+
+
+def _validate(history: list[Trial], top: int, protocol: MeasureProtocol, repeat: int | None,
+              measure: Callable[[list[dict], MeasureProtocol], list[Record]]) -> list[Record]:
+    """Re-measure the ``top`` fastest correct configs of ``history`` with more repeats."""
+    ranked = sorted((t for t in history if t.result.ok), key=lambda t: t.result.median)[:top]
+    if not ranked:
+        return []
+    longer = dataclasses.replace(protocol, repeat=repeat or max(15, 3 * protocol.repeat))
+    return measure([t.config for t in ranked], longer)
