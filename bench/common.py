@@ -61,6 +61,13 @@ def peak_gflops(threads: int, target: Target | None = None) -> float:
     return threads * iters * 12 * lanes * 2 / best / 1e9
 
 
+def peak_code(threads: int) -> str:
+    """Python source printing 1 / peak_gflops(threads) (seconds per GFLOP at the peak), for a
+    child process: the smaller the better, like the timings it is interleaved with."""
+    return (f"import sys; sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})\n"
+            f"from common import peak_gflops; print(1 / peak_gflops({threads}))")
+
+
 def best_child_seconds(code: str, *, env: dict | None = None, processes: int = PROCESSES) -> float:
     """Run `code` (Python printing one float: seconds) in `processes` fresh interpreters; best."""
     results = []
@@ -95,10 +102,10 @@ print(best)
     return best_child_seconds(code, env=numpy_env(coretype))
 
 
-def kernel_seconds(artifact_dir: str | Path, *, repeat: int = 10, min_repeat_ms: int = 100) -> float:
-    """Best per-call seconds of an artifact over several child processes (tunefleet's timer,
-    random inputs)."""
-    code = f"""
+def kernel_code(artifact_dir: str | Path, *, repeat: int = 10, min_repeat_ms: int = 100) -> str:
+    """Python source printing the best per-call seconds of an artifact (tunefleet's timer,
+    random inputs), for a child process."""
+    return f"""
 import numpy as np, tunefleet
 k = tunefleet.load({str(artifact_dir)!r})
 rng = np.random.default_rng(0)
@@ -106,7 +113,23 @@ ins = [rng.random(a.shape, dtype=np.float32).astype(a.dtype) for a in k.args if 
 outs = [np.empty(a.shape, a.dtype) for a in k.args if a.is_output]
 print(min(k.time(*ins, *outs, repeat={repeat}, min_repeat_ms={min_repeat_ms})))
 """
-    return best_child_seconds(code)
+
+
+def kernel_seconds(artifact_dir: str | Path, *, repeat: int = 10, min_repeat_ms: int = 100) -> float:
+    """Best per-call seconds of an artifact over several child processes (see kernel_code)."""
+    return best_child_seconds(kernel_code(artifact_dir, repeat=repeat, min_repeat_ms=min_repeat_ms))
+
+
+def interleaved_best_seconds(codes: list[str], *, processes: int = PROCESSES) -> list[float]:
+    """Like best_child_seconds for several competitors at once: each round runs every code in a
+    fresh process, one after the other, so a burst of load from other work on the machine hits
+    all of them alike; the best per code over `processes` rounds."""
+    best = [float("inf")] * len(codes)
+    for _ in range(processes):
+        for i, code in enumerate(codes):
+            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+            best[i] = min(best[i], float(out.stdout.strip().splitlines()[-1]))
+    return best
 
 
 def quick_seconds(built, workload, *, repeat: int = 3, min_repeat_ms: int = 40) -> float:

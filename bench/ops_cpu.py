@@ -5,9 +5,11 @@ last 3×3 layer also with pre-packed weights), MobileNet-v1 depthwise layers, an
 attention batch_matmul 12×128×64 · 12×64×128. For each: our default config (no tuning),
 the best of up to 32 configs sampled from the template's space (the default's one-knob
 neighbours and random points, ranked by a quick in-process timing), and PyTorch on the
-CPU when it is installed. Prints GFLOP/s, our best over PyTorch, and the percentage of
-the fp32 FMA peak that the bench measures itself. Every reported time is the best over
-several fresh processes (timings vary by up to 35% between processes on these machines).
+CPU when it is installed. Prints GFLOP/s, PyTorch's time over our best, and the percentage
+of the fp32 FMA peak that the bench measures itself. Every reported number is the best over
+several rounds of fresh processes, each round timing the peak, our two kernels and PyTorch
+one after the other (timings vary by up to 35% between processes on these machines, more
+when other work shares them).
 
     python bench/ops_cpu.py [--only conv5 dw1] [--configs 32] [--threads N]
 """
@@ -23,7 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import best_child_seconds, export, kernel_seconds, peak_gflops, quick_seconds, scratch_dir  # noqa: E402
+from common import (PROCESSES, export, interleaved_best_seconds, kernel_code, peak_code, quick_seconds,  # noqa: E402
+                    scratch_dir)
 
 from tunefleet.compiler import ops  # noqa: E402
 from tunefleet.compiler.driver import build_workload  # noqa: E402
@@ -119,14 +122,14 @@ def main() -> None:
     p.add_argument("--only", nargs="*", help="names of workloads to run (prefix match), default all")
     p.add_argument("--configs", type=int, default=32, help="configs sampled per workload (<= 32)")
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    p.add_argument("--processes", type=int, default=PROCESSES, help="rounds of fresh processes per timing")
     args = p.parse_args()
     os.environ["TUNEFLEET_NUM_THREADS"] = str(args.threads)
     target = Target.host()
-    peak = peak_gflops(args.threads, target)
     have_torch = torch_available()
-    print(f"target {target}, {args.threads} threads, measured fp32 FMA peak {peak:.0f} GFLOP/s; "
-          f"PyTorch {'installed' if have_torch else 'not installed'}")
-    print(f"{'workload':>14} {'GFLOP':>6} {'default':>8} {'best':>8} {'torch':>8} {'best/torch':>10} "
+    print(f"target {target}, {args.threads} threads; PyTorch {'installed' if have_torch else 'not installed'}; "
+          f"peak: the fp32 FMA peak measured in the same rounds as the row's timings")
+    print(f"{'workload':>14} {'GFLOP':>6} {'default':>8} {'best':>8} {'torch':>8} {'peak':>6} {'best/torch':>10} "
           f"{'%peak default/best/torch':>25}  best config")
     rng = np.random.default_rng(0)
     for name, (op, a) in WORKLOADS.items():
@@ -135,13 +138,17 @@ def main() -> None:
         t0 = time.time()
         w = ops.make_workload(op, a)
         default_built, best_built, best_cfg = search(w, target, min(args.configs, 32), rng)
-        t_default = kernel_seconds(export(default_built, w, scratch_dir("tf-bench-")))
-        t_best = min(t_default, kernel_seconds(export(best_built, w, scratch_dir("tf-bench-"))))
-        t_torch = best_child_seconds(torch_code(op, w.args, args.threads)) if have_torch else float("nan")
+        codes = [peak_code(args.threads)]
+        codes += [kernel_code(export(b, w, scratch_dir("tf-bench-"))) for b in (default_built, best_built)]
+        codes += [torch_code(op, w.args, args.threads)] if have_torch else []
+        t_peak, t_default, t_best, *t_torch = interleaved_best_seconds(codes, processes=args.processes)
+        peak, t_best = 1 / t_peak, min(t_best, t_default)
+        t_torch = t_torch[0] if t_torch else float("nan")
         gf = [w.flop / t / 1e9 for t in (t_default, t_best, t_torch)]
         pct = "/".join(f"{100 * g / peak:.0f}" if g == g else "-" for g in gf)
-        print(f"{name:>14} {w.flop / 1e9:6.2f} {gf[0]:8.1f} {gf[1]:8.1f} {gf[2]:8.1f} {t_torch / t_best:10.2f} "
-              f"{pct:>25}  {best_cfg.to_json()['knobs']} ({time.time() - t0:.0f}s)", flush=True)
+        print(f"{name:>14} {w.flop / 1e9:6.2f} {gf[0]:8.1f} {gf[1]:8.1f} {gf[2]:8.1f} {peak:6.0f} "
+              f"{t_torch / t_best:10.2f} {pct:>25}  {best_cfg.to_json()['knobs']} ({time.time() - t0:.0f}s)",
+              flush=True)
 
 
 if __name__ == "__main__":
