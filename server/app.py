@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry
 from tunefleet import __version__
 from tunefleet.server.api import include_routes
 from tunefleet.server.artifact_store import ArtifactStore
+from tunefleet.server.dashboard import mount_dashboard
 from tunefleet.server.db import make_engine, make_sessionmaker
 from tunefleet.server.errors import install_error_handlers
 from tunefleet.server.metrics import MetricsMiddleware, StoreCollector
@@ -46,4 +47,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(MetricsMiddleware, registry=registry)
     install_error_handlers(app)
     include_routes(app)
+    mount_dashboard(app)
     return app

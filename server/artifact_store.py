@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import tarfile
 import tempfile
 from pathlib import Path, PurePosixPath
@@ -49,6 +50,44 @@ def shared_library(path: Path) -> tuple[str, bytes]:
         f = tar.extractfile(member)
         assert f is not None
         return PurePosixPath(member.name).name, f.read()
+
+
+def header(path: Path) -> tuple[str, str]:
+    """File name and text of the C header (`.h`) in the artifact tarball at `path`;
+    FieldError if it has none."""
+    with tarfile.open(path, "r:gz") as tar:
+        member = next((m for m in tar.getmembers() if m.isfile() and m.name.endswith(".h")), None)
+        if member is None:
+            raise FieldError(("path", "task_id"), "the task's artifact has no C header")
+        f = tar.extractfile(member)
+        assert f is not None
+        return PurePosixPath(member.name).name, f.read().decode("utf-8", "replace")
+
+
+def header_prototype(text: str, kernel: str) -> str:
+    """The part of an artifact header a caller needs: its argument table (shape, dtype,
+    layout of each) and the declarations of the kernel's entry points (`<kernel>`,
+    `<kernel>_checked`, `<kernel>_packed`)."""
+    lines = text.splitlines()
+    table: list[str] = []
+    for i, line in enumerate(lines):
+        if line.startswith(" * Arguments, in call order"):
+            table = [line]
+            for following in lines[i + 1:]:
+                if not following.startswith(" *   "):
+                    break
+                table.append(following)
+            break
+    declarations = re.findall(
+        rf"^[A-Za-z_][\w \t*]*?\b{re.escape(kernel)}(?:_checked|_packed)?\s*\([^;]*\);",
+        text,
+        re.MULTILINE,
+    )
+    parts = []
+    if table:
+        parts.append("/*\n" + "\n".join(table) + "\n */")
+    parts.extend(declarations)
+    return "\n".join(parts)
 
 
 class ArtifactStore:

@@ -16,3 +16,14 @@ class ArtifactOut(BaseModel):
     sha256: str
     size: int
     created_at: dt.datetime
+
+
+class ArtifactHeaderOut(BaseModel):
+    """The C header of a task's artifact: the whole text, and the part a caller needs
+    (argument shapes and the kernel's prototypes)."""
+
+    task_id: int
+    kernel: str
+    file_name: str
+    text: str
+    prototype: str

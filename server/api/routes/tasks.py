@@ -11,6 +11,7 @@ from tunefleet.server import artifact_store
 from tunefleet.server.api.routes import API_PREFIX
 from tunefleet.server.db.models import TaskStatus, TrialStatus
 from tunefleet.server.deps import SessionDep, StoreDep, UserAuth
+from tunefleet.server.schemas.artifacts import ArtifactHeaderOut
 from tunefleet.server.schemas.common import Page
 from tunefleet.server.schemas.tasks import BestOut, TaskCreate, TaskOut, TrialOut
 from tunefleet.server.services import artifacts, tasks
@@ -125,4 +126,22 @@ def download_shared_library(
         data,
         media_type="application/octet-stream",
         headers={"Content-Disposition": f'attachment; filename="{name}"'},
+    )
+
+
+@router.get("/{task_id}/artifact/header", response_model=ArtifactHeaderOut)
+def get_artifact_header(task_id: TaskId, session: SessionDep, store: StoreDep) -> ArtifactHeaderOut:
+    """The C header of the task's artifact and its prototypes, so a caller sees how to call
+    the kernel; 404 until the task has an artifact. Public like the task itself: the header
+    holds the kernel's interface (workload, target, argument shapes, build flags), no code;
+    the library and source stay behind a user token."""
+    artifact = artifacts.of_task(session, task_id)
+    file_name, text = artifact_store.header(store.path(artifact.path))
+    kernel = file_name.removesuffix(".h")
+    return ArtifactHeaderOut(
+        task_id=task_id,
+        kernel=kernel,
+        file_name=file_name,
+        text=text,
+        prototype=artifact_store.header_prototype(text, kernel),
     )

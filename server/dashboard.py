@@ -1,0 +1,250 @@
+"""The web dashboard: tasks, one task's progress, and workers, served at `/`.
+
+Pages are small Jinja2 shells; `static/dashboard.js` fills them from the public JSON API
+and polls while something is running. Every script and style comes from `static/` (no CDN,
+no web fonts: tuning hosts are often offline), and the pages' Content-Security-Policy
+admits nothing else. Reads are public like the API; actions (submit, cancel, download)
+send the user's bearer token, kept in the browser's localStorage.
+
+One endpoint is added to the API for the task page: `GET /api/v1/tasks/{id}/progress`,
+the task with its trials condensed into what the charts and tables show, so the page
+needs one request per poll however many trials the task has.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, FastAPI, Path as PathParam, Request
+from fastapi.responses import HTMLResponse, Response
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+from pydantic import BaseModel
+from sqlalchemy import func, select
+
+from tunefleet import __version__
+from tunefleet.server.api.routes import API_PREFIX
+from tunefleet.server.db import utcnow
+from tunefleet.server.db.models import Task, Trial, TrialStatus
+from tunefleet.server.deps import SessionDep
+from tunefleet.server.errors import NotFound
+from tunefleet.server.schemas.tasks import TaskOut
+from tunefleet.server.services import tasks
+
+HERE = Path(__file__).parent
+STATIC = HERE / "static"
+TEMPLATES = HERE / "templates"
+
+PENDING = (TrialStatus.QUEUED, TrialStatus.RUNNING)
+TOP_CONFIGS = 10
+LAST_ERRORS = 8
+ERROR_CHARS = 4000
+
+# Only this origin: scripts, styles, fetches. Blob URLs carry artifact downloads.
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; "
+    "form-action 'self'; frame-ancestors 'none'"
+)
+
+
+# --- the progress endpoint -----------------------------------------------------------------
+
+
+class TopConfig(BaseModel):
+    """One of the task's fastest correct trials."""
+
+    trial_id: int
+    config_index: int
+    config: dict[str, Any]
+    latency_s: float
+    gflops: float
+    worker_id: int | None
+
+
+class TrialError(BaseModel):
+    """A failed trial and what went wrong."""
+
+    trial_id: int
+    status: TrialStatus
+    error: str
+    finished_at: dt.datetime | None
+    worker_id: int | None
+
+
+class ProgressOut(BaseModel):
+    """A task and its trials condensed for the dashboard.
+
+    `points` lists every finished trial in the order it finished, each as
+    `[trial_id, seconds since the task started, status, GFLOP/s or null]`; a best-so-far
+    curve is its running maximum. `counts` has every trial status (queued and running
+    included). `now` is the server's clock, for elapsed times without clock skew.
+    """
+
+    task: TaskOut
+    now: dt.datetime
+    points: list[tuple[int, float | None, TrialStatus, float | None]]
+    counts: dict[TrialStatus, int]
+    top: list[TopConfig]
+    errors: list[TrialError]
+    best: TopConfig | None
+    best_reused: bool
+
+
+api_router = APIRouter(prefix=f"{API_PREFIX}/tasks", tags=["dashboard"])
+
+
+@api_router.get("/{task_id}/progress", response_model=ProgressOut)
+def task_progress(
+    task_id: Annotated[int, PathParam(ge=1)], session: SessionDep
+) -> ProgressOut:
+    """The task, every finished trial's time and GFLOP/s, trial counts by status, the top
+    configs, the latest errors and the best config: what the task page draws."""
+    task = tasks.get(session, task_id)
+    finished = session.execute(
+        select(Trial.id, Trial.status, Trial.latency_s, Trial.finished_at)
+        .where(Trial.task_id == task_id, Trial.status.not_in(PENDING))
+        .order_by(Trial.finished_at.asc().nulls_first(), Trial.id)
+    ).all()
+    origin = task.started_at or min((t.finished_at for t in finished if t.finished_at), default=None)
+    points = [
+        (
+            row.id,
+            (row.finished_at - origin).total_seconds() if origin and row.finished_at else None,
+            TrialStatus(row.status),
+            tasks.gflops(task.flop, row.latency_s)
+            if row.status == TrialStatus.OK and row.latency_s
+            else None,
+        )
+        for row in finished
+    ]
+    counts = {s: 0 for s in TrialStatus}
+    for status, n in session.execute(
+        select(Trial.status, func.count()).where(Trial.task_id == task_id).group_by(Trial.status)
+    ):
+        counts[TrialStatus(status)] = n
+    fastest = session.scalars(
+        select(Trial)
+        .where(Trial.task_id == task_id, Trial.status == TrialStatus.OK, Trial.latency_s > 0)
+        .order_by(Trial.latency_s, Trial.id)
+        .limit(TOP_CONFIGS)
+    ).all()
+    failed = session.scalars(
+        select(Trial)
+        .where(Trial.task_id == task_id, Trial.error.is_not(None), Trial.status != TrialStatus.OK)
+        .order_by(Trial.finished_at.desc().nulls_last(), Trial.id.desc())
+        .limit(LAST_ERRORS)
+    ).all()
+    try:
+        _, best_trial = tasks.best_trial(session, task_id)
+    except NotFound:
+        best_trial = None
+    return ProgressOut(
+        task=TaskOut.model_validate(task),
+        now=utcnow(),
+        points=points,
+        counts=counts,
+        top=[_top(t, task.flop) for t in fastest],
+        errors=[
+            TrialError(
+                trial_id=t.id,
+                status=TrialStatus(t.status),
+                error=_clip(t.error or ""),
+                finished_at=t.finished_at,
+                worker_id=t.worker_id,
+            )
+            for t in failed
+        ],
+        best=_top(best_trial, task.flop) if best_trial is not None else None,
+        best_reused=best_trial is not None and best_trial.task_id != task.id,
+    )
+
+
+def _top(trial: Trial, flop: int) -> TopConfig:
+    assert trial.latency_s is not None
+    return TopConfig(
+        trial_id=trial.id,
+        config_index=trial.config_index,
+        config=trial.config,
+        latency_s=trial.latency_s,
+        gflops=tasks.gflops(flop, trial.latency_s),
+        worker_id=trial.worker_id,
+    )
+
+
+def _clip(text: str) -> str:
+    """An error text cut to its last ERROR_CHARS characters (the end says what failed)."""
+    return text if len(text) <= ERROR_CHARS else "…" + text[-ERROR_CHARS:]
+
+
+# --- the pages -----------------------------------------------------------------------------
+
+
+def _asset_version() -> str:
+    """A digest of the static files, appended to their URLs so browsers refetch them
+    after an upgrade."""
+    digest = hashlib.sha256()
+    for path in sorted(STATIC.rglob("*")):
+        if path.is_file():
+            digest.update(path.name.encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+templates = Jinja2Templates(directory=str(TEMPLATES))
+pages = APIRouter(include_in_schema=False)
+
+
+def _page(request: Request, template: str, **context: Any) -> HTMLResponse:
+    response = templates.TemplateResponse(
+        request,
+        template,
+        {"version": __version__, "asset_version": request.app.state.dashboard_assets, **context},
+    )
+    response.headers["Content-Security-Policy"] = CSP
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["Referrer-Policy"] = "no-referrer"
+    response.headers["Cache-Control"] = "no-cache"
+    return response
+
+
+@pages.get("/", response_class=HTMLResponse)
+def tasks_page(request: Request) -> HTMLResponse:
+    """Every task with its progress, filters, and the submission form."""
+    return _page(request, "tasks.html", page="tasks")
+
+
+@pages.get("/tasks/{task_id}", response_class=HTMLResponse)
+def task_page(
+    request: Request, task_id: Annotated[int, PathParam(ge=1)], session: SessionDep
+) -> HTMLResponse:
+    """One task: charts, top configs, errors, best config, prototype, actions (404 with a
+    way back when there is no such task)."""
+    exists = session.get(Task, task_id) is not None
+    response = _page(request, "task.html", page="task", task_id=task_id, missing=not exists)
+    if not exists:
+        response.status_code = 404
+    return response
+
+
+@pages.get("/workers", response_class=HTMLResponse)
+def workers_page(request: Request) -> HTMLResponse:
+    """Every measurement worker with its host, state and current task."""
+    return _page(request, "workers.html", page="workers")
+
+
+@pages.get("/favicon.ico")
+def favicon() -> Response:
+    """The icon, so browsers asking for /favicon.ico find one."""
+    return Response((STATIC / "favicon.svg").read_bytes(), media_type="image/svg+xml")
+
+
+def mount_dashboard(app: FastAPI) -> None:
+    """Serve the dashboard pages, their static files and the progress endpoint on `app`."""
+    app.state.dashboard_assets = _asset_version()
+    app.include_router(api_router)
+    app.include_router(pages)
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
