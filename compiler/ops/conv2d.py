@@ -6,7 +6,8 @@ al., "Optimizing CNN Model Inference on CPUs", USENIX ATC 2019), inside a kernel
 public signature stays NCHW / OIHW:
 
 - data is padded and packed to NCHW[ic_bn]c, `data_vec[N, CI/ic_bn, H+2ph, W+2pw, ic_bn]`
-  (the padding stage is inlined into the packing);
+  (the padding stage is inlined into the packing; for a 1×1 kernel only the pixels the
+  strided output reads are packed, `data_vec[N, CI/ic_bn, OH, OW, ic_bn]`);
 - weights are packed to OIHW[ic_bn]i[oc_bn]o, `kernel_vec[ceil(CO/oc_bn), CI/ic_bn, KH, KW,
   ic_bn, oc_bn]` (zero-padded output channels) — unless the workload declares the weights
   pre-packed (`weight_layout="OIHW<i>i<o>o"`), then the caller passes that array;
@@ -96,9 +97,13 @@ def conv_nchwc(a: dict, data: te.Tensor, weight: te.Tensor, bias: te.Tensor | No
     (sh, sw), (ph, pw), (dh, dw) = a["stride"], a["padding"], a["dilation"]
     OH, OW = out_size(a)
     guard = tuple(d for d, p in ((2, ph), (3, pw)) if p)
+    if KH == KW == 1:  # a 1×1 kernel reads one pixel per output: pack only those (the stride folds in)
+        vec_hw, sh, sw, rows, cols = (OH, OW), 1, 1, a["stride"][0], a["stride"][1]
+    else:
+        vec_hw, rows, cols = (H + 2 * ph, W + 2 * pw), 1, 1
     data_vec = te.compute(
-        (N, CI // ic_bn, H + 2 * ph, W + 2 * pw, ic_bn),
-        lambda n, cc, h, w, cb: load_or_zero(data, (n, cc * ic_bn + cb, h - ph, w - pw), guard),
+        (N, CI // ic_bn, *vec_hw, ic_bn),
+        lambda n, cc, h, w, cb: load_or_zero(data, (n, cc * ic_bn + cb, h * rows - ph, w * cols - pw), guard),
         name="data_vec")
     if packed_blocks(a) is not None:
         kernel_vec = weight
