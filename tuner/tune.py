@@ -295,9 +295,11 @@ def tune(
 
 def _validate(history: list[Trial], top: int, protocol: MeasureProtocol, repeat: int | None,
               measure: Callable[[list[dict], MeasureProtocol], list[Record]]) -> list[Record]:
-    """Re-measure the ``top`` fastest correct configs of ``history`` with more repeats."""
+    """Re-measure the ``top`` fastest correct configs of ``history`` with more repeats (and a timeout
+    longer in proportion)."""
     ranked = sorted((t for t in history if t.result.ok), key=lambda t: t.result.median)[:top]
     if not ranked:
         return []
-    longer = dataclasses.replace(protocol, repeat=repeat or max(15, 3 * protocol.repeat))
+    repeat = repeat or max(15, 3 * protocol.repeat)
+    longer = dataclasses.replace(protocol, repeat=repeat, timeout_s=protocol.timeout_s * max(1.0, repeat / protocol.repeat))
     return measure([t.config for t in ranked], longer)

@@ -1,0 +1,92 @@
+"""`tunefleet tune`, `build` and `ops` as a user runs them: subprocesses of the installed command."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from click.testing import CliRunner
+
+import tunefleet
+from tunefleet.cli import main
+from tunefleet.tuner import records
+
+TUNEFLEET = str(Path(sys.executable).parent / "tunefleet")
+TESTS = str(Path(__file__).parent)
+
+
+def cli(*args, env=None, timeout=300):
+    return subprocess.run([TUNEFLEET, *map(str, args)], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+def with_plugin():
+    return {"TUNEFLEET_OPS_PLUGINS": "helpers_ops",
+            "PYTHONPATH": os.pathsep.join(filter(None, [TESTS, os.environ.get("PYTHONPATH")]))}
+
+
+def test_tune_end_to_end_writes_a_correct_artifact(tmp_path):
+    out = tmp_path / "kernels"
+    run = cli("tune", "matmul", "--M", 64, "--N", 64, "--K", 64, "--trials", 8, "--repeat", 2, "--out", out)
+    assert run.returncode == 0, run.stderr
+    (summary,) = run.stdout.splitlines()
+    assert "GFLOP/s" in summary and "best of 8 trials" in summary and str(out) in summary
+    assert len({r.config["index"] for r in records.load(out / "records.jsonl")}) == 8
+    kernel = tunefleet.load(out)
+    rng = np.random.default_rng(0)
+    a, b = rng.random((64, 64), dtype=np.float32), rng.random((64, 64), dtype=np.float32)
+    np.testing.assert_allclose(kernel(a, b), a @ b, rtol=1e-4)
+    assert kernel.manifest["gflops"] > 0 and kernel.manifest["workload"]["args"]["M"] == 64
+
+
+def test_bad_values_exit_2_with_one_line_naming_the_field(tmp_path):
+    runner = CliRunner()  # in process: the same command, without a Python start-up per case
+    for args, field in ((["matmul", "--M", "0"], "M:"), (["matmul", "--K", "x"], "K:"),
+                        (["matmul", "--bogus", "1"], "bogus:"), (["nosuchop"], "op:"),
+                        (["matmul", "--cpus", "0-4096"], "--cpus:"), (["matmul", "--target", "tpu"], "--target:")):
+        run = runner.invoke(main, ["tune", *args, "--out", str(tmp_path)])
+        assert run.exit_code == 2, (args, run.output)
+        assert len(run.stderr.strip().splitlines()) == 1 and field in run.stderr, (args, run.stderr)
+
+
+def test_ctrl_c_keeps_the_records_and_resume_measures_nothing_twice(tmp_path):
+    out = tmp_path / "k"
+    args = [TUNEFLEET, "tune", "faulty", "--n", "64", "--trials", "10", "--timeout", "1", "--repeat", "1",
+            "--strategy", "grid", "--out", str(out)]
+    proc = subprocess.Popen(args, env={**os.environ, **with_plugin()}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    path = out / "records.jsonl"
+    deadline = time.monotonic() + 120
+    while not (path.exists() and len(path.read_text().splitlines()) >= 3) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole process group
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "--resume" in stderr
+    kept = records.load(path)
+    assert 3 <= len(kept) < 10
+
+    again = cli("tune", "faulty", "--n", 64, "--trials", 10, "--timeout", 1, "--repeat", 1, "--strategy", "grid",
+                "--out", out, env=with_plugin())
+    assert again.returncode == 2 and "--resume" in again.stderr
+    resumed = cli("tune", "faulty", "--n", 64, "--trials", 10, "--timeout", 1, "--repeat", 1, "--strategy",
+                  "grid", "--out", out, "--resume", env=with_plugin())
+    assert resumed.returncode == 0, resumed.stderr
+    stored = records.load(path)  # the search trials of both runs, then the final validation
+    assert len({r.config["index"] for r in stored[:10]}) == 10
+    assert all(len(r.result.costs) == 15 for r in stored[10:]) and len(stored) == 10 + 2  # 2 correct configs
+
+
+def test_ops_lists_the_arguments_and_build_writes_the_default_config(tmp_path):
+    listing = cli("ops", env=with_plugin())
+    assert listing.returncode == 0 and "matmul:" in listing.stdout and "--M int = 1024" in listing.stdout
+    assert "faulty:" in listing.stdout
+    built = cli("build", "matmul", "--M", 17, "--N", 33, "--K", 65, "--bias", "--out", tmp_path / "b")
+    assert built.returncode == 0, built.stderr
+    kernel = tunefleet.load(tmp_path / "b")
+    rng = np.random.default_rng(1)
+    a, b, bias = (rng.random(s, dtype=np.float32) for s in ((17, 65), (65, 33), (33,)))
+    np.testing.assert_allclose(kernel(a, b, bias), a @ b + bias, rtol=1e-4)

@@ -1,0 +1,141 @@
+"""`tunefleet tune`: tune one workload on this machine, no server, and write the best kernel's artifact."""
+
+from __future__ import annotations
+
+import collections
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from tunefleet.compiler import ops
+
+from .build import parse_target
+from .opargs import OP_ARGS_SETTINGS, ArgumentError, workload_from_cli
+
+EXIT_INTERRUPTED = 130
+
+
+def _errors(errors: dict[str, int]) -> str:
+    return ", ".join(f"{status} {n}" for status, n in sorted(errors.items())) or "none"
+
+
+class _Display:
+    """The live progress panel on a terminal; one line per new best (and per phase) otherwise."""
+
+    def __init__(self, console: Console, workload: ops.Workload):
+        self.console = console
+        self.workload = workload
+        self.live = Live(console=console, refresh_per_second=4, transient=False) if console.is_terminal else None
+        self.best = 0.0
+        self.phase = ""
+
+    def __enter__(self) -> _Display:
+        if self.live:
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.live:
+            self.live.__exit__(*exc)
+
+    def __call__(self, p) -> None:
+        if self.live:
+            self.live.update(self._panel(p))
+        elif p.best_gflops > self.best or p.phase != self.phase:
+            self.console.print(f"[{p.elapsed_s:6.0f} s] {p.phase}: trials {p.trials_done}/{p.trials_budget}, "
+                               f"best {p.best_gflops:.2f} GFLOP/s, errors: {_errors(p.errors)}", highlight=False)
+        self.best, self.phase = max(self.best, p.best_gflops), p.phase
+
+    def _panel(self, p) -> Table:
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(style="bold")
+        grid.add_column()
+        done = p.trials_done / max(1, p.trials_budget)
+        bar = "█" * round(30 * done) + "░" * (30 - round(30 * done))
+        grid.add_row(self.workload.kernel_name(), f"{p.phase} · {p.elapsed_s:.0f} s")
+        grid.add_row("trials", f"{bar} {p.trials_done}/{p.trials_budget}")
+        grid.add_row("best", f"{p.best_gflops:.2f} GFLOP/s")
+        grid.add_row("rate", f"{p.rate * 60:.1f} trials/min")
+        grid.add_row("errors", _errors(p.errors))
+        return grid
+
+
+def _cpus(text: str | None) -> list[int] | None:
+    from tunefleet.tuner.host import parse_cpus
+
+    if text is None:
+        return None
+    try:
+        return parse_cpus(text)
+    except ValueError as exc:
+        raise ArgumentError(f"--{exc}") from None
+
+
+@click.command("tune", context_settings=OP_ARGS_SETTINGS)
+@click.argument("op", required=False)
+@click.argument("op_args", nargs=-1, type=click.UNPROCESSED)
+@click.option("--workload", "workload_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="a workload JSON file {\"op\": ..., \"args\": {...}} instead of OP and its arguments")
+@click.option("--target", help="code generation target, e.g. 'cpu -isa=avx512' [default: this host]")
+@click.option("--trials", type=click.IntRange(min=1), default=64, show_default=True,
+              help="distinct configs to measure (resumed ones count)")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True,
+              help="seconds one candidate may execute (check + timing)")
+@click.option("--repeat", type=click.IntRange(min=1), default=5, show_default=True,
+              help="timed repeats per candidate (each at least 50 ms)")
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="artifact directory to write for the best config")
+@click.option("--records", "records_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="record file (JSON lines) [default: OUT/records.jsonl]")
+@click.option("--resume", is_flag=True, help="continue from the record file's trials, measuring none again")
+@click.option("--cpus", "cpus_text", metavar="LIST", help="CPUs to measure on, e.g. 0-1 [default: all allowed]")
+@click.option("--strategy", type=click.Choice(["xgb", "random", "grid"]), default="xgb", show_default=True)
+@click.option("--early-stopping", type=click.IntRange(min=1), metavar="N",
+              help="stop after N trials without a better config")
+@click.option("--device-key", help="pool of identical hosts the records belong to [default: from this host]")
+@click.option("--transfer", "transfer_files", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="more record files to seed the cost model from (same family and device key)")
+def tune_command(op, op_args, workload_file, target, trials, timeout, repeat, out, records_path, resume, cpus_text,
+                 strategy, early_stopping, device_key, transfer_files) -> None:
+    """Tune OP with its arguments on this machine and write the best kernel to OUT.
+
+    E.g. `tunefleet tune matmul --M 1024 --N 1024 --K 1024 --trials 256 --out kernels/`.
+    Operator arguments are listed by `tunefleet ops`. Ctrl-C stops and keeps the records;
+    --resume continues.
+    """
+    from tunefleet.tuner import records
+    from tunefleet.tuner.apply import apply_best
+    from tunefleet.tuner.measure import MeasureProtocol
+    from tunefleet.tuner.tune import TuneError, tune
+
+    workload = workload_from_cli(op, list(op_args), workload_file)
+    parsed = parse_target(target)
+    cpus = _cpus(cpus_text)
+    records_path = records_path or out / "records.jsonl"
+    records_path.parent.mkdir(parents=True, exist_ok=True)
+    transfer = [r for f in transfer_files for r in records.load(f)]
+    console = Console(stderr=True)
+    try:
+        with _Display(console, workload) as display:
+            result = tune(workload, parsed, trials=trials, records_path=records_path, strategy=strategy,
+                          protocol=MeasureProtocol(repeat=repeat, timeout_s=timeout), cpus=cpus,
+                          device_key=device_key, resume=resume, early_stopping=early_stopping,
+                          transfer_records=transfer, progress=display)
+    except TuneError as exc:
+        raise ArgumentError(f"--records: {exc} (--resume continues)") from None
+    except KeyboardInterrupt:
+        console.print(f"interrupted: the finished trials are in {records_path}; add --resume to continue")
+        sys.exit(EXIT_INTERRUPTED)
+    if result.best is None:
+        statuses = collections.Counter(t.result.status for t in result.trials)
+        raise click.ClickException(f"no correct config among {len(result.trials)} trials (errors: "
+                                   f"{_errors(statuses)}); records in {records_path}")
+    path = apply_best([result.best], workload, parsed, out)
+    click.echo(f"{workload.kernel_name()}: {result.gflops:.2f} GFLOP/s ({result.latency_s * 1e3:.4g} ms, "
+               f"CV {result.cv:.1%}), best of {len(result.trials)} trials in {result.elapsed_s:.0f} s; "
+               f"artifact {path}; records {records_path}")
+
