@@ -4,7 +4,8 @@ Contents of an artifact directory for kernel `<name>`:
 
 - `<name>.so`: the library (soname `<name>.so`; link with ``-l:<name>.so``);
 - `<name>.h`: the public header (abi.header_text);
-- `<name>.c`: the self-contained translation unit, runtime included;
+- `<name>.c`: the self-contained translation unit, runtime included (`<name>.cu` for a
+  CUDA kernel, whose `.so` embeds the device code and links the CUDA runtime statically);
 - `manifest.json`: what was built, for what, how, and how fast (see write_artifact).
 """
 
@@ -37,6 +38,7 @@ def write_artifact(out_dir: str | os.PathLike, *, name: str, source: str,
     Raises ValueError if so_path was built under another name.
     """
     info = build_info(so_path)
+    gpu = info.get("kind") == "cuda"  # a CUDA build (compiler.cuda_build): .cu source, GPU header
     if info["name"] != name:
         raise ValueError(f"{so_path} was built as {info['name']!r}, not {name!r}")
     out = Path(out_dir)
@@ -45,7 +47,7 @@ def write_artifact(out_dir: str | os.PathLike, *, name: str, source: str,
     temp = out / f".{name}.{uuid.uuid4().hex}.so"
     shutil.copyfile(so_path, temp)
     os.replace(temp, library)
-    (out / f"{name}.c").write_text(source)
+    (out / f"{name}.{'cu' if gpu else 'c'}").write_text(source)
     full = {
         **manifest,
         "name": name,
@@ -58,7 +60,13 @@ def write_artifact(out_dir: str | os.PathLike, *, name: str, source: str,
         "so_sha256": hashlib.sha256(library.read_bytes()).hexdigest(),
         "args": [a.to_dict() for a in args],
     }
-    (out / f"{name}.h").write_text(header_text(name, args, doc=_header_doc(full)))
+    if gpu:
+        from tunefleet.compiler.cuda_build import header_text as cuda_header_text
+
+        header = cuda_header_text(name, args, doc=_header_doc(full, "cu"))
+    else:
+        header = header_text(name, args, doc=_header_doc(full))
+    (out / f"{name}.h").write_text(header)
     (out / MANIFEST).write_text(json.dumps(full, indent=2, sort_keys=True) + "\n")
     return out
 
@@ -68,7 +76,7 @@ def read_manifest(artifact_dir: str | os.PathLike) -> dict:
     return json.loads((Path(artifact_dir) / MANIFEST).read_text())
 
 
-def _header_doc(manifest: dict) -> str:
+def _header_doc(manifest: dict, suffix: str = "c") -> str:
     """The header's opening lines: what was tuned for what, how fast, how to rebuild."""
     lines = []
     for key, label in (("workload", "Workload"), ("target", "Target"),
@@ -79,5 +87,5 @@ def _header_doc(manifest: dict) -> str:
             if not isinstance(value, str | int | float):
                 value = json.dumps(value, sort_keys=True)
             lines.append(f"{label}: {value}")
-    lines.append(f"Rebuild from {manifest['name']}.c: {manifest['build_command']}")
+    lines.append(f"Rebuild from {manifest['name']}.{suffix}: {manifest['build_command']}")
     return "\n".join(lines)

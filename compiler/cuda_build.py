@@ -61,9 +61,18 @@ VECTOR_ALIGN = 16
 # ----------------------------------------------------------------------------- toolkit
 
 
+#: Where nvcc is looked for when it is neither $NVCC nor on PATH.
+NVCC_FALLBACKS = ("/usr/local/cuda/bin/nvcc",)
+
+
 def nvcc_path() -> str:
     """`$NVCC`, else `nvcc` on PATH, else /usr/local/cuda/bin/nvcc. BuildError when none exists."""
-    for candidate in (os.environ.get("NVCC"), shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"):
+    env = os.environ.get("NVCC")
+    if env:
+        if os.path.isfile(env) and os.access(env, os.X_OK):
+            return os.path.abspath(env)
+        raise BuildError(f"nvcc not found: $NVCC is {env!r}, which is not an executable file")
+    for candidate in (shutil.which("nvcc"), *NVCC_FALLBACKS):
         if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
             return os.path.abspath(candidate)
     raise BuildError("nvcc not found: install the CUDA toolkit, put nvcc on PATH or set $NVCC")

@@ -14,7 +14,7 @@ from .build import compile_shared
 from .codegen.c import generate_c
 from .ir import PrimFunc
 from .lower import lower
-from .schedule import Schedule
+from .schedule import Schedule, ScheduleError
 from .target import Target
 from .te import PlaceholderOp, Tensor
 
@@ -78,7 +78,15 @@ def build(sch: Schedule, args: Sequence[Tensor], target: Target, name: str,
     """Lower `sch` with arguments `args` (inputs, then outputs) and build it for `target`.
 
     Raises ScheduleError for an illegal schedule, BuildError for a compiler failure.
+    A cuda target builds with nvcc (`compiler.cuda_build`; InvalidConfig, a ScheduleError, for
+    a kernel over the device's limits) and returns a CudaBuiltKernel.
     """
+    if target.kind == "cuda":
+        from .cuda_build import build_cuda
+
+        if extern_sources:
+            raise ScheduleError("extern C micro-kernel sources cannot run in a CUDA kernel")
+        return build_cuda(sch, args, target, name, specs=arg_specs(args, layouts))
     func = lower(sch, args, name, lanes=target.lanes("float32"))
     func.extern_sources = list(dict.fromkeys([*func.extern_sources, *extern_sources]))
     return build_func(func, arg_specs(args, layouts), target)
@@ -89,6 +97,11 @@ def build_workload(workload, config, target: Target) -> BuiltKernel:
     for `target`, as kernel `workload.kernel_name()`.
 
     Raises ScheduleError / BuildError; WorkloadError when the target kind has no template.
+    A cuda target gives a CudaBuiltKernel (`compiler.cuda_build.build_cuda_workload`).
     """
+    if target.kind == "cuda":
+        from .cuda_build import build_cuda_workload
+
+        return build_cuda_workload(workload, config, target)
     sch, tensors = workload.template(target.kind)(config, workload, target)
     return build(sch, tensors, target, workload.kernel_name(), workload.layouts())

@@ -123,28 +123,28 @@ static void tf_emu_launch(tf_uint3 grid, tf_uint3 block, size_t smem_bytes, F ke
 _SHARED_DECL = "extern __shared__ __align__(16) unsigned char tf_smem[];"
 
 
-def emulator_source(part: CudaKernelSource) -> str:
-    """The C++ text that runs `part`'s kernel on the CPU (`extern "C" int tf_emu_run(void** args)`)."""
-    g = part.gfunc
-    kernel = part.kernel.replace(_SHARED_DECL, "unsigned char* tf_smem = tf_emu_smem;")
-    prelude = PRELUDE.replace("#include <cuda_runtime.h>", "")
-    params = g.func.params
-    n_in = len(params) - g.func.num_outputs
+def emulator_source(parts: Sequence[CudaKernelSource]) -> str:
+    """The C++ text that runs the kernels of `parts` on the CPU: per kernel `name`,
+    `extern "C" int tf_emu_run_<name>(void** args)` (names must differ)."""
     from .te import DTYPES
 
-    casts = ", ".join(f"({'const ' if k < n_in else ''}{DTYPES[b.dtype].ctype}*)args[{k}]"
-                      for k, b in enumerate(params))
-    gx, gy, gz = g.grid
-    bx, by, bz = g.block
-    launch = "\n".join([
-        'extern "C" int tf_emu_run(void** args) {',
-        f"  tf_emu_launch(tf_uint3{{{gx}, {gy}, {gz}}}, tf_uint3{{{bx}, {by}, {bz}}}, {g.shared_bytes}, "
-        f"[=] {{ {kernel_symbol(g.name)}({casts}); }});",
-        "  return 0;",
-        "}",
-        'extern "C" long long tf_emu_barriers(void) { return tf_barriers; }',
-    ])
-    return "\n".join([SHIM, prelude, kernel, launch, ""])
+    out = [SHIM, PRELUDE.replace("#include <cuda_runtime.h>", "")]
+    for part in parts:
+        g = part.gfunc
+        out.append(part.kernel.replace(_SHARED_DECL, "unsigned char* tf_smem = tf_emu_smem;"))
+        params = g.func.params
+        n_in = len(params) - g.func.num_outputs
+        casts = ", ".join(f"({'const ' if k < n_in else ''}{DTYPES[b.dtype].ctype}*)args[{k}]"
+                          for k, b in enumerate(params))
+        gx, gy, gz = g.grid
+        bx, by, bz = g.block
+        out += [f'extern "C" int tf_emu_run_{g.name}(void** args) {{',
+                f"  tf_emu_launch(tf_uint3{{{gx}, {gy}, {gz}}}, tf_uint3{{{bx}, {by}, {bz}}}, {g.shared_bytes}, "
+                f"[=] {{ {kernel_symbol(g.name)}({casts}); }});",
+                "  return 0;",
+                "}"]
+    out.append('extern "C" long long tf_emu_barriers(void) { return tf_barriers; }')
+    return "\n".join(out) + "\n"
 
 
 def _build(source: str) -> Path:
@@ -170,23 +170,33 @@ def _build(source: str) -> Path:
 def emulate(part: CudaKernelSource, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
     """Run kernel `part` on the CPU over C-contiguous `inputs` (ABI shapes and dtypes); returns the
     outputs, allocated filled with NaN (an element the kernel does not write stays NaN)."""
-    so = _build(emulator_source(part))
-    ins = [a for a in part.args if not a.is_output]
-    if len(inputs) != len(ins):
-        raise ValueError(f"{part.name}: expected {len(ins)} inputs, got {len(inputs)}")
-    arrays = []
-    for spec, x in zip(ins, inputs):
-        x = np.ascontiguousarray(x, dtype=spec.dtype)
-        if x.shape != spec.shape:
-            raise ValueError(f"{part.name}: argument {spec.name} must have shape {spec.shape}, got {x.shape}")
-        arrays.append(x)
-    outs = [np.full(a.shape, np.nan, a.dtype) for a in part.args if a.is_output]
-    lib = ctypes.CDLL(str(so))
-    ptrs = (ctypes.c_void_p * len(arrays + outs))(*[a.ctypes.data for a in arrays + outs])
-    rc = lib.tf_emu_run(ptrs)
-    if rc != 0:
-        raise RuntimeError(f"{part.name}: emulation returned {rc}")
-    return outs
+    return emulate_many([(part, inputs)])[0]
 
 
-__all__ = ["emulate", "emulator_source"]
+def emulate_many(runs: Sequence[tuple[CudaKernelSource, Sequence[np.ndarray]]]) -> list[list[np.ndarray]]:
+    """`emulate` for several kernels (distinct names) built in one compiler run."""
+    names = [part.name for part, _ in runs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"kernel names must differ in one emulation build: {names}")
+    lib = ctypes.CDLL(str(_build(emulator_source([part for part, _ in runs]))))
+    results = []
+    for part, inputs in runs:
+        ins = [a for a in part.args if not a.is_output]
+        if len(inputs) != len(ins):
+            raise ValueError(f"{part.name}: expected {len(ins)} inputs, got {len(inputs)}")
+        arrays = []
+        for spec, x in zip(ins, inputs):
+            x = np.ascontiguousarray(x, dtype=spec.dtype)
+            if x.size != int(np.prod(spec.shape)):
+                raise ValueError(f"{part.name}: argument {spec.name} must have shape {spec.shape}, got {x.shape}")
+            arrays.append(x)
+        outs = [np.full(a.shape, np.nan, a.dtype) for a in part.args if a.is_output]
+        ptrs = (ctypes.c_void_p * len(arrays + outs))(*[a.ctypes.data for a in arrays + outs])
+        rc = getattr(lib, f"tf_emu_run_{part.name}")(ptrs)
+        if rc != 0:
+            raise RuntimeError(f"{part.name}: emulation returned {rc}")
+        results.append(outs)
+    return results
+
+
+__all__ = ["emulate", "emulate_many", "emulator_source"]

@@ -249,8 +249,18 @@ def check_barriers(s: Stmt, launch: dict[str, int]) -> None:
 
 
 def _local_words(s: Stmt) -> int:
-    return sum(n.buffer.size * max(1, dtype_of(n.buffer.dtype).bytes // 4) for n in walk_stmt(s)
-               if isinstance(n, Allocate) and n.buffer.scope == "local")
+    """4-byte words of per-thread arrays live at once: an allocation's words plus what its body
+    holds; statements of a sequence (e.g. unrolled copies of one register copy) one at a time."""
+    if isinstance(s, Allocate):
+        own = s.buffer.size * max(1, dtype_of(s.buffer.dtype).bytes // 4) if s.buffer.scope == "local" else 0
+        return own + _local_words(s.body)
+    if isinstance(s, For):
+        return _local_words(s.body)
+    if isinstance(s, IfThenElse):
+        return max(_local_words(s.then), _local_words(s.otherwise) if s.otherwise is not None else 0)
+    if isinstance(s, Seq):
+        return max((_local_words(x) for x in s.stmts), default=0)
+    return 0
 
 
 def lower_cuda(sch: Schedule, args: Sequence[Tensor], name: str, *, lanes: int = 4) -> GpuFunc:

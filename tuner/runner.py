@@ -69,6 +69,9 @@ class LocalMeasurer:
     (default the host name). Use as a context manager, or call :meth:`close`.
     """
 
+    #: The function each candidate's child process runs (GPU measurement: tuner.gpu_runner.GpuMeasurer).
+    child_target = staticmethod(child_main)
+
     def __init__(self, *, cpus: Sequence[int] | None = None, build_cpus: Sequence[int] | None = None,
                  n_parallel: int | None = None, plugin_modules: tuple[str, ...] | None = None,
                  host: str | None = None):
@@ -122,7 +125,7 @@ class LocalMeasurer:
                "workload": inp.workload, "name": built.name, "so_path": built.so_path, "args": list(built.args),
                "protocol": protocol.to_json()}
         parent, child = self._ctx.Pipe(duplex=True)
-        proc = self._ctx.Process(target=child_main, args=(child, job), daemon=True)
+        proc = self._ctx.Process(target=self.child_target, args=(child, job), daemon=True)
         start = time.perf_counter()
         proc.start()
         child.close()

@@ -1,0 +1,85 @@
+"""GPU templates against the operators' numpy references, without a GPU: the generated CUDA
+kernels run on the CPU under `compiler.gpu_emulate` (one host thread per CUDA thread, threads
+of a block taking turns between barriers, shared memory poisoned with NaN bytes). This checks
+lowering and code generation (indices, guards, shared-memory regions, barriers, vector
+accesses as code), not the hardware; tests on a GPU are in test_cuda_gpu.py."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from tunefleet.compiler import gpu_lower, ops
+from tunefleet.compiler.cuda_build import workload_kernel
+from tunefleet.compiler.gpu_emulate import emulate_many
+from tunefleet.tuner.measure_child import TOLERANCE, relative_error
+
+from cuda_helpers import SM90, random_valid_configs
+
+#: Small shapes (every CUDA thread is a host thread) with tails, epilogues, transposes, padding.
+SMALL = [
+    ("matmul", {"M": 50, "N": 72, "K": 37, "bias": True, "epilogue": "gelu"}),
+    ("matmul", {"M": 64, "N": 64, "K": 32, "dtype": "float64"}),
+    ("batch_matmul", {"batch": 2, "M": 33, "N": 40, "K": 20, "transpose_b": True}),
+    ("batch_matmul", {"batch": 3, "M": 16, "N": 24, "K": 9}),
+    ("conv2d_nchw", {"N": 2, "CI": 6, "CO": 12, "H": 9, "W": 7, "KH": 3, "KW": 3, "padding": [1, 2],
+                     "dilation": [1, 2], "bias": True, "epilogue": "relu"}),
+    ("conv2d_nchw", {"N": 1, "CI": 16, "CO": 8, "H": 6, "W": 6, "KH": 1, "KW": 1}),
+    ("conv2d_nchw", {"N": 1, "CI": 3, "CO": 8, "H": 11, "W": 11, "KH": 3, "KW": 3, "stride": 2}),
+    ("depthwise_conv2d_nchw", {"N": 1, "C": 3, "H": 17, "W": 23, "KH": 5, "KW": 3, "stride": [2, 1],
+                               "padding": [2, 1], "bias": True, "epilogue": "relu"}),
+    ("depthwise_conv2d_nchw", {"N": 2, "C": 2, "H": 8, "W": 8, "KH": 3, "KW": 3}),
+]
+
+
+def check(workload, *parts) -> None:
+    rng = np.random.default_rng(7)
+    inputs = ops.random_inputs(workload.tensors(), rng)
+    refs = workload.reference(*inputs)
+    tol = TOLERANCE[workload.args["dtype"]]
+    for part, outs in zip(parts, emulate_many([(p, inputs) for p in parts])):
+        errs = [relative_error(o, np.asarray(r)) for o, r in zip(outs, refs)]
+        assert all(e <= tol for e in errs), f"{workload!r} {part.name}: relative error {errs} > {tol}"
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("op, args", SMALL, ids=[f"{op}-{i}" for i, (op, _) in enumerate(SMALL)])
+def test_default_and_random_configs_match_numpy(op, args):
+    w = ops.make_workload(op, args)
+    names = itertools.count()
+    default = workload_kernel(w, ops.default_config(w, SM90), SM90, name="default_k")
+    parts, _ = random_valid_configs(op, args, SM90, 2, seed=len(op),
+                                    build=lambda w_, c: workload_kernel(w_, c, SM90, name=f"random_k{next(names)}"))
+    check(w, default, *parts)
+
+
+def test_a_missing_barrier_gives_a_wrong_answer(monkeypatch):
+    """The emulation really checks barriers: without the one after each shared-memory copy, the
+    threads of a block read tiles not yet written."""
+    w = ops.make_workload("matmul", {"M": 64, "N": 64, "K": 32})
+    original = gpu_lower._dedupe_barriers
+
+    def drop_read_barriers(stmt):
+        from tunefleet.compiler.ir import Seq, map_stmt, seq
+
+        def fs(n):
+            if isinstance(n, Seq):
+                kept, seen = [], 0
+                for x in n.stmts:
+                    if gpu_lower._is_barrier(x):
+                        seen += 1
+                        if seen == 2:
+                            continue
+                    kept.append(x)
+                return seq(kept)
+            return None
+
+        return map_stmt(original(stmt), lambda e: e, fs)
+
+    monkeypatch.setattr(gpu_lower, "_dedupe_barriers", drop_read_barriers)
+    part = workload_kernel(w, ops.default_config(w, SM90), SM90, name="no_barrier")
+    assert part.kernel.count("__syncthreads();") == 1
+    with pytest.raises(AssertionError, match="relative error"):
+        check(w, part)

@@ -1,0 +1,142 @@
+"""GPU schedule primitives and lowering: bind / cache_read / set_scope and their errors, what a
+CUDA kernel cannot express, shared regions relaxed over the threads of a block, barriers and
+dynamic shared memory, and the code generator's choices (16-byte accesses only where aligned,
+32-bit indices where every buffer fits)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tunefleet.compiler import te
+from tunefleet.compiler.codegen.cuda import generate_cuda, index_type
+from tunefleet.compiler.gpu_lower import BARRIER, lower_cuda
+from tunefleet.compiler.ir import Evaluate, walk_stmt
+from tunefleet.compiler.schedule import ScheduleError, create_schedule
+
+
+def _tiled_sum(n=256, m=64, tile=32, *, shared=True):
+    """C[i] = sum_k A[i, k], a block of `tile` rows; A's tile staged in shared memory per block."""
+    A = te.placeholder((n, m), name="A")
+    AS = te.compute((n, m), lambda i, k: A[i, k], name="AS")
+    k = te.reduce_axis(m, "k")
+    C = te.compute((n,), lambda i: te.sum(AS[i, k], axis=k), name="C")
+    s = create_schedule(C)
+    (i,) = s[C].op.axis
+    bo, t = s[C].split(i, factor=tile)
+    s[C].bind(bo, "blockIdx.x")
+    s[C].bind(t, "threadIdx.x")
+    if shared:
+        s[AS].set_scope("shared")
+        s[AS].compute_at(s[C], t)
+        ai, ak = s[AS].op.axis
+        ko, kv = s[AS].split(ak, factor=4)
+        f = s[AS].fuse(ai, ko)
+        _, tx = s[AS].split(f, factor=tile)
+        s[AS].bind(tx, "threadIdx.x")
+        s[AS].vectorize(kv)
+    else:
+        s[AS].compute_inline()
+    return s, [A, C]
+
+
+def test_bind_errors_name_the_stage_and_axis():
+    A = te.placeholder((64,), name="A")
+    k = te.reduce_axis(64, "k")
+    S = te.compute((1,), lambda i: te.sum(A[k], axis=k), name="S")
+    s = create_schedule(S)
+    with pytest.raises(ScheduleError, match="cannot bind 'i' to 'warpIdx.x'; allowed: blockIdx.x"):
+        s[S].bind(s[S].op.axis[0], "warpIdx.x")
+    with pytest.raises(ScheduleError, match="reduce axis 'k'"):
+        s[S].bind(s[S].op.reduce_axis[0], "threadIdx.x")
+    B = te.compute((64, 2), lambda i, j: A[i] + 1.0, name="B")
+    sb = create_schedule(B)
+    i, j = sb[B].op.axis
+    sb[B].bind(i, "threadIdx.x")
+    with pytest.raises(ScheduleError, match="threadIdx.x is already bound to 'i'"):
+        sb[B].bind(j, "threadIdx.x")
+    with pytest.raises(ScheduleError, match="scope 'texture'"):
+        sb[B].set_scope("texture")
+
+
+def test_cache_read_redirects_the_readers():
+    A = te.placeholder((8, 8), name="A")
+    B = te.compute((8, 8), lambda i, j: A[i, j] * 2.0, name="B")
+    C = te.compute((8, 8), lambda i, j: A[j, i] + B[i, j], name="C")
+    s = create_schedule(C)
+    AS = s.cache_read(A, "shared", [B])
+    assert s[AS].scope == "shared" and AS.name == "A_shared"
+    assert AS in s[B].op.input_tensors() and A not in s[B].op.input_tensors()
+    assert A in s[C].op.input_tensors()  # not a reader given: still reads A
+    assert [st.name for st in s.stages] == ["A_shared", "B", "C"]
+    with pytest.raises(ScheduleError, match="does not read it"):
+        s.cache_read(AS, "local", [C])
+    with pytest.raises(ScheduleError, match="scope 'global'"):
+        s.cache_read(A, "global", [C])
+
+
+def test_what_a_cuda_kernel_cannot_express():
+    A = te.placeholder((64,), name="A")
+    T = te.compute((64,), lambda i: A[i] * 2.0, name="T")
+    B = te.compute((64,), lambda i: T[i] + 1.0, name="B")
+    s = create_schedule(B)
+    o, t = s[B].split(s[B].op.axis[0], factor=32)
+    s[B].bind(o, "blockIdx.x")
+    s[B].bind(t, "threadIdx.x")
+    with pytest.raises(ScheduleError, match="'T' is computed at the root but is not a kernel argument"):
+        lower_cuda(s, [A, B], "k")
+    s[T].compute_inline()
+    lower_cuda(s, [A, B], "k")
+    s2 = create_schedule(B)
+    s2[T].compute_inline()
+    with pytest.raises(ScheduleError, match="needs a loop bound to a block index"):
+        lower_cuda(s2, [A, B], "k")
+    s2[B].parallel(s2[B].op.axis[0])
+    with pytest.raises(ScheduleError, match="'parallel', which has no meaning in a CUDA kernel"):
+        lower_cuda(s2, [A, B], "k")
+
+
+def test_shared_region_spans_the_block_and_barriers_surround_the_copy():
+    s, args = _tiled_sum()
+    g = lower_cuda(s, args, "tiled")
+    (buf, offset), = g.shared
+    assert buf.shape == (32, 64) and offset == 0  # relaxed over the 32 threads, not one row per thread
+    assert g.shared_bytes == 32 * 64 * 4 and g.launch["threadIdx.x"] == 32 and g.launch["blockIdx.x"] == 8
+    barriers = [n for n in walk_stmt(g.func.body) if isinstance(n, Evaluate) and n.func == BARRIER]
+    assert len(barriers) == 2
+    src, vec = generate_cuda(g)
+    assert "extern __shared__ __align__(16) unsigned char tf_smem[];" in src
+    assert "__launch_bounds__(32)" in src and src.count("__syncthreads();") == 2
+    assert "*reinterpret_cast<const float4*>(A + " in src and "*reinterpret_cast<float4*>(AS + " in src
+    assert vec == {"A"}
+
+
+def test_no_16_byte_access_without_proven_alignment():
+    s, args = _tiled_sum(n=256, m=66, tile=32)  # rows of 66 floats: row starts not 16-byte aligned
+    src, vec = generate_cuda(lower_cuda(s, args, "odd"))
+    assert vec == set() and "reinterpret_cast<const float4*>(A" not in src
+    assert "reinterpret_cast<float4*>(AS" not in src  # the shared rows are 66 floats too
+
+
+def test_index_type():
+    s, args = _tiled_sum()
+    assert index_type(lower_cuda(s, args, "small")) == "int"
+    A = te.placeholder((1 << 16, 1 << 15), name="A")
+    B = te.compute(A.shape, lambda i, j: A[i, j] * 2.0, name="B")
+    sb = create_schedule(B)
+    i, j = sb[B].op.axis
+    sb[B].bind(i, "blockIdx.x")
+    jo, ji = sb[B].split(j, factor=256)
+    sb[B].bind(ji, "threadIdx.x")
+    g = lower_cuda(sb, [A, B], "big")
+    assert index_type(g) == "long long" and "long long" in generate_cuda(g)[0]
+
+
+def test_cpu_lowering_ignores_the_gpu_rules():
+    """A schedule without bindings lowers as before (shared/local scopes only matter with them)."""
+    from tunefleet.compiler.lower import lower
+
+    s, args = _tiled_sum(shared=False)
+    A, C = args
+    s2 = create_schedule(C)
+    func = lower(s2, args, "cpu")
+    assert not any(isinstance(n, Evaluate) and n.func == BARRIER for n in walk_stmt(func.body))
