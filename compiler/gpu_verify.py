@@ -40,6 +40,7 @@ class DeviceLimits:
     registers_per_block: int = 65536
     max_registers_per_thread: int = 255
     l2_bytes: int = 0
+    sm_count: int = 0  # multiprocessors (0: unknown); default-config rules size their grids by it
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -55,6 +56,7 @@ class DeviceLimits:
             max_shared_per_block=int(info.get("shared_per_block_optin") or base.max_shared_per_block),
             registers_per_block=int(info.get("regs_per_block") or base.registers_per_block),
             l2_bytes=int(info.get("l2_bytes") or 0),
+            sm_count=int(info.get("sm_count") or 0),
         )
 
 
@@ -69,6 +71,8 @@ _SHARED_OPTIN = {
 #: L2 sizes of the usual data-center parts of each architecture (for the L2 flush when the
 #: device does not say).
 _L2 = {(8, 0): 40 * 1024 * KB, (9, 0): 50 * 1024 * KB}
+#: Multiprocessors of the usual data-center part of each architecture (A100, A10, L40S, H100 SXM).
+_SMS = {(8, 0): 108, (8, 6): 72, (8, 9): 142, (9, 0): 132, (10, 0): 148}
 
 
 def compute_capability(arch: str) -> tuple[int, int]:
@@ -84,7 +88,7 @@ def limits_for(target: Target) -> DeviceLimits:
     if shared is None:
         known = [v for k, v in _SHARED_OPTIN.items() if k[0] == cc[0]]
         shared = min(known) if known else 48 * KB
-    return DeviceLimits(max_shared_per_block=shared, l2_bytes=_L2.get(cc, 0))
+    return DeviceLimits(max_shared_per_block=shared, l2_bytes=_L2.get(cc, 0), sm_count=_SMS.get(cc, 0))
 
 
 def register_estimate(g: GpuFunc) -> int:

@@ -202,6 +202,8 @@ class _Lowering:
                 self.buffers[id(t)] = Buffer(t.name, t.shape, t.dtype, "heap")
             else:
                 shape = tuple(e for _, e in self.region[id(t)])
+                if st.row_pad:
+                    shape = (*shape[:-1], shape[-1] + st.row_pad)
                 b = Buffer(t.name, shape, t.dtype)
                 b.scope = "local" if b.size * (4 if t.dtype == "float32" else 8) <= LOCAL_LIMIT_BYTES else "heap"
                 if st.scope == "shared" or (self.gpu and st.scope == "local"):

@@ -90,6 +90,7 @@ class Stage:
         self.iter_kind: dict[IterVar, str] = {}
         self.attach, self.attach_stage, self.attach_ivar = "root", None, None
         self.tensorized: tuple[IterVar, TensorIntrin] | None = None
+        self.row_pad = 0
 
     @property
     def name(self) -> str:
@@ -208,6 +209,14 @@ class Stage:
         if scope not in SCOPES:
             raise ScheduleError(f"stage {self.name!r}: scope {scope!r}; allowed: {', '.join(SCOPES)}")
         self.scope = scope
+
+    def pad_rows(self, elements: int) -> None:
+        """Lay this attached stage's buffer out with `elements` unused elements after each row
+        (its innermost dimension), e.g. so that the threads of a warp writing a column of a
+        shared-memory tile hit different banks. Indexing follows the padded strides."""
+        if not isinstance(elements, int) or isinstance(elements, bool) or elements < 0:
+            raise ScheduleError(f"stage {self.name!r}: pad_rows needs a non-negative int, got {elements!r}")
+        self.row_pad = elements
 
     def tensorize(self, iv: IterVar, intrin: TensorIntrin) -> None:
         """Replace the loops from `iv` inward by a call to `intrin` (a C micro-kernel).

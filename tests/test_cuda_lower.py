@@ -140,3 +140,16 @@ def test_cpu_lowering_ignores_the_gpu_rules():
     s2 = create_schedule(C)
     func = lower(s2, args, "cpu")
     assert not any(isinstance(n, Evaluate) and n.func == BARRIER for n in walk_stmt(func.body))
+
+
+def test_padded_rows_change_the_layout_not_the_region():
+    s, args = _tiled_sum()
+    AS = next(st for st in s.stages if st.name == "AS")
+    AS.pad_rows(4)
+    g = lower_cuda(s, args, "padded")
+    (buf, _), = g.shared
+    assert buf.shape == (32, 68) and g.shared_bytes == 32 * 68 * 4
+    src, _ = generate_cuda(g)
+    assert "* 68" in src and "reinterpret_cast<float4*>(AS + " in src  # rows of 68 keep 16-byte alignment
+    with pytest.raises(ScheduleError, match="non-negative int"):
+        AS.pad_rows(-1)

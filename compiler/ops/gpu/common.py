@@ -47,7 +47,11 @@ def schedule_gemm(sch, cfg, prod, out, a_shared, b_shared, *, a_contiguous: int,
     - register copies of a_shared / b_shared per k step (TM and TN values, 16-byte shared loads
       when aligned), the k step unrolled or not.
 
-    Knobs (see define_gemm_knobs): tile_m, tile_n, lanes_y, warps_y, warps_x, bk, unroll_k, vec.
+    - a tile transposed on its way into shared memory (A; B when given transposed) gets rows
+      padded by 4 floats with `pad_shared` (its column-wise writes then avoid bank conflicts).
+
+    Knobs (see define_gemm_knobs): tile_m, tile_n, lanes_y, warps_y, warps_x, bk, unroll_k, vec,
+    pad_shared.
     """
     TM, TN = cfg["tile_m"].val, cfg["tile_n"].val
     LY = cfg["lanes_y"].val
@@ -111,6 +115,10 @@ def schedule_gemm(sch, cfg, prod, out, a_shared, b_shared, *, a_contiguous: int,
         extent = BK if contiguous == len(ss.op.axis) - 2 else None
         v = vec if extent is None or extent % vec == 0 else 1
         cooperative_fetch(ss, contiguous, threads_x, threads_y, v)
+        if extent is not None and cfg["pad_shared"].val:
+            # a transposed tile is written column-wise (a thread's 4 k values are 4 rows apart):
+            # rows of BM + 4 floats put those rows in different banks and keep 16-byte alignment
+            ss.pad_rows(4)
     for local, n in ((a_local, TM), (b_local, TN)):
         sl = sch[local]
         sl.compute_at(sa, ki)
@@ -133,20 +141,32 @@ def define_gemm_knobs(cfg, M: int, N: int, K: int) -> None:
     cfg.define_knob("bk", [b for b in (4, 8, 16, 32) if b <= max(4, K)])
     cfg.define_knob("unroll_k", [True, False])
     cfg.define_knob("vec", [True, False])
+    cfg.define_knob("pad_shared", [True, False])
 
 
-def gemm_default(space, M: int, N: int, K: int) -> dict:
-    """The untuned config: 8×8 register tiles (4×4 for small products), lanes 4×8, warps to make
-    a 128×128 block tile where the product is large (fewer for small ones), bk 8, unrolled,
-    vector copies. The classic shape of fp32 SGEMM kernels (64 FMAs per 16 shared loads)."""
-    def pick(name, want):
-        values = [space.knobs[name].entity(i).val for i in range(len(space.knobs[name]))]
-        return max([v for v in values if v <= want] or [values[0]])
+def gemm_default(space, M: int, N: int, K: int, *, batch: int = 1, sm_count: int = 0) -> dict:
+    """The untuned config, the classic shape of fp32 SGEMM kernels: 8×8 register tiles (64 FMAs
+    per 4 shared 16-byte loads per k step), lanes 8×4 (a quarter warp then reads 4 distinct
+    16-byte B chunks 32 bytes apart and 2 of A: no bank conflicts), a 128×128 block tile of 256
+    threads, bk 8, unrolled, 16-byte copies, the transposed tile padded. Where that leaves fewer
+    blocks than about the device's multiprocessors (`sm_count`, 100 if unknown), smaller block
+    tiles in turn (128×64, 64×64, then 4×4 thread tiles: 64×64, 32×64, 16×64), the first with
+    enough blocks (else the one with the most)."""
+    def values(name):
+        return [space.knobs[name].entity(i).val for i in range(len(space.knobs[name]))]
 
-    small = M * N < 256 * 256
-    tm = pick("tile_m", 4 if small else 8)
-    tn = pick("tile_n", 4 if small else 8)
-    wy = pick("warps_y", max(1, min(4, -(-M // (4 * tm)))))
-    wx = pick("warps_x", max(1, min(2, -(-N // (8 * tn)))))
-    return {"tile_m": tm, "tile_n": tn, "lanes_y": 4, "warps_y": wy, "warps_x": wx, "bk": pick("bk", 8),
-            "unroll_k": True, "vec": True}
+    sms = sm_count or 100
+    # (tile_m, tile_n, lanes_y, warps_y, warps_x)
+    shapes = [(8, 8, 8, 2, 4), (8, 8, 8, 2, 2), (8, 8, 8, 1, 2), (4, 4, 4, 4, 2), (4, 4, 4, 2, 2), (4, 4, 4, 1, 2)]
+    shapes = [c for c in shapes if c[0] in values("tile_m") and c[1] in values("tile_n")] or \
+        [(values("tile_m")[-1], values("tile_n")[-1], 4, 1, 1)]
+
+    def blocks(c):
+        tm, tn, ly, wy, wx = c
+        return batch * -(-M // (tm * ly * wy)) * -(-N // (tn * (WARP // ly) * wx))
+
+    chosen = next((c for c in shapes if blocks(c) >= 0.9 * sms), max(shapes, key=blocks))
+    tm, tn, ly, wy, wx = chosen
+    bks = values("bk")
+    return {"tile_m": tm, "tile_n": tn, "lanes_y": ly, "warps_y": wy, "warps_x": wx,
+            "bk": max([b for b in bks if b <= 8] or [bks[0]]), "unroll_k": True, "vec": True, "pad_shared": True}

@@ -14,6 +14,7 @@ written out. A 1×1 convolution with stride 1 and no padding reads the data as [
 from __future__ import annotations
 
 from ... import te
+from ...gpu_verify import limits_for
 from ...schedule import ScheduleError, create_schedule
 from ..conv_common import finish, load_or_zero, out_size
 from . import common
@@ -61,4 +62,5 @@ def conv2d_nchw_template(cfg, workload, target):
 def conv2d_nchw_default(space, workload, target) -> dict:
     a = workload.args
     OH, OW = out_size(a)
-    return common.gemm_default(space, a["CO"], OH * OW, a["CI"] * a["KH"] * a["KW"])
+    return common.gemm_default(space, a["CO"], OH * OW, a["CI"] * a["KH"] * a["KW"], batch=a["N"],
+                               sm_count=limits_for(target).sm_count)

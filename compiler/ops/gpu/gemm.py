@@ -10,6 +10,7 @@ transposed B). Global reads of both are along their contiguous axis, 16 bytes pe
 from __future__ import annotations
 
 from ... import te
+from ...gpu_verify import limits_for
 from ...schedule import create_schedule
 from ..common import apply_epilogue
 from . import common
@@ -68,7 +69,7 @@ def matmul_template(cfg, workload, target):
 
 def matmul_default(space, workload, target) -> dict:
     a = workload.args
-    return common.gemm_default(space, a["M"], a["N"], a["K"])
+    return common.gemm_default(space, a["M"], a["N"], a["K"], sm_count=limits_for(target).sm_count)
 
 
 def batch_matmul_template(cfg, workload, target):
@@ -86,4 +87,4 @@ def batch_matmul_template(cfg, workload, target):
 
 def batch_matmul_default(space, workload, target) -> dict:
     a = workload.args
-    return common.gemm_default(space, a["M"], a["N"], a["K"])
+    return common.gemm_default(space, a["M"], a["N"], a["K"], batch=a["batch"], sm_count=limits_for(target).sm_count)
