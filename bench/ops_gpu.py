@@ -1,0 +1,104 @@
+"""Benchmark: tunefleet's CUDA operators against cuDNN / cuBLAS (fp32, TF32 off), on a GPU.
+
+The ResNet-50 convolutions (batch 1, NCHW, each with bias + relu as a fused layer would
+have them: the 7×7 stem, the 3×3 and 1×1 convolutions of the four stages, the strided
+ones), a MobileNet-style depthwise convolution and a batch_matmul of attention's Q·Kᵀ:
+our default config, our best after a short search (see gpu_common), and the vendor library
+through PyTorch (cuDNN with benchmark mode for convolutions, cuBLAS for batch_matmul).
+Prints GFLOP/s and our best / the vendor's.
+
+    python bench/ops_gpu.py [--configs 32] [--only conv] [--batch 1]
+
+Needs an NVIDIA GPU and nvcc; without them it stops at once and says which is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+from gpu_common import (cublas_matmul_seconds, cudnn_conv_seconds, describe, elapsed, gemm_keep, gflops,  # noqa: E402
+                        require_gpu, search, vendor)
+
+from tunefleet.compiler import ops  # noqa: E402
+
+#: ResNet-50's distinct convolutions (torchvision's v1.5: the stride on the 3×3 of a bottleneck).
+RESNET50 = [
+    ("conv1 7x7/2", dict(CI=3, CO=64, H=224, W=224, KH=7, KW=7, stride=2, padding=3)),
+    ("res2 1x1 64->64", dict(CI=64, CO=64, H=56, W=56, KH=1, KW=1)),
+    ("res2 3x3 64", dict(CI=64, CO=64, H=56, W=56, KH=3, KW=3, padding=1)),
+    ("res2 1x1 64->256", dict(CI=64, CO=256, H=56, W=56, KH=1, KW=1)),
+    ("res2 1x1 256->64", dict(CI=256, CO=64, H=56, W=56, KH=1, KW=1)),
+    ("res3 1x1 256->128", dict(CI=256, CO=128, H=56, W=56, KH=1, KW=1)),
+    ("res3 3x3/2 128", dict(CI=128, CO=128, H=56, W=56, KH=3, KW=3, stride=2, padding=1)),
+    ("res3 1x1 128->512", dict(CI=128, CO=512, H=28, W=28, KH=1, KW=1)),
+    ("res3 down 1x1/2 256->512", dict(CI=256, CO=512, H=56, W=56, KH=1, KW=1, stride=2)),
+    ("res3 3x3 128", dict(CI=128, CO=128, H=28, W=28, KH=3, KW=3, padding=1)),
+    ("res4 1x1 512->256", dict(CI=512, CO=256, H=28, W=28, KH=1, KW=1)),
+    ("res4 3x3/2 256", dict(CI=256, CO=256, H=28, W=28, KH=3, KW=3, stride=2, padding=1)),
+    ("res4 3x3 256", dict(CI=256, CO=256, H=14, W=14, KH=3, KW=3, padding=1)),
+    ("res4 1x1 256->1024", dict(CI=256, CO=1024, H=14, W=14, KH=1, KW=1)),
+    ("res4 1x1 1024->256", dict(CI=1024, CO=256, H=14, W=14, KH=1, KW=1)),
+    ("res5 3x3/2 512", dict(CI=512, CO=512, H=14, W=14, KH=3, KW=3, stride=2, padding=1)),
+    ("res5 3x3 512", dict(CI=512, CO=512, H=7, W=7, KH=3, KW=3, padding=1)),
+    ("res5 1x1 512->2048", dict(CI=512, CO=2048, H=7, W=7, KH=1, KW=1)),
+    ("res5 1x1 2048->512", dict(CI=2048, CO=512, H=7, W=7, KH=1, KW=1)),
+]
+OTHERS = [
+    ("depthwise 3x3 32x112²", "depthwise_conv2d_nchw", dict(C=32, H=112, W=112, KH=3, KW=3, padding=1, bias=True,
+                                                            epilogue="relu")),
+    ("depthwise 3x3/2 144x56²", "depthwise_conv2d_nchw", dict(C=144, H=56, W=56, KH=3, KW=3, stride=2, padding=1,
+                                                              bias=True, epilogue="relu")),
+    ("attention Q·Kᵀ 12x128x128x64", "batch_matmul", dict(batch=12, M=128, N=128, K=64, transpose_b=True)),
+    ("batch_matmul 8x512x512x512", "batch_matmul", dict(batch=8, M=512, N=512, K=512)),
+]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--configs", type=int, default=32, help="configs built and timed per workload")
+    p.add_argument("--only", choices=["conv", "other"], default=None)
+    p.add_argument("--batch", type=int, default=1, help="images per convolution")
+    args = p.parse_args()
+    info, target = require_gpu()
+    print(describe(info, target))
+    name, _ = vendor()
+    print(f"baseline: {'cuDNN / cuBLAS through PyTorch' if name == 'torch' else 'cuBLAS through CuPy' if name else 'none'}"
+          ", fp32, TF32 off")
+    print(f"{'workload':>30} {'default':>9} {'tuned':>9} {'vendor':>9} {'tuned/vendor':>13}  best config")
+    rows = []
+    if args.only != "other":
+        rows += [(label, "conv2d_nchw", {**a, "N": args.batch, "bias": True, "epilogue": "relu"})
+                 for label, a in RESNET50]
+    if args.only != "conv":
+        rows += [(label, op, {**a, **({"N": args.batch} if op.startswith("depthwise") else {})})
+                 for label, op, a in OTHERS]
+    total_ours = total_vendor = 0.0
+    for label, op, a in rows:
+        w = ops.make_workload(op, a)
+        t0 = time.time()
+        found = search(w, target, args.configs, keep=gemm_keep if op != "depthwise_conv2d_nchw" else None)
+        t_default = found["default"][0]
+        t_best, cfg, _ = found["best"]
+        t_best = min(t_best, t_default)
+        if op == "batch_matmul":
+            full = w.args
+            t_vendor = cublas_matmul_seconds(full["M"], full["N"], full["K"], batch=full["batch"],
+                                             transpose_b=full["transpose_b"])
+        else:
+            t_vendor = cudnn_conv_seconds(w.args)
+        if op == "conv2d_nchw" and t_vendor:
+            total_ours, total_vendor = total_ours + t_best, total_vendor + t_vendor
+        ratio = f"{t_vendor / t_best:12.0%}" if t_vendor else f"{'n/a':>12}"
+        print(f"{label:>30} {gflops(w, t_default):9.0f} {gflops(w, t_best):9.0f} {gflops(w, t_vendor):9.0f} "
+              f"{ratio}   {cfg.to_json()['knobs']} ({found['tried']} configs, {elapsed(t0)})", flush=True)
+    if total_vendor:
+        print(f"ResNet-50 convolutions, sum of times: ours {total_ours * 1e3:.2f} ms, cuDNN {total_vendor * 1e3:.2f} ms "
+              f"({total_vendor / total_ours:.0%})")
+
+
+if __name__ == "__main__":
+    main()
