@@ -65,6 +65,17 @@ def test_random_configs_match_numpy(make, shapes):
     assert not failures(cases)
 
 
+def test_full_reduction_to_a_scalar():
+    x = te.placeholder((5, 7), name="x")
+    k, m = te.reduce_axis(5, "k"), te.reduce_axis(7, "m")
+    total = te.compute((), lambda: te.sum(x[k, m] * x[k, m], axis=[k, m]), name="total")
+    norm = te.compute((), lambda: te.sqrt(total[()]), name="norm")
+    w = custom(norm)
+    assert not failures(sample(w, 4, seed=3))
+    x_val = np.arange(35, dtype=np.float32).reshape(5, 7)
+    assert relative_error(w.reference(x_val)[0], np.linalg.norm(x_val.astype(np.float64))) < 1e-6
+
+
 def test_interpreter_matches_numpy_formulas():
     rng = np.random.default_rng(0)
     x = rng.standard_normal((13, 37)).astype(np.float32)

@@ -45,7 +45,7 @@ def define_knobs(cfg, sch: Schedule, outputs: Sequence[Tensor], lanes: int) -> N
     before it), shared ('inline' or 'materialize' injective stages read by several stages,
     e.g. softmax's exp, placed like the reductions; only when there are such stages)."""
     _, shared, reductions = _classify(sch, outputs)
-    cfg.define_knob("parallel", list(range(1, outputs[0].ndim + 1)))
+    cfg.define_knob("parallel", list(range(1, max(1, outputs[0].ndim) + 1)))
     cfg.define_knob("vec", [lanes, 2 * lanes, 4 * lanes])
     if any(isinstance(st.op.body, Reduce) for st in sch.stages):
         cfg.define_knob("reduce_order", ["inner", "outer"])
@@ -59,7 +59,7 @@ def _schedule_loops(st: Stage, cfg, parallel: bool):
     """Split/vectorize/reorder the loops of one stage; return its parallel loop (or None)."""
     data, red = list(st.op.axis), list(st.op.reduce_axis)
     vec = None
-    if not red or cfg["reduce_order"].val == "outer":
+    if data and (not red or cfg["reduce_order"].val == "outer"):
         last, factor = data.pop(), cfg["vec"].val
         if last.extent > factor:
             outer, vec = st.split(last, factor=factor)

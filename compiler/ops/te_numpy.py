@@ -87,25 +87,26 @@ def _evaluate_compute(t: Tensor, values: dict[int, np.ndarray]) -> np.ndarray:
     op = t.op
     raxes = op.reduce_axes
     ndim = len(op.axes) + len(raxes)
-    out = np.empty(t.shape, dtype=np.float64)
-    per_row = math.prod(t.shape[1:]) * math.prod(a.extent for a in raxes)
+    shape = t.shape or (1,)  # a 0-d tensor is evaluated as one element
+    out = np.empty(shape, dtype=np.float64)
+    per_row = math.prod(shape[1:]) * math.prod(a.extent for a in raxes)
     step = max(1, SLICE_ELEMENTS // max(1, per_row))
     body = op.body.source if isinstance(op.body, Reduce) else op.body
     with np.errstate(all="ignore"):
-        for start in range(0, t.shape[0], step):
-            stop = min(t.shape[0], start + step)
+        for start in range(0, shape[0], step):
+            stop = min(shape[0], start + step)
             grid = {}
             for d, ax in enumerate((*op.axes, *raxes)):
-                shape = [1] * ndim
-                lo, hi = (start, stop) if d == 0 else (0, ax.extent)
-                shape[d] = hi - lo
-                grid[ax] = np.arange(lo, hi, dtype=np.int64).reshape(shape)
-            full = [stop - start, *t.shape[1:], *(a.extent for a in raxes)]
+                dims = [1] * ndim
+                lo, hi = (start, stop) if d == 0 and t.shape else (0, ax.extent)
+                dims[d] = hi - lo
+                grid[ax] = np.arange(lo, hi, dtype=np.int64).reshape(dims)
+            full = [*(stop - start for _ in t.shape[:1]), *t.shape[1:], *(a.extent for a in raxes)]
             value = np.broadcast_to(_Slice(values, grid).expr(body), full)
             if raxes:
                 value = _REDUCE[op.body.combiner](value, axis=tuple(range(len(op.axes), ndim)))
             out[start:stop] = value
-    return out.astype(t.dtype).astype(np.float64)  # rounded as stored, kept in float64 for consumers
+    return out.reshape(t.shape).astype(t.dtype).astype(np.float64)  # rounded as stored, kept in float64
 
 
 def evaluate(outputs: Sequence[Tensor], inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
