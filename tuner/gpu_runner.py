@@ -36,7 +36,7 @@ from .measure import MeasureProtocol, MeasureResult
 from .measure_child import TOLERANCE, relative_error
 from .runner import LocalMeasurer
 
-__all__ = ["GpuMeasurer", "gpu_child_main", "is_invalid_config", "measurer_for"]
+__all__ = ["GpuMeasurer", "gpu_child_main", "gpu_device_key", "is_invalid_config", "measurer_for"]
 
 
 def is_invalid_config(result: MeasureResult) -> bool:
@@ -135,6 +135,17 @@ class _ClockTap:
         if msg and msg[0] == "result":
             self._m.clocks.append(msg[4] if len(msg) > 4 else None)
         return msg
+
+
+def gpu_device_key(target) -> str:
+    """The device key of this host's GPU (CUDA device 0 of this process), e.g. "cuda-h100-sm90";
+    "cuda-<arch>" when no GPU can be queried (the measurements will then fail anyway)."""
+    from tunefleet.compiler.cuda_device import GpuNotFound, device_key, query
+
+    try:
+        return device_key(query(0))
+    except GpuNotFound:
+        return f"cuda-{target.isa.replace('_', '')}"
 
 
 def measurer_for(target, **options) -> LocalMeasurer:

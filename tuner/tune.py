@@ -203,6 +203,10 @@ def tune(
     target = Target.parse(target) if isinstance(target, str) else target
     protocol = protocol or MeasureProtocol()
     cpus = sorted(cpus) if cpus else host.affinity()
+    if device_key is None and target.kind == "cuda":  # the pool of this host's GPU
+        from .gpu_runner import gpu_device_key
+
+        device_key = gpu_device_key(target)
     device_key = device_key or host.device_key(cpus)
     records_path = Path(records_path)
     wkey = workload_key(workload.to_json())
@@ -232,6 +236,10 @@ def tune(
 
     start = time.perf_counter()
     own = measurer is None
+    if measurer is None and target.kind == "cuda":  # CUDA candidates: the GPU measurement child
+        from .gpu_runner import GpuMeasurer
+
+        measurer = GpuMeasurer(cpus=cpus)
     measurer = measurer or LocalMeasurer(cpus=cpus)
     batch_size = batch_size or measurer.n_parallel
     finished: collections.deque[float] = collections.deque()

@@ -17,7 +17,8 @@ from tunefleet.compiler.cuda_device import GpuNotFound, clocks, device_key, name
 from tunefleet.compiler.gpu_verify import DeviceLimits
 from tunefleet.compiler.target import Target
 
-__all__ = ["GpuNotFound", "select", "facts", "device_key", "target", "limits", "clocks", "name_slug"]
+__all__ = ["GpuMode", "GpuNotFound", "select", "facts", "device_key", "target", "limits", "clocks", "name_slug",
+           "host_facts"]
 
 
 def select(index: int) -> str:
@@ -60,3 +61,49 @@ def target(info: dict) -> Target:
 def limits(info: dict) -> DeviceLimits:
     """The verifier's limits as the device reports them."""
     return DeviceLimits.from_device_info(info)
+
+
+def host_facts(cpus, info: dict) -> dict:
+    """The registration facts of a GPU worker: the CPU host's facts (worker.host.host_facts)
+    plus kind "cuda", gpu_name, compute_capability, the nvcc version in the toolchain, and
+    the device's facts under "gpu" (SMs, memory, L2, limits, driver, clocks)."""
+    from .host import host_facts as cpu_host_facts
+
+    facts = cpu_host_facts(cpus)
+    facts["kind"] = "cuda"
+    facts["gpu_name"] = info["name"]
+    facts["compute_capability"] = f"{info['major']}.{info['minor']}"
+    toolkit = info.get("toolkit") or {}
+    if toolkit.get("nvcc_version"):
+        facts.setdefault("toolchain", {})["nvcc"] = str(toolkit["nvcc_version"])
+    if info.get("driver_version"):
+        facts.setdefault("toolchain", {})["nvidia_driver"] = str(info["driver_version"])
+    facts["gpu"] = {k: v for k, v in info.items() if k != "toolkit"}
+    return facts
+
+
+class GpuMode:
+    """What `tunefleet worker --gpu N` changes, in one place (the daemon's hook):
+
+        mode = GpuMode(index)                  # selects the GPU, reads its facts (GpuNotFound)
+        device_key = device_key or mode.device_key
+        name = name or f"{default_name(cpus)}/gpu{index}"
+        facts = mode.host_facts(cpus)          # instead of host_facts(cpus)
+        measurer = mode.measurer(cpus=cpus, host=name)   # instead of LocalMeasurer(...)
+    """
+
+    def __init__(self, index: int):
+        self.index = index
+        self.visible = select(index)
+        self.info = facts(0)
+        self.device_key = device_key(self.info)
+        self.target = target(self.info)
+        self.limits = limits(self.info)
+
+    def host_facts(self, cpus) -> dict:
+        return host_facts(cpus, self.info)
+
+    def measurer(self, **options):
+        from tunefleet.tuner.gpu_runner import GpuMeasurer
+
+        return GpuMeasurer(**options)

@@ -17,7 +17,16 @@ from .opargs import OP_ARGS_SETTINGS, ArgumentError, workload_from_cli
 
 
 def parse_target(text: str | None) -> Target:
-    """``--target``'s value (default: this host). Raises ArgumentError naming the option."""
+    """``--target``'s value (default: this host; a bare "cuda": this host's GPU's architecture).
+    Raises ArgumentError naming the option."""
+    if text is not None and text.split() == ["cuda"]:
+        from tunefleet.compiler.cuda_device import GpuNotFound, query
+
+        try:
+            return Target("cuda", query(0)["arch"])
+        except GpuNotFound as exc:
+            raise ArgumentError(f"--target cuda: no GPU here to take the architecture from ({exc}); "
+                                f"name it, e.g. 'cuda -arch=sm_90'") from None
     try:
         return Target.parse(text) if text else Target.host()
     except TargetError as exc:
