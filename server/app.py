@@ -15,6 +15,7 @@ from tunefleet.server.dashboard import mount_dashboard
 from tunefleet.server.db import make_engine, make_sessionmaker
 from tunefleet.server.errors import install_error_handlers
 from tunefleet.server.metrics import MetricsMiddleware, StoreCollector
+from tunefleet.server.queue import LazyConnection
 from tunefleet.settings import Settings
 
 
@@ -25,11 +26,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     process, as tests do."""
     settings = settings or Settings()
     engine = make_engine(settings.database_url)
+    redis = LazyConnection(settings)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         yield
         engine.dispose()
+        redis.close()
 
     app = FastAPI(
         title="tunefleet",
@@ -43,6 +46,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.sessionmaker = sessions
     app.state.artifact_store = ArtifactStore(settings.artifacts)
+    app.state.redis = redis
     app.state.metrics_registry = registry
     app.add_middleware(MetricsMiddleware, registry=registry)
     install_error_handlers(app)

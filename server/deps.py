@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from redis import Redis
 from sqlalchemy.orm import Session
 
 from tunefleet.server.artifact_store import ArtifactStore
@@ -31,7 +32,13 @@ def get_store(request: Request) -> ArtifactStore:
     return request.app.state.artifact_store
 
 
+def get_redis(request: Request) -> Redis | None:
+    """The Redis connection (None, logged, when Redis cannot be reached)."""
+    return request.app.state.redis.get()
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
+RedisDep = Annotated[Redis | None, Depends(get_redis)]
 SessionDep = Annotated[Session, Depends(get_session)]
 StoreDep = Annotated[ArtifactStore, Depends(get_store)]
 

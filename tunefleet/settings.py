@@ -40,6 +40,14 @@ class Settings(BaseSettings):
     worker_lost_after_s: float = Field(
         default=30.0, gt=0, description="a worker silent for this long is reported as lost"
     )
+    lease_s: float = Field(
+        default=15.0, gt=0,
+        description="a tuner's hold on a task lapses after this long unless renewed: a task "
+        "whose tuner died resumes on another tuner after at most this long",
+    )
+    reconcile_s: float = Field(
+        default=5.0, gt=0, description="how often each tuner looks for tasks that need a tuner"
+    )
 
     @model_validator(mode="after")
     def _derive_paths(self) -> Settings:

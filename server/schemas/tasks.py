@@ -54,7 +54,11 @@ class TaskCreate(BaseModel):
     op: str = Field(min_length=1, max_length=64, examples=["matmul"])
     args: dict[str, Any] = Field(default_factory=dict, examples=[{"M": 64, "N": 64, "K": 64}])
     target: str = Field(min_length=1, max_length=256, examples=["cpu"])
-    device_key: str = Field(min_length=1, max_length=64, pattern=DEVICE_KEY_PATTERN)
+    device_key: str | None = Field(
+        default=None, min_length=1, max_length=64, pattern=DEVICE_KEY_PATTERN,
+        description="pool of workers to measure on; omitted: the only pool of live workers of "
+        "the target's kind (422 listing the pools when there are none or several)",
+    )
     budget: Budget = Field(default_factory=Budget)
     protocol: Protocol = Field(default_factory=Protocol)
     reuse: bool = Field(

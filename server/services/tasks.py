@@ -20,8 +20,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from tunefleet.server.db import utcnow
-from tunefleet.server.db.models import BestRecord, Task, TaskStatus, Trial, TrialStatus
-from tunefleet.server.errors import Conflict, NotFound
+from tunefleet.server.db.models import BestRecord, Task, TaskStatus, Trial, TrialStatus, Worker
+from tunefleet.server.errors import Conflict, FieldError, NotFound
 from tunefleet.server.schemas.tasks import TaskCreate
 from tunefleet.server.services import catalog
 
@@ -59,29 +59,33 @@ def gflops(flop: int, latency_s: float) -> float:
     return flop / latency_s / 1e9
 
 
-def submit(session: Session, request: TaskCreate) -> Task:
+def submit(session: Session, request: TaskCreate, lost_after_s: float = 30.0) -> Task:
     """Validate `request` against the compiler and store it as a new task (committed).
 
-    With `reuse` and a stored best for the same workload, target and device key, the task
-    is `done` at once with that best's trial and artifact. Nothing is written when the
-    request is invalid.
+    Without a device key, the task goes to the one pool of live workers (heartbeat within
+    `lost_after_s`) of the target's kind; with none or several such pools that is a 422 on
+    `device_key` listing them. With `reuse` and a stored best for the same workload, target
+    and device key, the task is `done` at once with that best's trial and artifact. Nothing
+    is written when the request is invalid.
     """
     workload = catalog.make_workload(request.op, request.args)
-    target = str(catalog.parse_target(request.target, workload))
+    parsed = catalog.parse_target(request.target, workload)
+    target = str(parsed)
+    device_key = request.device_key or default_device_key(session, parsed.kind, lost_after_s)
     task = Task(
         op=workload.op,
         workload=workload.to_json(),
         workload_key=workload.key,
         flop=workload.flop,
         target=target,
-        device_key=request.device_key,
+        device_key=device_key,
         budget=request.budget.model_dump(),
         protocol=request.protocol.model_dump(),
         reuse=request.reuse,
         status=S.QUEUED,
         trials_done=0,
     )
-    best = _stored_best(session, workload.key, target, request.device_key) if request.reuse else None
+    best = _stored_best(session, workload.key, target, device_key) if request.reuse else None
     if best is not None:
         task.status = S.DONE
         task.started_at = task.finished_at = utcnow()
@@ -92,6 +96,24 @@ def submit(session: Session, request: TaskCreate) -> Task:
     session.add(task)
     session.commit()
     return task
+
+
+def default_device_key(session: Session, kind: str, lost_after_s: float) -> str:
+    """The device key of the only pool of live workers of target `kind`; FieldError on
+    `device_key` naming the live pools (or every known one, when none is live)."""
+    from tunefleet.server.services.tuning import live_device_keys
+
+    live = live_device_keys(session, lost_after_s, kind)
+    if len(live) == 1:
+        return live[0]
+    if live:
+        raise FieldError(("body", "device_key"),
+                         f"several pools of live {kind} workers: name one of {', '.join(live)}")
+    known = sorted(set(session.scalars(select(Worker.device_key))))
+    session.commit()
+    hint = f"known device keys: {', '.join(known)}" if known else "no worker has registered yet"
+    raise FieldError(("body", "device_key"),
+                     f"no live {kind} worker to default to: start a worker or name a device key ({hint})")
 
 
 def _stored_best(session: Session, workload_key: str, target: str, device_key: str) -> BestRecord | None:

@@ -7,10 +7,10 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Path, Query, status
 from fastapi.responses import FileResponse, Response
 
-from tunefleet.server import artifact_store
+from tunefleet.server import artifact_store, queue
 from tunefleet.server.api.routes import API_PREFIX
 from tunefleet.server.db.models import TaskStatus, TrialStatus
-from tunefleet.server.deps import SessionDep, StoreDep, UserAuth
+from tunefleet.server.deps import RedisDep, SessionDep, SettingsDep, StoreDep, UserAuth
 from tunefleet.server.schemas.artifacts import ArtifactHeaderOut
 from tunefleet.server.schemas.common import Page
 from tunefleet.server.schemas.tasks import BestOut, TaskCreate, TaskOut, TrialOut
@@ -24,9 +24,15 @@ Offset = Annotated[int, Query(ge=0)]
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=TaskOut)
-def submit_task(body: TaskCreate, session: SessionDep, _auth: UserAuth) -> TaskOut:
-    """Submit a tuning task; 422 names the invalid field (operator, argument, target...)."""
-    return TaskOut.model_validate(tasks.submit(session, body))
+def submit_task(
+    body: TaskCreate, session: SessionDep, settings: SettingsDep, redis: RedisDep, _auth: UserAuth
+) -> TaskOut:
+    """Submit a tuning task; 422 names the invalid field (operator, argument, target...).
+    Without `device_key` it goes to the only pool of live workers of the target's kind."""
+    task = tasks.submit(session, body, settings.worker_lost_after_s)
+    if task.status == TaskStatus.QUEUED:
+        queue.try_enqueue_tune(settings, redis, [task.id])
+    return TaskOut.model_validate(task)
 
 
 @router.get("", response_model=Page[TaskOut])

@@ -8,14 +8,15 @@ import anyio
 from fastapi import APIRouter, Path, Query, Request, status
 from starlette.concurrency import run_in_threadpool
 
+from tunefleet.server import queue
 from tunefleet.server.api.routes import API_PREFIX
 from tunefleet.server.db import utcnow
 from tunefleet.server.db.models import Worker
-from tunefleet.server.deps import SessionDep, SettingsDep, StoreDep, WorkerAuth
+from tunefleet.server.deps import RedisDep, SessionDep, SettingsDep, StoreDep, WorkerAuth
 from tunefleet.server.schemas.artifacts import ArtifactOut
 from tunefleet.server.schemas.common import Page
 from tunefleet.server.schemas.workers import WorkerHeartbeat, WorkerOut, WorkerRegister
-from tunefleet.server.services import artifacts, workers
+from tunefleet.server.services import artifacts, tuning, workers
 
 router = APIRouter(prefix=f"{API_PREFIX}/workers", tags=["workers"])
 
@@ -48,10 +49,13 @@ def list_workers(
 
 @router.post("/register", response_model=WorkerOut)
 def register_worker(
-    body: WorkerRegister, session: SessionDep, settings: SettingsDep, _auth: WorkerAuth
+    body: WorkerRegister, session: SessionDep, settings: SettingsDep, redis: RedisDep, _auth: WorkerAuth
 ) -> WorkerOut:
-    """Register a worker (or refresh one of the same name)."""
-    return _out(workers.register(session, body), settings.worker_lost_after_s)
+    """Register a worker (or refresh one of the same name); tasks waiting for a worker of
+    its device key are handed to the tuners."""
+    worker = workers.register(session, body)
+    queue.try_enqueue_tune(settings, redis, tuning.waiting_tasks(session, worker.device_key))
+    return _out(worker, settings.worker_lost_after_s)
 
 
 @router.post("/{worker_id}/heartbeat", response_model=WorkerOut)

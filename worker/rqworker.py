@@ -1,0 +1,82 @@
+"""The RQ worker class of tunefleet's processes (measurement workers and tuners).
+
+:class:`HeartbeatWorker` is RQ's ``SimpleWorker`` (a job runs in the worker's own process,
+so it can use what that process keeps between jobs: the measurer with its builder pool
+and fork server, the tuner's database engine) plus two things RQ's forking worker has and
+``SimpleWorker`` lacks:
+
+- it heartbeats the running job every ``heartbeat_s`` with a TTL of ``3 * heartbeat_s``,
+  so that when the worker dies (kill -9, a lost host), RQ's abandoned-job handling
+  (``StartedJobRegistry.cleanup``) finds the job within seconds and retries it if its
+  ``Retry`` allows, or fails it with ``AbandonedJobError``;
+- a warm shutdown (SIGTERM, or the first Ctrl-C) also sets :attr:`stopping`, which a long
+  job (a tuning run) watches to stop early; RQ itself exits after the current job.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from typing import Any
+
+from redis import Redis
+from redis.exceptions import RedisError
+from rq.job import Job
+from rq.queue import Queue
+from rq.serializers import JSONSerializer
+from rq.worker import SimpleWorker, WorkerStatus
+
+log = logging.getLogger(__name__)
+
+#: Every tunefleet queue carries JSON (job arguments and results are plain data).
+SERIALIZER = JSONSerializer
+
+
+def measure_queue_name(device_key: str) -> str:
+    """The queue the workers of `device_key` consume: ``measure:<device_key>``."""
+    return f"measure:{device_key}"
+
+
+def measure_queue(connection: Redis, device_key: str) -> Queue:
+    """The ``measure:<device_key>`` queue."""
+    return Queue(measure_queue_name(device_key), connection=connection, serializer=SERIALIZER)
+
+
+class HeartbeatWorker(SimpleWorker):
+    """A ``SimpleWorker`` that heartbeats running jobs every `heartbeat_s` seconds."""
+
+    def __init__(self, *args: Any, heartbeat_s: float = 5.0, **kwargs: Any) -> None:
+        kwargs.setdefault("job_monitoring_interval", max(1, math.ceil(heartbeat_s)))
+        super().__init__(*args, **kwargs)
+        self.heartbeat_s = heartbeat_s
+        self.stopping = threading.Event()
+
+    def get_heartbeat_ttl(self, job: Job, working_time: float = 0.0) -> int:
+        """Seconds a job may go without a heartbeat before RQ deems it abandoned."""
+        return max(2, math.ceil(3 * self.heartbeat_s))
+
+    def execute_job(self, job: Job, queue: Queue) -> None:
+        """Run `job` in this process, heartbeating it from a thread meanwhile."""
+        execution = self.prepare_execution(job)
+        done = threading.Event()
+
+        def beat() -> None:
+            while not done.wait(self.heartbeat_s):
+                try:
+                    self.maintain_heartbeats(job, execution)
+                except RedisError as exc:
+                    log.warning("heartbeat of job %s failed: %s", job.id, exc)
+
+        thread = threading.Thread(target=beat, name=f"rq-heartbeat-{job.id}", daemon=True)
+        thread.start()
+        try:
+            self.perform_job(job, queue, execution)
+        finally:
+            done.set()
+            thread.join()
+        self.set_state(WorkerStatus.IDLE)
+
+    def handle_warm_shutdown_request(self) -> None:
+        super().handle_warm_shutdown_request()
+        self.stopping.set()
