@@ -1,0 +1,181 @@
+"""The measurement worker daemon (`tunefleet worker`).
+
+On start it pins itself to its CPUs (``--cpus``, default the affinity mask), so that its
+builders, its measurement children and everything else it starts stay there: two workers
+on one host with disjoint CPU sets never run on each other's CPUs. It then detects its host
+(:mod:`.host`), registers with the server under a name unique per host and CPU set, and
+consumes ``measure:<device_key>`` with a :class:`~.rqworker.HeartbeatWorker`, running each
+job with the tuner's isolated runner (:class:`~tunefleet.tuner.runner.LocalMeasurer`) on its
+CPUs. A thread heartbeats the server every ``heartbeat_s`` with what it is doing (and
+registers again if the server forgot it).
+
+SIGTERM (or Ctrl-C) stops it after the current job; a second one stops it at once.
+
+Imports stay light: the compiler, the tuner's measurement modules, redis, rq and httpx; no
+SQL, XGBoost or web framework.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Sequence
+
+import httpx
+from redis import Redis
+
+from tunefleet.tuner import host
+from tunefleet.tuner.runner import LocalMeasurer
+
+from . import jobs
+from .host import default_name, host_facts
+from .rqworker import SERIALIZER, HeartbeatWorker, measure_queue
+
+__all__ = ["WorkerDaemon", "RegistrationError", "pin_process"]
+
+log = logging.getLogger(__name__)
+
+
+def pin_process(cpus: Sequence[int]) -> None:
+    """Pin every thread of this process to `cpus` (``sched_setaffinity`` sets one thread's
+    mask; threads started earlier, e.g. numpy's BLAS pool, keep theirs otherwise). Threads
+    and processes started later inherit it."""
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), cpus)
+        except ProcessLookupError:  # the thread ended meanwhile
+            pass
+    os.sched_setaffinity(0, cpus)
+
+
+class RegistrationError(RuntimeError):
+    """The server refused the worker's registration, or could not be reached in time."""
+
+
+class WorkerDaemon:
+    """One measurement worker: `redis_url` and `server_url` locate the service, `token` is
+    a worker-scope token; `device_key` (default derived from the host and `cpus`, or from
+    the GPU), `cpus` (default the affinity mask), `name` (default ``<host>/cpu<cpus>``, plus
+    ``/gpu<N>``), `heartbeat_s` (how often it reports to the server and to RQ; RQ deems a job
+    abandoned after three missed beats), `register_timeout_s` (how long to wait for the
+    server at start), `gpu` (measure CUDA candidates on GPU `gpu`, via
+    :class:`~.gpu.GpuMode`; GpuNotFound without one)."""
+
+    def __init__(
+        self,
+        redis_url: str,
+        server_url: str,
+        token: str,
+        *,
+        device_key: str | None = None,
+        cpus: Sequence[int] | None = None,
+        name: str | None = None,
+        heartbeat_s: float = 5.0,
+        register_timeout_s: float = 60.0,
+        gpu: int | None = None,
+    ) -> None:
+        self.cpus = sorted(set(cpus)) if cpus else host.affinity()
+        self.gpu = None
+        if gpu is not None:  # select the GPU before anything touches CUDA
+            from .gpu import GpuMode
+
+            self.gpu = GpuMode(gpu)
+        default_key = self.gpu.device_key if self.gpu else host.device_key(self.cpus)
+        self.device_key = device_key or default_key
+        self.name = name or default_name(self.cpus) + (f"/gpu{gpu}" if gpu is not None else "")
+        self.redis_url = redis_url
+        self.heartbeat_s = heartbeat_s
+        self.register_timeout_s = register_timeout_s
+        self.http = httpx.Client(
+            base_url=server_url.rstrip("/") + "/api/v1",
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=60.0,
+        )
+        self.facts: dict = {}
+        self.worker_id: int | None = None
+        self.context: jobs.WorkerContext | None = None
+        self.rq: HeartbeatWorker | None = None
+        self._stop_heartbeats = threading.Event()
+
+    # --- server ----------------------------------------------------------------------
+
+    def register(self) -> int:
+        """Register with the server (waiting up to `register_timeout_s` for it to answer);
+        returns the worker id. RegistrationError when refused or unreachable."""
+        body = {"name": self.name, "device_key": self.device_key, "host": self.facts}
+        deadline = time.monotonic() + self.register_timeout_s
+        while True:
+            try:
+                response = self.http.post("/workers/register", json=body)
+                break
+            except httpx.TransportError as exc:
+                if time.monotonic() > deadline:
+                    raise RegistrationError(f"server {self.http.base_url} unreachable: {exc}") from exc
+                time.sleep(0.5)
+        if response.is_error:
+            raise RegistrationError(f"registration refused: HTTP {response.status_code}: {response.text}")
+        self.worker_id = int(response.json()["id"])
+        if self.context is not None:
+            self.context.worker_id = self.worker_id
+        log.info("registered as worker %s (%s) on %s", self.worker_id, self.name, self.device_key,
+                 extra={"worker_id": self.worker_id, "device_key": self.device_key, "cpus": self.cpus})
+        return self.worker_id
+
+    def heartbeat(self) -> None:
+        """Tell the server what the worker is doing; register again if it answers 404."""
+        task_id = self.context.current_task_id if self.context else None
+        body = {"state": "measuring" if task_id else "idle", "current_task_id": task_id}
+        try:
+            response = self.http.post(f"/workers/{self.worker_id}/heartbeat", json=body)
+            if response.status_code == 404:
+                self.register()
+            elif response.status_code == 422 and task_id is not None:  # task gone: report idle
+                self.http.post(f"/workers/{self.worker_id}/heartbeat", json={"state": "idle"})
+            elif response.is_error:
+                log.warning("heartbeat refused: HTTP %s: %s", response.status_code, response.text)
+        except (httpx.TransportError, RegistrationError) as exc:
+            log.warning("heartbeat failed: %s", exc)
+
+    def _heartbeats(self) -> None:
+        while not self._stop_heartbeats.wait(self.heartbeat_s):
+            self.heartbeat()
+
+    # --- main ------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Pin, register, and work until stopped (SIGTERM / SIGINT)."""
+        pin_process(self.cpus)
+        self.facts = self.gpu.host_facts(self.cpus) if self.gpu else host_facts(self.cpus)
+        self.register()
+        connection = Redis.from_url(self.redis_url)
+        if self.gpu:
+            measurer = self.gpu.measurer(cpus=self.cpus, host=self.name)
+        else:
+            measurer = LocalMeasurer(cpus=self.cpus, host=self.name)
+        assert self.worker_id is not None
+        self.context = jobs.WorkerContext(self.worker_id, self.name, self.device_key, measurer, self.http)
+        jobs.bind(self.context)
+        beats = threading.Thread(target=self._heartbeats, name="server-heartbeat", daemon=True)
+        beats.start()
+        self.rq = HeartbeatWorker(
+            [measure_queue(connection, self.device_key)],
+            connection=connection,
+            name=f"{self.name}.{os.getpid()}",
+            serializer=SERIALIZER,
+            heartbeat_s=self.heartbeat_s,
+        )
+        log.info("worker %s measuring on CPUs %s, queue %s", self.name, host.format_cpus(self.cpus),
+                 self.rq.queue_names()[0])
+        try:
+            self.rq.work(logging_level=logging.getLevelName(logging.getLogger().level))
+        finally:
+            self._stop_heartbeats.set()
+            beats.join()
+            jobs.bind(None)
+            measurer.close()
+            self.heartbeat()
+            self.http.close()
+            connection.close()
+            log.info("worker %s stopped", self.name)

@@ -1,0 +1,187 @@
+"""The jobs a measurement worker runs: measure one trial, export a task's best config.
+
+Tuners enqueue them by name on ``measure:<device_key>`` (``tunefleet.worker.jobs.measure``,
+``tunefleet.worker.jobs.export``) with JSON arguments; the worker daemon runs them in its
+own process (:class:`~tunefleet.worker.rqworker.HeartbeatWorker`) with the context it
+:func:`bind`\\ s: its measurer (the tuner's isolated runner pinned to the worker's CPUs),
+its server registration and an HTTP client for uploads.
+
+A job returns plain JSON. A failed candidate is a result (``compile_error``, ``timeout``...),
+not an exception; a job raises only when the worker itself cannot do it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import logging
+import tarfile
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tunefleet.compiler.build import COMPILE_TIMEOUT_S
+from tunefleet.tuner.apply import build_artifact
+from tunefleet.tuner.measure import MeasureInput, MeasureProtocol, MeasureResult
+from tunefleet.tuner.resolve import resolve
+from tunefleet.tuner.runner import STARTUP_TIMEOUT_S, LocalMeasurer
+
+__all__ = ["WorkerContext", "ExportError", "bind", "current", "measure", "export", "measure_timeout_s",
+           "export_timeout_s"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class WorkerContext:
+    """What a worker's jobs use: its registration (`worker_id`, `name`, `device_key`), its
+    `measurer`, an HTTP client on the server's API with the worker token (`http`), and the
+    task it is working on (reported by the daemon's heartbeats)."""
+
+    worker_id: int
+    name: str
+    device_key: str
+    measurer: LocalMeasurer
+    http: httpx.Client
+    current_task_id: int | None = None
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+
+
+class ExportError(RuntimeError):
+    """The export job could not produce an artifact (no candidate measured correctly again,
+    or the server refused the upload)."""
+
+
+_context: WorkerContext | None = None
+
+
+def bind(context: WorkerContext | None) -> None:
+    """Set (or clear) the context this process's jobs run with."""
+    global _context
+    _context = context
+
+
+def current() -> WorkerContext:
+    """The bound context; RuntimeError outside a worker daemon."""
+    if _context is None:
+        raise RuntimeError("tunefleet worker jobs run only inside `tunefleet worker`")
+    return _context
+
+
+def measure_timeout_s(protocol: MeasureProtocol, candidates: int = 1) -> int:
+    """RQ job timeout of measuring `candidates` configs: builds, child start-ups and the
+    protocol's execution limit each, plus slack. RQ counts it from when a worker starts the
+    job, never from when it was queued."""
+    return int(candidates * (COMPILE_TIMEOUT_S + STARTUP_TIMEOUT_S + protocol.timeout_s) + 30)
+
+
+def export_timeout_s(protocol: MeasureProtocol, candidates: int) -> int:
+    """RQ job timeout of an export job: the validation measurements, a build, an upload."""
+    return measure_timeout_s(protocol, candidates) + COMPILE_TIMEOUT_S + 120
+
+
+class _Working:
+    """Marks the worker busy with a task for the daemon's heartbeats."""
+
+    def __init__(self, context: WorkerContext, task_id: int) -> None:
+        self.context, self.task_id = context, task_id
+
+    def __enter__(self) -> WorkerContext:
+        with self.context.lock:
+            self.context.current_task_id = self.task_id
+        return self.context
+
+    def __exit__(self, *_exc: object) -> None:
+        with self.context.lock:
+            self.context.current_task_id = None
+
+
+def measure(task_id: int, trial_id: int, workload: dict, target: str, config: dict, protocol: dict) -> dict:
+    """Build, check and time one candidate config; returns ``{"result": MeasureResult JSON,
+    "worker_id": ..., "worker": name}``."""
+    context = current()
+    with _Working(context, task_id):
+        inp = MeasureInput(workload, target, config)
+        result = context.measurer.measure_batch([inp], MeasureProtocol.from_json(protocol))[0]
+    log.info(
+        "measured trial %s of task %s: %s", trial_id, task_id, result.status,
+        extra={"event": "measured", "task_id": task_id, "trial_id": trial_id, "status": result.status,
+               "median_s": result.median if result.ok else None},
+    )
+    return {"result": result.to_json(), "worker_id": context.worker_id, "worker": context.name}
+
+
+def export(
+    task_id: int,
+    workload: dict,
+    target: str,
+    device_key: str,
+    candidates: list[dict],
+    protocol: dict,
+    validation_repeat: int,
+) -> dict:
+    """Re-measure the task's best `candidates` (``{"trial_id", "config"}``, fastest first)
+    side by side with `validation_repeat` repeats, build the fastest by median into an
+    artifact, upload it to the server's artifact store (checked by sha256 there) and
+    return ``{"trial_id", "result", "artifact": ArtifactOut JSON, "validation": [...]}``.
+
+    Raises ExportError when no candidate measures correctly again or the upload fails.
+    """
+    context = current()
+    longer = dataclasses.replace(MeasureProtocol.from_json(protocol), repeat=validation_repeat)
+    with _Working(context, task_id):
+        inputs = [MeasureInput(workload, target, c["config"]) for c in candidates]
+        results = context.measurer.measure_batch(inputs, longer)
+        validation = [
+            {"trial_id": c["trial_id"], "status": r.status, "median_s": r.median if r.ok else None}
+            for c, r in zip(candidates, results)
+        ]
+        ok = [(r.median, i) for i, r in enumerate(results) if r.ok]
+        if not ok:
+            raise ExportError(f"none of the {len(candidates)} best configs of task {task_id} measured "
+                              f"correctly again: {[(v['trial_id'], v['status']) for v in validation]}")
+        best = min(ok)[1]
+        result = results[best]
+        archive, name = _build_archive(task_id, workload, target, device_key, candidates[best]["config"], result)
+        artifact = _upload(context.http, archive)
+    log.info(
+        "exported task %s: %s", task_id, artifact["sha256"],
+        extra={"event": "exported", "task_id": task_id, "kernel": name, "sha256": artifact["sha256"]},
+    )
+    return {"trial_id": candidates[best]["trial_id"], "result": result.to_json(), "artifact": artifact,
+            "validation": validation}
+
+
+def _build_archive(task_id: int, workload: dict, target: str, device_key: str, config: dict,
+                   result: MeasureResult) -> tuple[bytes, str]:
+    wl, tgt, cfg = resolve(workload, target, config)
+    manifest = {
+        "device_key": device_key,
+        "task_id": task_id,
+        "latency_s": result.median,
+        "gflops": result.gflops(wl.flop),
+        "costs": result.costs,
+        "cv": result.cv,
+        "measured_on": result.host,
+        "measured_at": result.timestamp,
+    }
+    with tempfile.TemporaryDirectory(prefix="tunefleet-export-") as tmp:
+        folder = build_artifact(wl, tgt, cfg, Path(tmp) / "artifact", manifest)
+        name = next(folder.glob("*.so")).stem
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+            tar.add(folder, arcname=name)
+    return buffer.getvalue(), name
+
+
+def _upload(http: httpx.Client, archive: bytes) -> dict[str, Any]:
+    sha256 = hashlib.sha256(archive).hexdigest()
+    response = http.put(f"/workers/artifacts/{sha256}", content=archive,
+                        headers={"Content-Type": "application/gzip"})
+    if response.is_error:
+        raise ExportError(f"the server refused the artifact upload: HTTP {response.status_code}: {response.text}")
+    return response.json()
