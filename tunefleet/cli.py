@@ -43,4 +43,7 @@ register("submit", "submit:submit_command")
 register("status", "submit:status_command")
 register("wait", "submit:wait_command")
 register("download", "submit:download_command")
+register("tuner", "tuner:tuner_command")
+register("worker", "worker:worker_command")
+
 register("tune", "tune:tune_command")

@@ -1,0 +1,33 @@
+"""`tunefleet tuner`: run tuning tasks from the `tune` queue."""
+
+from __future__ import annotations
+
+import click
+
+
+@click.command("tuner")
+@click.option("--burst", is_flag=True, help="exit once the tune queue is empty")
+@click.option("--heartbeat-s", type=click.FloatRange(min=0.1), default=5.0, show_default=True,
+              help="seconds between the tuner's heartbeats to RQ")
+def tuner_command(burst: bool, heartbeat_s: float) -> None:
+    """Tune tasks one at a time: run the cost-model-guided search of each task, with its
+    candidates measured by the workers of its device key, then have one of them export the
+    best. Uses TUNEFLEET_DATABASE_URL and TUNEFLEET_REDIS_URL (or the embedded Redis under
+    TUNEFLEET_HOME). SIGTERM or Ctrl-C requeue the running task and stop."""
+    from tunefleet.server.db import make_engine, migrate
+    from tunefleet.server.logs import configure_logging
+    from tunefleet.server.tuner_job import serve
+    from tunefleet.settings import Settings
+
+    settings = Settings()
+    configure_logging(settings.log_level, settings.log_format)
+    engine = make_engine(settings.database_url)
+    try:
+        current, head = migrate.current_revision(engine), migrate.head_revision()
+    finally:
+        engine.dispose()
+    if current != head:
+        raise click.ClickException(
+            f"database schema is at {current}, not {head}: run `tunefleet db upgrade` first"
+        )
+    serve(settings, burst=burst, heartbeat_s=heartbeat_s)
