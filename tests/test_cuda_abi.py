@@ -169,3 +169,23 @@ def test_header_without_nvcc_documents_device_pointers_and_stream():
     assert "int k_checked(DLTensor** args, int num_args);" in text and "device memory" in text
     assert "row-major [M, K]" in text and "block [32, 1, 1]" in text
     json.dumps(args[0].to_dict())
+
+
+@needs_nvcc
+def test_load_gives_a_gpu_kernel(artifact):
+    import numpy as np
+
+    import tunefleet
+    from tunefleet.compiler import cuda_device
+    from tunefleet.compiler.gpu_kernel import GpuKernel, GpuUnavailable
+
+    built, out = artifact
+    kernel = tunefleet.load(out)
+    assert isinstance(kernel, GpuKernel) and kernel.name == built.name
+    inputs = ops.random_inputs(WORKLOAD.tensors(), np.random.default_rng(0))
+    if cuda_device.device_count() == 0:
+        with pytest.raises(GpuUnavailable, match="no CUDA device"):
+            kernel(*inputs)
+    else:
+        (ref,) = WORKLOAD.reference(*inputs)
+        assert np.allclose(kernel(*inputs), ref, rtol=1e-4, atol=1e-4)

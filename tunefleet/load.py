@@ -14,7 +14,9 @@ from tunefleet.compiler.artifact import read_manifest
 
 
 def load(path: str | os.PathLike) -> Kernel:
-    """Loads an artifact: its directory, or its `.so` with manifest.json beside it.
+    """Loads an artifact: its directory, or its `.so` with manifest.json beside it. A GPU
+    artifact gives a `tunefleet.compiler.gpu_kernel.GpuKernel` (numpy inputs are copied to the
+    current CUDA device and the outputs back).
 
     Raises FileNotFoundError without a manifest, ValueError when the artifact's ABI
     version is newer than this tunefleet's, OSError when the library cannot be loaded.
@@ -25,7 +27,12 @@ def load(path: str | os.PathLike) -> Kernel:
     if manifest["abi_version"] > ABI_VERSION:
         raise ValueError(f"{path}: artifact ABI version {manifest['abi_version']} is newer than "
                          f"this tunefleet's ({ABI_VERSION}); upgrade tunefleet")
-    return Kernel(path if path.is_file() else directory / f"{manifest['name']}.so", manifest)
+    so_path = path if path.is_file() else directory / f"{manifest['name']}.so"
+    if str(manifest.get("build_target", manifest.get("target", ""))).startswith("cuda"):
+        from tunefleet.compiler.gpu_kernel import GpuKernel  # a GPU artifact: numpy in, device copies, numpy out
+
+        return GpuKernel(so_path, manifest)
+    return Kernel(so_path, manifest)
 
 
 class Kernel:
