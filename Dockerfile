@@ -6,7 +6,7 @@
 
 FROM nvidia/cuda:12.6.3-devel-ubuntu24.04 AS gpu-worker
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends python3 python3-venv gcc \
+    && apt-get install -y --no-install-recommends python3 python3-venv gcc g++ \
     && rm -rf /var/lib/apt/lists/*
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PATH=/opt/venv/bin:$PATH \
     TUNEFLEET_HOME=/data TUNEFLEET_LOG_FORMAT=json
