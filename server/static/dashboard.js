@@ -673,7 +673,11 @@
         if (err.status === 422 && Array.isArray(err.detail)) {
           const unplaced = [];
           for (const e of err.detail) {
-            if (!setFieldError(form, fieldKey(e.loc), e.msg)) unplaced.push(`${fieldKey(e.loc) || "request"}: ${e.msg}`);
+            const key = fieldKey(e.loc);
+            // The operator library names the argument first ("KH: ..."); next to it, that is noise.
+            const name = key.slice(key.lastIndexOf(".") + 1);
+            const text = name && String(e.msg).startsWith(`${name}: `) ? String(e.msg).slice(name.length + 2) : e.msg;
+            if (!setFieldError(form, key, text)) unplaced.push(`${key || "request"}: ${e.msg}`);
           }
           msg.textContent = unplaced.length
             ? `The server refused the task: ${unplaced.join("; ")}`
