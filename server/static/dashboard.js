@@ -1081,8 +1081,8 @@
         replace(body, h("div", { class: "empty", id: "workers-empty" },
           h("strong", { text: "No workers have registered yet." }),
           h("p", { text: "Tasks wait in the queue until a worker of their device key is up. Start one on a measurement host:" }),
-          h("pre", { class: "code", text: "tunefleet worker --device-key cpu-local" }),
-          h("p", { text: "or run the whole service on this machine with tunefleet up." })));
+          h("pre", { class: "code", text: `tunefleet worker --redis redis://REDIS-HOST:6379/0 --server ${location.origin} \\\n    --token WORKER-TOKEN --device-key cpu-local` }),
+          h("p", {}, "A worker token comes from ", h("code", { text: "tunefleet token create --name HOST --scope worker" }), ".")));
         return;
       }
       replace(body, h("table", { class: "data cards", id: "workers-table" },
