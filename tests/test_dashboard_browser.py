@@ -362,3 +362,22 @@ def test_tasks_page_with_tasks_in_every_state(browser, service: Service, size: s
         t.assert_no_horizontal_scroll()
         t.shot("tasks")
         t.assert_clean()
+
+
+def test_task_page_of_a_task_that_never_ran(browser, service: Service) -> None:
+    from tunefleet.server.services import tasks as task_service
+
+    task = submit(service.db)
+    task_service.cancel(service.db, task.id)
+    with tab(browser, service.url, "phone") as t:
+        t.goto(f"/tasks/{task.id}")
+        t.page.locator("#chart-trials text.empty-msg").wait_for()
+        assert t.page.text_content("#chart-trials") == "No trial was measured"
+        assert "found no correct config" in t.page.inner_text("#best-config")
+        assert "No failed trials" in t.page.inner_text("#last-errors")
+        assert "ended (cancelled) without one" in t.page.inner_text("#prototype")
+        assert t.page.inner_text("#stat-remaining") == "finished"
+        assert "updates stopped" in t.page.inner_text("#live-state")
+        t.assert_no_horizontal_scroll()
+        t.shot("task-never-ran")
+        t.assert_clean()

@@ -993,8 +993,10 @@
       byTrial.push({ id, x: i + 1, y: gflops, status });
       if (t !== null) byTime.push({ id, x: Math.max(0, t), y: gflops, status });
     });
-    drawChart($("chart-trials"), byTrial, { xLabel: "trials", xTicks: (max) => niceTicks(max, 6).filter((v) => Number.isInteger(v) && v <= max), fmtX: String, minX: 1 });
-    drawChart($("chart-time"), byTime, { xLabel: "wall time since start", xTicks: timeTicks, fmtX: fmtTick, minX: 0 });
+    const empty = p.best_reused ? "Reused a stored best: this task measured nothing"
+      : FINAL.has(p.task.status) ? "No trial was measured" : "No measured trials yet";
+    drawChart($("chart-trials"), byTrial, { empty, xLabel: "trials", xTicks: (max) => niceTicks(max, 6).filter((v) => Number.isInteger(v) && v <= max), fmtX: String, minX: 1 });
+    drawChart($("chart-time"), byTime, { empty, xLabel: "wall time since start", xTicks: timeTicks, fmtX: fmtTick, minX: 0 });
     const present = TRIAL_STATUSES.filter((st) => p.counts[st] > 0 && st !== "queued" && st !== "running");
     const legend = $("chart-legend");
     replace(legend, p.points.length ? [
@@ -1004,16 +1006,17 @@
     ] : []);
   }
 
-  function drawChart(svgEl, points, { xLabel, xTicks, fmtX, minX }) {
-    const width = Math.max(280, Math.round(svgEl.getBoundingClientRect().width || 600));
-    const height = Math.max(180, Math.round(svgEl.getBoundingClientRect().height || 260));
+  function drawChart(svgEl, points, { empty, xLabel, xTicks, fmtX, minX }) {
+    svgEl.dataset.points = points.length; // first: the CSS sizes an empty chart smaller
+    const box = svgEl.getBoundingClientRect();
+    const width = Math.max(280, Math.round(box.width || 600));
+    const height = Math.max(points.length ? 180 : 40, Math.round(box.height || 260));
     svgEl.setAttribute("viewBox", `0 0 ${width} ${height}`);
-    svgEl.dataset.points = points.length;
     const ok = points.filter((pt) => pt.y !== null && pt.y !== undefined);
     const best = ok.length ? Math.max(...ok.map((pt) => pt.y)) : null;
     svgEl.dataset.best = best === null ? "" : best.toFixed(3);
     if (!points.length) {
-      replace(svgEl, s("text", { x: width / 2, y: height / 2, "text-anchor": "middle", class: "empty-msg", text: "No measured trials yet" }));
+      replace(svgEl, s("text", { x: width / 2, y: height / 2, "text-anchor": "middle", class: "empty-msg", text: empty }));
       return;
     }
     const m = { left: 52, right: 14, top: 12, bottom: 38 };
