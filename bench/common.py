@@ -40,9 +40,10 @@ TF_EXPORT int peak(long iters, int tasks) { tf_parallel_for(tasks, chains, &iter
 """
 
 
-def peak_gflops(threads: int, target: Target | None = None) -> float:
+def peak_gflops(threads: int, target: Target | None = None, *, iters: int = 20_000_000, runs: int = 5) -> float:
     """Measured fp32 FMA peak of `threads` cores in GFLOP/s: CHAINS independent vector FMA
-    chains per thread (the compiler cannot merge them), best of several runs."""
+    chains per thread (the compiler cannot merge them), `iters` FMAs per chain, best of `runs`
+    runs (many short runs find the quiet moments of a shared machine)."""
     import ctypes
     import time
 
@@ -52,20 +53,19 @@ def peak_gflops(threads: int, target: Target | None = None) -> float:
     so = compile_shared([_PEAK_C.replace("VEC", vec)], target, name="tf_peak")
     lib = ctypes.CDLL(str(so))
     lib.tunefleet_set_num_threads(threads)
-    iters = 20_000_000
     best = float("inf")
-    for _ in range(5):
+    for _ in range(runs):
         t = time.perf_counter()
         lib.peak(ctypes.c_long(iters), threads)
         best = min(best, time.perf_counter() - t)
     return threads * iters * 12 * lanes * 2 / best / 1e9
 
 
-def peak_code(threads: int) -> str:
-    """Python source printing 1 / peak_gflops(threads) (seconds per GFLOP at the peak), for a
-    child process: the smaller the better, like the timings it is interleaved with."""
+def peak_code(threads: int, **kwargs) -> str:
+    """Python source printing 1 / peak_gflops(threads, **kwargs) (seconds per GFLOP at the
+    peak), for a child process: the smaller the better, like the timings it is interleaved with."""
     return (f"import sys; sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})\n"
-            f"from common import peak_gflops; print(1 / peak_gflops({threads}))")
+            f"from common import peak_gflops; print(1 / peak_gflops({threads}, **{kwargs!r}))")
 
 
 def best_child_seconds(code: str, *, env: dict | None = None, processes: int = PROCESSES) -> float:
