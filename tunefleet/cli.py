@@ -45,5 +45,6 @@ register("wait", "submit:wait_command")
 register("download", "submit:download_command")
 register("tuner", "tuner:tuner_command")
 register("worker", "worker:worker_command")
+register("up", "up:up_command")
 
 register("tune", "tune:tune_command")

@@ -2,7 +2,7 @@
 tuned kernel and call it.
 
     client = tunefleet.Client("http://127.0.0.1:8000", token)
-    task = client.submit("matmul", {"M": 64, "N": 64, "K": 64}, device_key="cpu-x86")
+    task = client.submit("matmul", {"M": 64, "N": 64, "K": 64})   # device_key: the only live pool
     client.wait(task["id"])
     kernel = client.load(task["id"])
 """
@@ -92,7 +92,7 @@ class Client:
         op: str,
         args: dict[str, Any] | None = None,
         *,
-        device_key: str,
+        device_key: str | None = None,
         target: str = "cpu",
         trials: int = 64,
         wall_time_s: float | None = None,
@@ -101,7 +101,8 @@ class Client:
         reuse: bool = False,
     ) -> dict[str, Any]:
         """Submit a tuning task for operator `op` with `args` (for a tensor expression:
-        `op="custom", args={"te": ...}`), measured on workers of `device_key`; returns the
+        `op="custom", args={"te": ...}`), measured on workers of `device_key` (default: the
+        only pool of live workers of the target's kind); returns the
         task. Raises ServiceError naming the invalid field."""
         body: dict[str, Any] = {
             "op": op,

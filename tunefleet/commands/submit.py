@@ -72,7 +72,8 @@ def _show(task: dict[str, Any], as_json: bool) -> None:
               help="operator argument, repeatable (VALUE as JSON: -a M=64 -a layout=NCHW)")
 @click.option("--te", "te_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="tensor-expression JSON file (with OP 'custom')")
-@click.option("--device-key", required=True, help="pool of measurement workers, e.g. cpu-epyc-2c")
+@click.option("--device-key", default=None,
+              help="pool of measurement workers, e.g. cpu-epyc-2c [default: the only pool of live workers]")
 @click.option("--target", default="cpu", show_default=True, help="e.g. 'cpu -isa=avx2', 'cuda -arch=sm_90'")
 @click.option("--trials", type=int, default=64, show_default=True)
 @click.option("--wall-time", "wall_time_s", type=float, help="stop after this many seconds")
@@ -86,7 +87,7 @@ def submit_command(
     op: str,
     args: dict[str, Any],
     te_file: Path | None,
-    device_key: str,
+    device_key: str | None,
     target: str,
     trials: int,
     wall_time_s: float | None,

