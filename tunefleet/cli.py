@@ -46,5 +46,6 @@ register("download", "submit:download_command")
 register("tuner", "tuner:tuner_command")
 register("worker", "worker:worker_command")
 register("up", "up:up_command")
+register("demo", "demo:demo_command")
 
 register("tune", "tune:tune_command")
