@@ -40,6 +40,7 @@ TEMPLATES = HERE / "templates"
 
 PENDING = (TrialStatus.QUEUED, TrialStatus.RUNNING)
 TOP_CONFIGS = 10
+MAX_POINTS = 4000  # trials drawn per chart; more are thinned (new bests always kept)
 LAST_ERRORS = 8
 ERROR_CHARS = 4000
 
@@ -78,15 +79,18 @@ class TrialError(BaseModel):
 class ProgressOut(BaseModel):
     """A task and its trials condensed for the dashboard.
 
-    `points` lists every finished trial in the order it finished, each as
-    `[trial_id, seconds since the task started, status, GFLOP/s or null]`; a best-so-far
-    curve is its running maximum. `counts` has every trial status (queued and running
-    included). `now` is the server's clock, for elapsed times without clock skew.
+    `points` lists the finished trials in the order they finished, each as
+    `[n, trial_id, seconds since the task started, status, GFLOP/s or null]`, `n` counting
+    from 1 over all `finished` trials. Past MAX_POINTS finished trials it is thinned to an
+    even sample that keeps every new best, so a best-so-far curve (its running maximum) is
+    still exact. `counts` has every trial status (queued and running included). `now` is
+    the server's clock, for elapsed times without clock skew.
     """
 
     task: TaskOut
     now: dt.datetime
-    points: list[tuple[int, float | None, TrialStatus, float | None]]
+    finished: int
+    points: list[tuple[int, int, float | None, TrialStatus, float | None]]
     counts: dict[TrialStatus, int]
     top: list[TopConfig]
     errors: list[TrialError]
@@ -110,8 +114,9 @@ def task_progress(
         .order_by(Trial.finished_at.asc().nulls_first(), Trial.id)
     ).all()
     origin = task.started_at or min((t.finished_at for t in finished if t.finished_at), default=None)
-    points = [
+    points = _thin([
         (
+            n,
             row.id,
             (row.finished_at - origin).total_seconds() if origin and row.finished_at else None,
             TrialStatus(row.status),
@@ -119,8 +124,8 @@ def task_progress(
             if row.status == TrialStatus.OK and row.latency_s
             else None,
         )
-        for row in finished
-    ]
+        for n, row in enumerate(finished, start=1)
+    ])
     counts = {s: 0 for s in TrialStatus}
     for status, n in session.execute(
         select(Trial.status, func.count()).where(Trial.task_id == task_id).group_by(Trial.status)
@@ -145,6 +150,7 @@ def task_progress(
     return ProgressOut(
         task=TaskOut.model_validate(task),
         now=utcnow(),
+        finished=len(finished),
         points=points,
         counts=counts,
         top=[_top(t, task.flop) for t in fastest],
@@ -161,6 +167,28 @@ def task_progress(
         best=_top(best_trial, task.flop) if best_trial is not None else None,
         best_reused=best_trial is not None and best_trial.task_id != task.id,
     )
+
+
+Point = tuple[int, int, float | None, TrialStatus, float | None]
+
+
+def _thin(points: list[Point], limit: int | None = None) -> list[Point]:
+    """At most about `limit` (MAX_POINTS) of `points`: an even sample plus every point that
+    set a new best and the last one, so the best-so-far curve drawn from them is exact."""
+    limit = limit or MAX_POINTS
+    if len(points) <= limit:
+        return points
+    step = -(-len(points) // limit)
+    best = 0.0
+    kept = []
+    for i, point in enumerate(points):
+        gflops = point[4]
+        record = gflops is not None and gflops > best
+        if record:
+            best = gflops
+        if record or i % step == 0 or i == len(points) - 1:
+            kept.append(point)
+    return kept
 
 
 def _top(trial: Trial, flop: int) -> TopConfig:

@@ -3,6 +3,7 @@ and header endpoints the pages read. The browser tests are in test_dashboard_bro
 
 from __future__ import annotations
 
+import random
 import re
 from pathlib import Path
 
@@ -70,9 +71,10 @@ def test_progress_condenses_the_trials(api, db) -> None:
     assert body["task"]["id"] == task.id and body["task"]["trials_done"] == 6
     flop = task.flop
     points = body["points"]
-    assert [p[2] for p in points] == ["ok", "compile_error", "ok", "wrong_answer", "ok", "timeout"]
-    assert [p[1] for p in points] == pytest.approx([2, 4, 6, 8, 10, 12])
-    assert points[0][3] == pytest.approx(flop / 4e-3 / 1e9) and points[1][3] is None
+    assert body["finished"] == 6 and [p[0] for p in points] == [1, 2, 3, 4, 5, 6]
+    assert [p[3] for p in points] == ["ok", "compile_error", "ok", "wrong_answer", "ok", "timeout"]
+    assert [p[2] for p in points] == pytest.approx([2, 4, 6, 8, 10, 12])
+    assert points[0][4] == pytest.approx(flop / 4e-3 / 1e9) and points[1][4] is None
     assert body["counts"]["ok"] == 3 and body["counts"]["compile_error"] == 1
     assert body["counts"]["queued"] == 0
     assert [t["latency_s"] for t in body["top"]] == [1e-3, 2e-3, 4e-3]
@@ -126,3 +128,25 @@ def test_header_endpoint_before_an_artifact_and_without_a_header(api, db, settin
     finish(db, task, archive)
     response = api.get(f"/api/v1/tasks/{task.id}/artifact/header")
     assert response.status_code == 422 and "no C header" in response.text
+
+
+def test_many_points_are_thinned_keeping_every_new_best() -> None:
+    from tunefleet.server.dashboard import _thin
+
+    rng = random.Random(0)
+    points = [(n, n, float(n), "ok" if n % 7 else "timeout", rng.random() * n if n % 7 else None)
+              for n in range(1, 20_001)]
+
+    def steps(ps):
+        best, out = 0.0, []
+        for p in ps:
+            if p[4] is not None and p[4] > best:
+                best = p[4]
+                out.append(p)
+        return out
+
+    kept = _thin(points, limit=1000)
+    assert 1000 <= len(kept) <= 1001 + len(steps(points)) and kept[-1] == points[-1]
+    assert [p[0] for p in kept] == sorted(p[0] for p in kept)
+    assert steps(kept) == steps(points)  # the best-so-far curve is the same
+    assert _thin(points[:50], limit=1000) == points[:50]

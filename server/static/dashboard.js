@@ -989,14 +989,14 @@
   function drawCharts(p) {
     const byTrial = [];
     const byTime = [];
-    p.points.forEach(([id, t, status, gflops], i) => {
-      byTrial.push({ id, x: i + 1, y: gflops, status });
+    for (const [n, id, t, status, gflops] of p.points) {
+      byTrial.push({ id, x: n, y: gflops, status });
       if (t !== null) byTime.push({ id, x: Math.max(0, t), y: gflops, status });
-    });
+    }
     const empty = p.best_reused ? "Reused a stored best: this task measured nothing"
       : FINAL.has(p.task.status) ? "No trial was measured" : "No measured trials yet";
-    drawChart($("chart-trials"), byTrial, { empty, xLabel: "trials", xTicks: (max) => niceTicks(max, 6).filter((v) => Number.isInteger(v) && v <= max), fmtX: String, minX: 1 });
-    drawChart($("chart-time"), byTime, { empty, xLabel: "wall time since start", xTicks: timeTicks, fmtX: fmtTick, minX: 0 });
+    drawChart($("chart-trials"), byTrial, { total: p.finished, empty, xLabel: "trials", xTicks: (max) => niceTicks(max, 6).filter((v) => Number.isInteger(v) && v <= max), fmtX: String, minX: 1 });
+    drawChart($("chart-time"), byTime, { total: byTime.length && p.finished, empty, xLabel: "wall time since start", xTicks: timeTicks, fmtX: fmtTick, minX: 0 });
     const present = TRIAL_STATUSES.filter((st) => p.counts[st] > 0 && st !== "queued" && st !== "running");
     const legend = $("chart-legend");
     replace(legend, p.points.length ? [
@@ -1006,8 +1006,10 @@
     ] : []);
   }
 
-  function drawChart(svgEl, points, { empty, xLabel, xTicks, fmtX, minX }) {
-    svgEl.dataset.points = points.length; // first: the CSS sizes an empty chart smaller
+  function drawChart(svgEl, points, { total, empty, xLabel, xTicks, fmtX, minX }) {
+    // first: the CSS sizes an empty chart smaller
+    svgEl.dataset.points = points.length ? total : 0; // finished trials, drawn or thinned out
+    svgEl.dataset.drawn = points.length;
     const box = svgEl.getBoundingClientRect();
     const width = Math.max(280, Math.round(box.width || 600));
     const height = Math.max(points.length ? 180 : 40, Math.round(box.height || 260));
