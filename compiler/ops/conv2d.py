@@ -157,9 +157,11 @@ def _divisors(n: int, limit: int) -> list[int]:
 def define_knobs(cfg, a: dict, lanes: int) -> None:
     """ic_bn / oc_bn (channel blocks; fixed by pre-packed weights), reg_n (output columns per
     register tile), order (reduction loop order), unroll_kw, parallel: the loops fused into the
-    parallel loop — (n, oc block, row) or (n, oc block) with the weights packed beforehand, or
-    "n_oc_packw": (n, oc block) with each task packing its block's weights itself, while they
-    are hot in its cache (for weight-heavy layers)."""
+    parallel loop — (n, oc block, row) or (n, oc block) with data and weights packed
+    beforehand; "n_oc_packw": (n, oc block) with each task packing its block's weights itself,
+    while they are hot in its cache (weight-heavy layers); "n_oh_packd": (n, row) with each
+    task packing the input rows it reads, then computing every oc block of its output row
+    (activation-heavy layers, e.g. 1×1 convolutions at high resolution)."""
     OH, OW = out_size(a)
     blocks = packed_blocks(a)
     if blocks is not None:
@@ -171,7 +173,7 @@ def define_knobs(cfg, a: dict, lanes: int) -> None:
     cfg.define_knob("reg_n", list(range(1, min(OW, 32) + 1)))
     cfg.define_knob("order", list(ORDERS))
     cfg.define_knob("unroll_kw", [False, True])
-    cfg.define_knob("parallel", ["n_oc_oh", "n_oc"] + (["n_oc_packw"] if blocks is None else []))
+    cfg.define_knob("parallel", ["n_oc_oh", "n_oc", "n_oh_packd"] + (["n_oc_packw"] if blocks is None else []))
 
 
 def schedule(sch, cfg, data_vec, kernel_vec, conv, out, pack_weight: bool) -> None:
@@ -181,8 +183,13 @@ def schedule(sch, cfg, data_vec, kernel_vec, conv, out, pack_weight: bool) -> No
     n, c, h, w = so.op.axis
     co, ci = so.split(c, factor=oc_bn)
     wo, wi = so.split(w, factor=reg_n)
-    so.reorder(n, co, h, wo, ci, wi)
-    par = so.fuse(n, co, h) if cfg["parallel"].val == "n_oc_oh" else so.fuse(n, co)
+    parallel = cfg["parallel"].val
+    if parallel == "n_oh_packd":
+        so.reorder(n, h, co, wo, ci, wi)
+        par = so.fuse(n, h)
+    else:
+        so.reorder(n, co, h, wo, ci, wi)
+        par = so.fuse(n, co, h) if parallel == "n_oc_oh" else so.fuse(n, co)
     so.parallel(par)
     so.unroll(ci)
     so.unroll(wi)
@@ -200,12 +207,15 @@ def schedule(sch, cfg, data_vec, kernel_vec, conv, out, pack_weight: bool) -> No
     sd = sch[data_vec]  # [n, cc, h, w, cb]: read rows of data, write blocks of ic_bn
     dn, dc, dh, dw, db = sd.op.axis
     sd.reorder(dn, dc, dh, db, dw)
-    sd.parallel(sd.fuse(dn, dc, dh))
+    if parallel == "n_oh_packd":
+        sd.compute_at(so, par)
+    else:
+        sd.parallel(sd.fuse(dn, dc, dh))
     if pack_weight:  # [oc, ic, kh, kw, ib, ob]: read runs of ib*KH*KW, write one L1-sized block per (oc, ic)
         sk = sch[kernel_vec]
         ko, ki, kh, kw, kb, kob = sk.op.axis
         sk.reorder(ko, ki, kob, kb, kh, kw)
-        if cfg["parallel"].val == "n_oc_packw":
+        if parallel == "n_oc_packw":
             sk.compute_at(so, par)
         else:
             sk.parallel(sk.fuse(ko, ki))
@@ -222,8 +232,8 @@ def cpu_template(cfg, workload, target):
     return sch, [data, weight, *([bias] if bias is not None else []), out]
 
 
-#: Weights larger than this (bytes, about an L2) are packed per output-channel block by the
-#: task that uses them (parallel "n_oc_packw") in the default config.
+#: Weights (or packed input) larger than this many bytes, about an L2, are packed by the tasks
+#: that use them in the default config (parallel "n_oc_packw" / "n_oh_packd").
 WEIGHT_PACK_INSIDE_BYTES = 1 << 20
 
 
@@ -232,7 +242,9 @@ def default_config(space, workload, target) -> dict:
     vector width for ic_bn), reg_n the largest divisor of OW that keeps the reg_n × oc_bn tile in
     28 vector registers (AVX-512 has 32; AVX2 16 → 12), kw not unrolled; (n, oc, oh) in parallel,
     except for weights beyond WEIGHT_PACK_INSIDE_BYTES in 8 or more blocks, which each task packs
-    per output-channel block ("n_oc_packw": the packed block is read from cache, not memory)."""
+    per output-channel block ("n_oc_packw": the packed block is read from cache, not memory), and
+    for 1×1 kernels whose packed input is beyond it and 4× the weights, which each task packs per
+    output row ("n_oh_packd")."""
     a = workload.args
     lanes = target.lanes(a["dtype"])
     choices = {k: knob_choices(space, k) for k in ("ic_bn", "oc_bn", "parallel")}
@@ -242,11 +254,19 @@ def default_config(space, workload, target) -> dict:
     _, OW = out_size(a)
     limit = max(1, min(32, OW, regs // max(1, oc_bn // lanes)))
     reg_n = max(d for d in range(1, limit + 1) if OW % d == 0)
-    weight_bytes = a["CO"] * a["CI"] * a["KH"] * a["KW"] * (4 if a["dtype"] == "float32" else 8)
-    pack_inside = ("n_oc_packw" in choices["parallel"] and weight_bytes > WEIGHT_PACK_INSIDE_BYTES
-                   and -(-a["CO"] // oc_bn) >= 8)
+    OH = out_size(a)[0]
+    item = 4 if a["dtype"] == "float32" else 8
+    weight_bytes = a["CO"] * a["CI"] * a["KH"] * a["KW"] * item
+    input_bytes = a["N"] * a["CI"] * OH * OW * item
+    if ("n_oc_packw" in choices["parallel"] and weight_bytes > WEIGHT_PACK_INSIDE_BYTES
+            and -(-a["CO"] // oc_bn) >= 8):
+        parallel = "n_oc_packw"
+    elif a["KH"] == a["KW"] == 1 and input_bytes > max(WEIGHT_PACK_INSIDE_BYTES, 4 * weight_bytes):
+        parallel = "n_oh_packd"
+    else:
+        parallel = "n_oc_oh"
     return {"ic_bn": ic_bn, "oc_bn": oc_bn, "reg_n": reg_n, "order": "ic_kh_kw_icb", "unroll_kw": False,
-            "parallel": "n_oc_packw" if pack_inside else "n_oc_oh"}
+            "parallel": parallel}
 
 
 def _layouts(a: dict) -> dict[str, str]:
