@@ -81,8 +81,8 @@ _UNFINISHED = {TrialStatus.QUEUED, TrialStatus.RUNNING}
 @dataclasses.dataclass
 class TunerContext:
     """What tune jobs use in a tuner process: settings, database sessions, the Redis
-    connection, and `stopping`, set on a warm shutdown. `poll_s`: seconds between looks at
-    the jobs in flight."""
+    connection, and `stopping`, set on a warm shutdown. `poll_s`: the longest wait for a
+    result while proposals may be due (results themselves wake the loop at once)."""
 
     settings: Settings
     sessions: sessionmaker[Session]
@@ -238,6 +238,8 @@ class _TaskRun:
         self.protocol = MeasureProtocol.from_json(task.protocol)
         self.budget = dict(task.budget)
         self.queue = queue.measure_queue(self.redis, self.device_key)
+        #: Workers push a measure job's id here once its result is stored (HeartbeatWorker).
+        self.done_key = f"tunefleet:task:{task_id}:done"
         self.started = task.started_at
         self.in_flight: dict[str, _InFlight] = {}
         self.live = 0
@@ -339,9 +341,16 @@ class _TaskRun:
                 if reason and not self.in_flight:
                     return reason
                 if not done and not dispatched:
-                    time.sleep(self.context.poll_s)
+                    self._wait_for_results(short=not reason and len(self.in_flight) < PER_WORKER_DEPTH * self.live)
         finally:
             planner.stop()
+
+    def _wait_for_results(self, short: bool) -> None:
+        """Block until a worker reports a stored result (or `poll_s` when proposals may be
+        due, else up to CHECK_S): results are recorded within milliseconds, not a poll."""
+        timeout = self.context.poll_s if short else CHECK_S
+        if self.redis.blpop([self.done_key], timeout=timeout) is not None:
+            self.redis.delete(self.done_key)  # one look at the jobs in flight covers them all
 
     def _dispatch(self, configs: list[ConfigEntity]) -> None:
         """Store `configs` as queued trials, then enqueue one measure job each."""
@@ -365,6 +374,7 @@ class _TaskRun:
             result_ttl=_RESULT_TTL_S,
             failure_ttl=_RESULT_TTL_S,
             description=f"measure trial {trial_id} of task {self.task_id}",
+            meta={"notify": self.done_key},
             pipeline=pipeline,
         )
         self.in_flight[job_id] = _InFlight(trial_id, config)

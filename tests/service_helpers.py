@@ -54,6 +54,8 @@ class Service:
     redis_url: str
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
     logs: dict[str, Path] = field(default_factory=dict)
+    #: Processes a SIGKILLed process left behind (its fork server, builders), ended at the end.
+    orphans: list[int] = field(default_factory=list)
 
     def _start(self, name: str, *args: str) -> subprocess.Popen:
         log = self.root / f"{name}.log"
@@ -91,6 +93,8 @@ class Service:
     def kill(self, name: str, sig: int = signal.SIGKILL) -> int:
         """Send `sig` to process `name` and wait for it to end; returns its exit status."""
         process = self.processes[name]
+        if sig == signal.SIGKILL:
+            self.orphans.extend(descendants(process.pid))
         process.send_signal(sig)
         return process.wait(timeout=60)
 
@@ -104,6 +108,12 @@ class Service:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+        for pid in self.orphans:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.orphans.clear()
 
     def api(self, method: str, path: str, **kwargs: Any) -> Any:
         headers = {"Authorization": f"Bearer {self.user_token}"}

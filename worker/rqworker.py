@@ -10,7 +10,10 @@ and fork server, the tuner's database engine) plus two things RQ's forking worke
   (``StartedJobRegistry.cleanup``) finds the job within seconds and retries it if its
   ``Retry`` allows, or fails it with ``AbandonedJobError``;
 - a warm shutdown (SIGTERM, or the first Ctrl-C) also sets :attr:`stopping`, which a long
-  job (a tuning run) watches to stop early; RQ itself exits after the current job.
+  job (a tuning run) watches to stop early; RQ itself exits after the current job;
+- a job whose ``meta["notify"]`` names a Redis list gets its id pushed there once its
+  outcome is stored (RQ's own callbacks run before that), so whoever waits for it can block
+  on the list instead of polling.
 """
 
 from __future__ import annotations
@@ -75,6 +78,13 @@ class HeartbeatWorker(SimpleWorker):
         finally:
             done.set()
             thread.join()
+        notify = (job.meta or {}).get("notify")
+        if notify:
+            try:
+                with self.connection.pipeline() as pipe:
+                    pipe.lpush(notify, job.id).expire(notify, 86_400).execute()
+            except RedisError as exc:  # the waiter falls back to its periodic look
+                log.warning("could not notify %s of job %s: %s", notify, job.id, exc)
         self.set_state(WorkerStatus.IDLE)
 
     def handle_warm_shutdown_request(self) -> None:
