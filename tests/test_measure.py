@@ -25,7 +25,7 @@ def roundtrip(obj):
 
 def test_protocol_defaults_and_round_trip():
     p = MeasureProtocol()
-    assert (p.number, p.repeat, p.min_repeat_ms, p.cooldown_ms) == (1, 5, 50.0, 1.0)
+    assert (p.number, p.repeat, p.min_repeat_ms, p.cooldown_ms) == (1, 10, 2.0, 1.0)
     assert p.check_correctness and not p.flush_cache and p.timeout_s > 0
     q = MeasureProtocol(number=2, repeat=20, min_repeat_ms=0, cooldown_ms=5, flush_cache=True, timeout_s=3)
     assert roundtrip(p) == p and roundtrip(q) == q
@@ -71,11 +71,12 @@ def test_result_statistics():
     r = MeasureResult("ok", [2e-3, 1e-3, 4e-3, 1.5e-3, 3e-3], build_s=0.5, run_s=0.3, host="h1")
     assert r.median == 2e-3
     assert r.gflops(2e6) == pytest.approx(1.0)
-    assert r.throughput() == pytest.approx(500.0)
+    assert r.throughput() == pytest.approx(500.0) and r.peak_throughput() == pytest.approx(1000.0)
     assert r.cv == pytest.approx(statistics.stdev(r.costs) / statistics.fmean(r.costs))
     assert MeasureResult("ok", [1e-3]).cv == 0.0
     bad = MeasureResult("timeout", error="ran past 10 s")
     assert bad.median == math.inf and bad.gflops(1e9) == 0.0 and bad.throughput() == 0.0 and bad.cv == math.inf
+    assert bad.peak_throughput() == 0.0
     assert roundtrip(r) == r and roundtrip(bad) == bad
     assert bad.host and bad.timestamp > 1.7e9
 

@@ -147,8 +147,8 @@ class CostModel:
         """Transfer: add earlier records (one ranking group per workload) and fit; returns the rows added.
 
         The caller picks the records: same operator family, same device key
-        (checked: records of several device keys raise ValueError). Failed
-        trials count as throughput 0. ``featurize(records)`` returns their
+        (checked: records of several device keys raise ValueError). Labels are
+        ``peak_throughput()``; failed trials count as throughput 0. ``featurize(records)`` returns their
         (n, n_features) float32 features.
         """
         records = list(records)
@@ -157,7 +157,7 @@ class CostModel:
         devices = sorted({r.device_key for r in records})
         if len(devices) > 1:
             raise ValueError(f"records span several device keys {devices}; seed from one device's records")
-        self.add(featurize(records), [r.result.throughput() for r in records], [r.workload_key for r in records])
+        self.add(featurize(records), [r.result.peak_throughput() for r in records], [r.workload_key for r in records])
         self.fit()
         return len(records)
 

@@ -178,7 +178,7 @@ class ModelGuidedSearch(SearchStrategy):
         if not configs:
             return
         indices = [c.index for c in configs]
-        throughputs = [r.throughput() for r in results]
+        throughputs = [r.peak_throughput() for r in results]
         self._measured.update(zip(indices, throughputs))
         self.model.add(self._features(indices), throughputs, [self.workload_key] * len(indices))
         self._pending += len(indices)

@@ -85,8 +85,8 @@ def _cpus(text: str | None) -> list[int] | None:
               help="distinct configs to measure (resumed ones count)")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True,
               help="seconds one candidate may execute (check + timing)")
-@click.option("--repeat", type=click.IntRange(min=1), default=5, show_default=True,
-              help="timed repeats per candidate (each at least 50 ms)")
+@click.option("--repeat", type=click.IntRange(min=1), default=10, show_default=True,
+              help="timed repeats per candidate (each at least 2 ms)")
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="artifact directory to write for the best config")
 @click.option("--records", "records_path", type=click.Path(dir_okay=False, path_type=Path),
