@@ -28,6 +28,50 @@ _INT_PREC = {"add": 4, "sub": 4, "mul": 5, "floordiv": 5, "floormod": 5}
 _VEC_INT = {"float32": "int32_t", "float64": "int64_t"}
 _MATH = {"exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "erf": "erf", "abs": "fabs"}
 
+# Vector float32 math (T: the vector type, I: its int32 vector type): exp after Cephes' expf
+# (range reduction by ln 2, degree-6 polynomial, exponent bits), erf by Abramowitz & Stegun
+# 7.1.26 (|error| < 1.5e-7; its Taylor series below 0.5, for relative accuracy), tanh by Cephes' tanhf (polynomial below 0.625, else from exp).
+# Self-contained, so artifacts need no libmvec.
+VECTOR_MATH_F32 = """\
+static inline T tf_vexp_T(T x) {
+  x = tf_vmin_T(tf_vmax_T(x, tf_bcast_T(-87.33654f)), tf_bcast_T(88.0f));
+  T t = x * 1.44269504088896341f + 0.5f;
+  T fn = __builtin_convertvector(__builtin_convertvector(t, I), T);
+  fn = fn + __builtin_convertvector(fn > t, T);
+  T r = x - fn * 0.693359375f + fn * 2.12194440e-4f;
+  T p = 1.9875691500e-4f * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f; p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f; p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  return p * (T)((__builtin_convertvector(fn, I) + 127) << 23);
+}
+static inline T tf_vsign_T(T mag, T like) {
+  I neg = like < tf_bcast_T(0.0f);
+  return (T)(((I)mag & ~neg) | ((I)(-mag) & neg));
+}
+static inline T tf_verf_T(T x) {
+  T ax = tf_vmax_T(x, -x);
+  T t = 1.0f / (1.0f + 0.3275911f * ax);
+  T y = ((((1.061405429f * t - 1.453152027f) * t + 1.421413741f) * t - 0.284496736f) * t + 0.254829592f) * t;
+  T big = tf_vsign_T(1.0f - y * tf_vexp_T(-ax * ax), x);
+  T z = x * x;
+  T small = 1.1283791671f * x * (1.0f + z * (-0.3333333333f + z * (0.1f + z * (-0.0238095238f + z * 0.0046296296f))));
+  I use_small = ax < tf_bcast_T(0.5f);
+  return (T)(((I)small & use_small) | ((I)big & ~use_small));
+}
+static inline T tf_vtanh_T(T x) {
+  T ax = tf_vmin_T(tf_vmax_T(x, -x), tf_bcast_T(9.0f));
+  T big = tf_vsign_T(1.0f - 2.0f / (tf_vexp_T(2.0f * ax) + 1.0f), x);
+  T z = x * x;
+  T small = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z
+              + 1.33314422036e-1f) * z - 3.33332819422e-1f) * z * x + x;
+  I use_small = ax < tf_bcast_T(0.625f);
+  return (T)(((I)small & use_small) | ((I)big & ~use_small));
+}
+static inline T tf_vsigmoid_T(T x) { return 1.0f / (1.0f + tf_vexp_T(-x)); }
+"""
+_VECTOR_MATH = ("exp", "erf", "tanh", "sigmoid")
+
 PRELUDE = """\
 #include <math.h>
 #include <stdint.h>
@@ -178,6 +222,8 @@ class CGenerator:
             return scalar(self.expr(e.args[0]))
         t = vec_type(e.dtype, lanes)
         self.vec_types.add((e.dtype, lanes))
+        if e.dtype == "float32" and e.name in _VECTOR_MATH:
+            return f"tf_v{e.name}_{t}({self.expr(e.args[0])})"
         elems = ", ".join(scalar(f"tf_t[{i}]") for i in range(lanes))
         return f"({{ {t} tf_t = {self.expr(e.args[0])}; ({t}){{{elems}}}; }})"
 
@@ -377,6 +423,8 @@ class CGenerator:
                 f"static inline {t} tf_vmin_{t}({t} a, {t} b) {{ {it} m = a < b; "
                 f"return ({t})((m & ({it})a) | (~m & ({it})b)); }}",
             ]
+            if dtype == "float32":
+                typedefs.append(re.sub(r"\bT\b", t, re.sub(r"\bI\b", it, VECTOR_MATH_F32)).replace("_T(", f"_{t}("))
         return "\n".join([
             PRELUDE, *typedefs, "", *self.helpers,
             f"TF_EXPORT int {f.name}({', '.join(params)}) {{", *body, "  return 0;", "}", ""])
