@@ -47,12 +47,13 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def live(database_url: str, tmp_path: Path, db) -> Iterator[LiveServer]:
+def live(database_url: str, tmp_path: Path, db, redis_url: str) -> Iterator[LiveServer]:
     port = _free_port()
     env = {
         **os.environ,
         "TUNEFLEET_HOME": str(tmp_path / "home"),
         "TUNEFLEET_DATABASE_URL": database_url,
+        "TUNEFLEET_REDIS_URL": redis_url,  # submissions enqueue tune jobs there
         "TUNEFLEET_PORT": str(port),
         "TUNEFLEET_LOG_FORMAT": "json",
     }
