@@ -303,9 +303,9 @@ def tune(
 
 def _validate(history: list[Trial], top: int, protocol: MeasureProtocol, repeat: int | None,
               measure: Callable[[list[dict], MeasureProtocol], list[Record]]) -> list[Record]:
-    """Re-measure the ``top`` fastest correct configs of ``history`` with more repeats (and a timeout
-    longer in proportion)."""
-    ranked = sorted((t for t in history if t.result.ok), key=lambda t: t.result.median)[:top]
+    """Re-measure the ``top`` fastest correct configs of ``history`` (by peak throughput, the ranking
+    least disturbed by other processes) with more repeats and a timeout longer in proportion."""
+    ranked = sorted((t for t in history if t.result.ok), key=lambda t: -t.result.peak_throughput())[:top]
     if not ranked:
         return []
     repeat = repeat or max(15, 3 * protocol.repeat)

@@ -1,0 +1,151 @@
+"""Benchmark: `tune` on this machine, XGBoost-guided against random search, against the peers.
+
+Workloads (float32): matmul 1024³, matmul 128×3072×768 and the ResNet-50 conv2d layer
+1×512×7×7 (3×3, pad 1, bias + relu fused, as PyTorch computes it there); an operator this
+installation lacks is skipped with a message.
+For each workload and strategy (xgb, random) one tuning run of the largest budget, with a
+fresh record file; the smaller budgets are read off the same run (the search does not know
+its budget; only the final validation of the largest budget is not repeated for them).
+
+Printed per run and budget: the best GFLOP/s found within the budget (a trial's GFLOP/s is
+flop / its fastest repeat, the estimate least disturbed by other work on a shared host),
+the trials and seconds it took to reach 90% of that best, and the record file; per run,
+the same for 90% of the run's final best. Then,
+per run: the validated winner's artifact timed like its peers — numpy (OpenBLAS) with
+OPENBLAS_CORETYPE removed (its AVX-512 kernels) and with it set (AVX2), and PyTorch for
+conv2d when installed — in interleaved rounds of fresh processes, best over the rounds.
+Finally: when the XGBoost search reached random search's best of the largest budget.
+
+    python bench/tune_cpu.py [--only matmul] [--budgets 64 256] [--strategies xgb random]
+                             [--out DIR] [--processes 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(__file__))
+from common import PROCESSES, interleaved_best_seconds, kernel_code  # noqa: E402
+from ops_cpu import torch_available, torch_code  # noqa: E402
+
+from tunefleet.compiler import ops  # noqa: E402
+from tunefleet.compiler.target import Target  # noqa: E402
+from tunefleet.tuner.apply import apply_best  # noqa: E402
+from tunefleet.tuner.tune import tune  # noqa: E402
+
+_CONV = {"N": 1, "KH": 3, "KW": 3, "padding": 1, "bias": True, "epilogue": "relu"}  # as bench/ops_cpu.py
+#: name -> (operator, arguments). Add a line to benchmark another workload.
+WORKLOADS = {
+    "matmul 1024³": ("matmul", {"M": 1024, "N": 1024, "K": 1024}),
+    "matmul 128x3072x768": ("matmul", {"M": 128, "N": 3072, "K": 768}),
+    "conv2d 512x7x7 3x3": ("conv2d_nchw", {**_CONV, "CI": 512, "CO": 512, "H": 7, "W": 7}),
+}
+
+
+def numpy_code(a: dict, coretype: bool) -> str:
+    """Python source printing the best seconds of numpy's A @ B for a matmul workload. Without
+    ``coretype``, OPENBLAS_CORETYPE is removed before numpy loads OpenBLAS (its AVX-512 kernels);
+    with it, set to Haswell (AVX2), as this machine's environment does."""
+    env = ("os.environ['OPENBLAS_CORETYPE'] = os.environ.get('OPENBLAS_CORETYPE', 'Haswell')" if coretype
+           else "os.environ.pop('OPENBLAS_CORETYPE', None)")
+    M, N, K = a["M"], a["N"], a["K"]
+    return f"""
+import os, time
+{env}
+import numpy as np
+a = np.random.rand({M}, {K}).astype(np.float32); b = np.random.rand({K}, {N}).astype(np.float32)
+c = a @ b
+best = 1e9
+for _ in range(max(5, int(4e9 / {2 * M * N * K}))):
+    t = time.perf_counter(); np.matmul(a, b, out=c); best = min(best, time.perf_counter() - t)
+print(best)
+"""
+
+
+def peers(op: str, a: dict, threads: int) -> dict[str, str]:
+    """name -> Python source printing a peer's best seconds on the workload."""
+    if op == "matmul":
+        return {"numpy": numpy_code(a, False), "numpy AVX2": numpy_code(a, True)}
+    if op.startswith("conv2d") and torch_available():
+        return {"torch": torch_code(op, a, threads, "repeats")}
+    return {}
+
+
+def gflops_trajectory(result) -> list[tuple[int, float, float]]:
+    """(trial number, seconds since start, GFLOP/s by the fastest repeat) of each search trial."""
+    return [(t.number, t.elapsed_s, result.workload.flop * t.result.peak_throughput() / 1e9) for t in result.trials]
+
+
+def reach(trajectory, level: float) -> tuple[int, float]:
+    """(trials, seconds) until a trial first reached ``level`` GFLOP/s."""
+    for number, seconds, gf in trajectory:
+        if gf >= level:
+            return number, seconds
+    return 0, float("nan")
+
+
+def run(name: str, op: str, a: dict, strategy: str, budgets: list[int], out: Path, processes: int) -> list:
+    target = Target.host()
+    w = ops.make_workload(op, a)
+    records = out / f"{name.replace(' ', '_').replace('³', '3')}-{strategy}.jsonl"
+    records.unlink(missing_ok=True)
+    result = tune(w, target, trials=max(budgets), records_path=records, strategy=strategy)
+    trajectory = gflops_trajectory(result)
+    final = max((gf for *_, gf in trajectory), default=0.0)
+    trials90, seconds90 = reach(trajectory, 0.9 * final)
+    for budget in budgets:
+        best = max((gf for number, _, gf in trajectory if number <= budget), default=0.0)
+        b90 = reach([t for t in trajectory if t[0] <= budget], 0.9 * best)
+        print(f"{name:>20} {strategy:>6} {budget:>6} {best:9.1f} {b90[0]:>9} {b90[1]:8.0f}  {records}", flush=True)
+    if result.best is None:
+        print(f"{name:>20} {strategy:>6}: no correct config")
+        return trajectory
+    artifact = apply_best([result.best], w, target, tempfile.mkdtemp(prefix="tf-tune-bench-"))
+    threads = len(os.sched_getaffinity(0))
+    competitors = {"tuned": kernel_code(artifact), **peers(op, w.args, threads)}
+    seconds = dict(zip(competitors, interleaved_best_seconds(list(competitors.values()), processes=processes)))
+    line = ", ".join(f"{k} {w.flop / s / 1e9:.1f}" for k, s in seconds.items())
+    ratios = ", ".join(f"{k} {s / seconds['tuned']:.2f}" for k, s in seconds.items() if k != "tuned")
+    print(f"{name:>20} {strategy:>6}  validated winner, GFLOP/s: {line} (ratio to {ratios or 'no peer'}); "
+          f"CV {result.cv:.1%}; 90% of the run's best after {trials90} trials / {seconds90:.0f} s; "
+          f"tuning {result.elapsed_s:.0f} s (search {result.search_s:.0f} s)", flush=True)
+    return trajectory
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--only", nargs="*", help="workload names to run (prefix match), default all")
+    p.add_argument("--budgets", nargs="*", type=int, default=[64, 256])
+    p.add_argument("--strategies", nargs="*", default=["xgb", "random"], choices=["xgb", "random", "grid"])
+    p.add_argument("--out", type=Path, default=Path("bench-records"), help="directory of the record files")
+    p.add_argument("--processes", type=int, default=PROCESSES, help="rounds of fresh processes per peer timing")
+    args = p.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    print(f"target {Target.host()}, {len(os.sched_getaffinity(0))} CPUs; PyTorch "
+          f"{'installed' if torch_available() else 'not installed'}")
+    print(f"{'workload':>20} {'search':>6} {'budget':>6} {'GFLOP/s':>9} {'trials90':>9} {'s90':>8}  records")
+    for name, (op, a) in WORKLOADS.items():
+        if args.only and not any(name.startswith(o) for o in args.only):
+            continue
+        try:
+            ops.get(op)
+        except ops.WorkloadError:
+            print(f"{name:>20}: skipped, operator {op!r} is not registered")
+            continue
+        t0 = time.time()
+        runs = {s: run(name, op, a, s, sorted(args.budgets), args.out, args.processes) for s in args.strategies}
+        if "xgb" in runs and "random" in runs and runs["random"]:
+            target = max(gf for *_, gf in runs["random"])
+            trials, seconds = reach(runs["xgb"], target)
+            print(f"{name:>20}  xgb reached random's best ({target:.1f} GFLOP/s) "
+                  + (f"after {trials} trials / {seconds:.0f} s" if trials else "not at all")
+                  + f"  ({time.time() - t0:.0f} s for the workload)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
