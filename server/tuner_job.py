@@ -20,7 +20,8 @@ with measurement dispatched to the workers instead of the local runner:
    task goes back to ``waiting_for_worker`` and the job ends; it resumes when a worker
    registers. The search ends on the trial budget, the wall-time budget (counted from the
    task's first start), early stopping, or an exhausted config space.
-3. **Export.** The ``VALIDATE_TOP`` fastest correct trials go to an export job (id
+3. **Export.** The ``VALIDATE_TOP`` fastest correct trials (by fastest repeat, as
+   ``tunefleet tune`` picks them) go to an export job (id
    ``export-<task id>``) on a worker of the device key, which re-measures them side by
    side, builds the fastest into an artifact and uploads it; the task is then done, and
    the best record of its workload + target + device key is replaced if this one is faster.
@@ -446,7 +447,7 @@ class _TaskRun:
                 self.task_id, self.workload_json, self.target, self.device_key, candidates,
                 self.protocol.to_json(), repeat,
                 job_id=job_id,
-                job_timeout=worker_jobs.export_timeout_s(self.protocol, len(candidates)),
+                job_timeout=worker_jobs.export_timeout_s(self.protocol, len(candidates), repeat),
                 retry=Retry(max=RETRIES),
                 result_ttl=_RESULT_TTL_S,
                 failure_ttl=_RESULT_TTL_S,

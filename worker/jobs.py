@@ -31,7 +31,7 @@ from tunefleet.tuner.resolve import resolve
 from tunefleet.tuner.runner import STARTUP_TIMEOUT_S, LocalMeasurer
 
 __all__ = ["WorkerContext", "ExportError", "bind", "current", "measure", "export", "measure_timeout_s",
-           "export_timeout_s"]
+           "export_timeout_s", "validation_protocol"]
 
 log = logging.getLogger(__name__)
 
@@ -79,9 +79,16 @@ def measure_timeout_s(protocol: MeasureProtocol, candidates: int = 1) -> int:
     return int(candidates * (COMPILE_TIMEOUT_S + STARTUP_TIMEOUT_S + protocol.timeout_s) + 30)
 
 
-def export_timeout_s(protocol: MeasureProtocol, candidates: int) -> int:
+def validation_protocol(protocol: MeasureProtocol, repeat: int) -> MeasureProtocol:
+    """The task's protocol with `repeat` repeats and a timeout longer in proportion (as
+    ``tunefleet tune`` validates)."""
+    return dataclasses.replace(protocol, repeat=repeat,
+                               timeout_s=protocol.timeout_s * max(1.0, repeat / protocol.repeat))
+
+
+def export_timeout_s(protocol: MeasureProtocol, candidates: int, repeat: int) -> int:
     """RQ job timeout of an export job: the validation measurements, a build, an upload."""
-    return measure_timeout_s(protocol, candidates) + COMPILE_TIMEOUT_S + 120
+    return measure_timeout_s(validation_protocol(protocol, repeat), candidates) + COMPILE_TIMEOUT_S + 120
 
 
 class _Working:
@@ -132,7 +139,7 @@ def export(
     Raises ExportError when no candidate measures correctly again or the upload fails.
     """
     context = current()
-    longer = dataclasses.replace(MeasureProtocol.from_json(protocol), repeat=validation_repeat)
+    longer = validation_protocol(MeasureProtocol.from_json(protocol), validation_repeat)
     with _Working(context, task_id):
         inputs = [MeasureInput(workload, target, c["config"]) for c in candidates]
         results = context.measurer.measure_batch(inputs, longer)
