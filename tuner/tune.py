@@ -46,8 +46,9 @@ STRATEGIES = ("xgb", "random", "grid")
 #: ModelGuidedSearch settings for "xgb". Features cost 1.5-2 ms per new config of a 1024^3
 #: matmul on a busy 2-core host (lowering without passes), so annealing 48 chains for at most
 #: 50 steps (at most ~2,400 new configs per plan, fewer as the cache fills) keeps a replan to
-#: 2-5 s, against the ~50 s that the 16 trials between refits take to build and measure.
-#: (AutoTVM anneals 128 chains for 500 steps and refits every 64 trials.)
+#: 2-5 s, against 30-60 s to build and measure the 16 trials between refits there (a 64-trial
+#: run of matmul 1024^3: 15 s of 133 s proposing and learning). AutoTVM anneals 128 chains for
+#: 500 steps and refits every 64 trials.
 SEARCH_SETTINGS = {"plan_size": 64, "epsilon": 0.05, "retrain_every": 16, "sa_points": 48, "sa_steps": 50,
                    "sa_patience": 10}
 _RATE_WINDOW_S = 60.0
