@@ -1,5 +1,6 @@
 """`tunefleet tune`, `build` and `ops` as a user runs them: subprocesses of the installed command."""
 
+import json
 import os
 import signal
 import subprocess
@@ -84,7 +85,9 @@ def test_ops_lists_the_arguments_and_build_writes_the_default_config(tmp_path):
     listing = cli("ops", env=with_plugin())
     assert listing.returncode == 0 and "matmul:" in listing.stdout and "--M int = 1024" in listing.stdout
     assert "faulty:" in listing.stdout
-    built = cli("build", "matmul", "--M", 17, "--N", 33, "--K", 65, "--bias", "--out", tmp_path / "b")
+    workload = tmp_path / "w.json"  # a workload file, one argument overridden on the command line
+    workload.write_text(json.dumps({"op": "matmul", "args": {"M": 17, "N": 33, "K": 3, "bias": True}}))
+    built = cli("build", "--workload", workload, "--K", 65, "--out", tmp_path / "b")
     assert built.returncode == 0, built.stderr
     kernel = tunefleet.load(tmp_path / "b")
     rng = np.random.default_rng(1)
