@@ -89,6 +89,8 @@ def workload_from_cli(op: str | None, tokens: list[str], workload_file: Path | N
     Imports the operator plugins of ``$TUNEFLEET_OPS_PLUGINS`` first. Raises
     ArgumentError (one line, exit status 2) naming the bad field.
     """
+    if op is not None and op.startswith("--"):  # no OP before the options (with --workload): click took one
+        op, tokens = None, [op, *tokens]
     try:
         load_plugins()
         args: dict[str, Any] = {}
