@@ -18,7 +18,8 @@ the innermost loop; missing outer levels are zeros, levels beyond
   outermost down to this one / from this one down to the innermost;
 - for each of the first ``N_BUFFERS`` buffers of the statement (the stored
   buffer, then the loaded ones, each once, in the fixed order in which
-  ``ir.expr_nodes`` walks the stored value; missing ones are zeros): ``stride`` (elements the flat index moves when this loop's
+  ``ir.expr_nodes`` walks the stored value; missing ones are zeros):
+  ``stride`` (elements the flat index moves when this loop's
   variable moves by one, at the loop origin), ``bytes`` (bytes of the buffer
   touched by one run of this loop: the product of the extents of the loops
   from here inwards that move the index, times the element size, at most the

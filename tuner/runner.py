@@ -113,7 +113,8 @@ class LocalMeasurer:
             raise
         return results
 
-    def _result(self, status: str, built: BuildResult, *, costs=(), run_s: float = 0.0, error: str = "") -> MeasureResult:
+    def _result(self, status: str, built: BuildResult, *, costs=(), run_s: float = 0.0,
+                error: str = "") -> MeasureResult:
         return MeasureResult(status, list(costs), built.build_s, run_s, error, self.host)
 
     def _run(self, inp: MeasureInput, built: BuildResult, protocol: MeasureProtocol) -> MeasureResult:
@@ -121,9 +122,9 @@ class LocalMeasurer:
             return self._result(built.status, built, error=built.error)
         log = Path(self._logs.name) / "child.log"
         log.unlink(missing_ok=True)
-        job = {"state": processes.parent_state(), "cpus": self.cpus, "log": str(log), "plugins": list(self.plugin_modules),
-               "workload": inp.workload, "name": built.name, "so_path": built.so_path, "args": list(built.args),
-               "protocol": protocol.to_json()}
+        job = {"state": processes.parent_state(), "cpus": self.cpus, "log": str(log),
+               "plugins": list(self.plugin_modules), "workload": inp.workload, "name": built.name,
+               "so_path": built.so_path, "args": list(built.args), "protocol": protocol.to_json()}
         parent, child = self._ctx.Pipe(duplex=True)
         proc = self._ctx.Process(target=self.child_target, args=(child, job), daemon=True)
         start = time.perf_counter()
@@ -133,7 +134,7 @@ class LocalMeasurer:
             status, costs, error = self._converse(parent, protocol.timeout_s)
         except _Timeout as exc:
             status, costs, error = "timeout", [], str(exc)
-        except EOFError:  # the child died: exit status or signal
+        except (EOFError, BrokenPipeError, ConnectionResetError):  # the child died: exit status or signal
             proc.join(5)
             status, costs, error = "runtime_error", [], _death(proc.exitcode)
         finally:
@@ -147,7 +148,8 @@ class LocalMeasurer:
         return self._result(status, built, costs=costs, run_s=run_s, error=error)
 
     def _converse(self, conn, timeout_s: float) -> tuple[str, list[float], str]:
-        """Follow the child's messages to its result; raises _Timeout, or EOFError if it died."""
+        """Follow the child's messages to its result; raises _Timeout, or EOFError / BrokenPipeError if
+        it died."""
         msg, _ = _receive(conn, STARTUP_TIMEOUT_S, f"the child did not load the candidate within "
                                                    f"{STARTUP_TIMEOUT_S:g} s")
         if msg[0] == "started":

@@ -310,5 +310,6 @@ def _validate(history: list[Trial], top: int, protocol: MeasureProtocol, repeat:
     if not ranked:
         return []
     repeat = repeat or max(15, 3 * protocol.repeat)
-    longer = dataclasses.replace(protocol, repeat=repeat, timeout_s=protocol.timeout_s * max(1.0, repeat / protocol.repeat))
+    longer = dataclasses.replace(protocol, repeat=repeat,
+                                 timeout_s=protocol.timeout_s * max(1.0, repeat / protocol.repeat))
     return measure([t.config for t in ranked], longer)

@@ -97,7 +97,8 @@ def _cpus(text: str | None) -> list[int] | None:
 @click.option("--early-stopping", type=click.IntRange(min=1), metavar="N",
               help="stop after N trials without a better config")
 @click.option("--device-key", help="pool of identical hosts the records belong to [default: from this host]")
-@click.option("--transfer", "transfer_files", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+@click.option("--transfer", "transfer_files", multiple=True,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="more record files to seed the cost model from (same family and device key)")
 def tune_command(op, op_args, workload_file, target, trials, timeout, repeat, out, records_path, resume, cpus_text,
                  strategy, early_stopping, device_key, transfer_files) -> None:
