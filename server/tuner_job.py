@@ -55,11 +55,10 @@ from tunefleet.server.db.models import Task, TaskStatus, Trial, TrialStatus
 from tunefleet.server.services import tasks as task_service
 from tunefleet.server.services import tuning
 from tunefleet.settings import Settings
-from tunefleet.tuner.cost_model import CostModel
 from tunefleet.tuner.features import Featurizer
 from tunefleet.tuner.measure import MeasureProtocol, MeasureResult
-from tunefleet.tuner.search import EarlyStopping, ModelGuidedSearch, SearchStrategy
-from tunefleet.tuner.tune import SEARCH_SETTINGS
+from tunefleet.tuner.search import EarlyStopping, SearchStrategy
+from tunefleet.tuner.tune import make_strategy
 from tunefleet.worker import jobs as worker_jobs
 
 __all__ = ["PER_WORKER_DEPTH", "VALIDATE_TOP", "CHECK_S", "TunerContext", "bind", "current", "run_task",
@@ -131,10 +130,7 @@ def run_task(task_id: int) -> str:
 
 def make_search(workload: ops.Workload, target: Target, seed: int) -> SearchStrategy:
     """The search of ``tunefleet tune``'s default strategy ("xgb") for `workload` on `target`."""
-    featurizer = Featurizer()
-    space = ops.config_space(workload, target)
-    return ModelGuidedSearch(space, featurizer.for_space(workload, target), cost_model=CostModel(seed=seed),
-                             workload_key=workload.key, seed=seed, **SEARCH_SETTINGS)
+    return make_strategy("xgb", workload, target, Featurizer(), seed)
 
 
 @dataclasses.dataclass

@@ -44,6 +44,7 @@ class SearchStrategy:
         self.space = space
         self.rng = np.random.default_rng(seed)
         self._visited: set[int] = set()
+        self._first: list[ConfigEntity] = []
 
     @property
     def remaining(self) -> int:
@@ -54,9 +55,20 @@ class SearchStrategy:
         """Never propose these config indices (already measured, e.g. in a resumed record file)."""
         self._visited.update(int(i) for i in indices)
 
+    def prefer(self, configs: Iterable[ConfigEntity]) -> None:
+        """Propose these configs before any of the strategy's own picks (e.g. the template's
+        rule-based default config, so a good kernel is known after the first batch)."""
+        self._first.extend(configs)
+
     def next_batch(self, n: int) -> list[ConfigEntity]:
         """Up to ``n`` distinct configs never proposed before (fewer only when the space runs out)."""
-        batch = self._propose(min(n, self.remaining))
+        first: list[ConfigEntity] = []
+        while self._first and len(first) < n:
+            c = self._first.pop(0)
+            if c.index not in self._visited:
+                first.append(c)
+                self._visited.add(c.index)
+        batch = first + self._propose(min(n - len(first), self.remaining))
         self._visited.update(c.index for c in batch)
         return batch
 

@@ -148,19 +148,28 @@ def _transfer_set(candidates: Iterable[Record], workload: ops.Workload, device_k
             and _family(r) == workload.family and _resolves(r)]
 
 
-def _strategy(name: str, workload: ops.Workload, target: Target, featurizer: Featurizer, seed: int,
-              transfer: list[Record]) -> SearchStrategy:
+def make_strategy(name: str, workload: ops.Workload, target: Target, featurizer: Featurizer, seed: int,
+                  transfer: Sequence[Record] = ()) -> SearchStrategy:
+    """The search strategy `name` (random | grid | xgb) over the workload's config space.
+
+    Random and model-guided search measure the template's rule-based default config first,
+    so the first batch already holds a good kernel; xgb's cost model is seeded from
+    `transfer` (records of the same operator family and device key).
+    """
     space = ops.config_space(workload, target)
-    if name == "random":
-        return RandomSearch(space, seed=seed)
     if name == "grid":
         return GridSearch(space, seed=seed)
-    if name != "xgb":
+    if name == "random":
+        search: SearchStrategy = RandomSearch(space, seed=seed)
+    elif name == "xgb":
+        model = CostModel(seed=seed)
+        model.seed_from_records(list(transfer), featurizer.records)
+        search = ModelGuidedSearch(space, featurizer.for_space(workload, target), cost_model=model,
+                                   workload_key=workload.key, seed=seed, **SEARCH_SETTINGS)
+    else:
         raise ValueError(f"strategy: {name!r} is not one of {', '.join(STRATEGIES)}")
-    model = CostModel(seed=seed)
-    model.seed_from_records(transfer, featurizer.records)
-    return ModelGuidedSearch(space, featurizer.for_space(workload, target), cost_model=model,
-                             workload_key=workload.key, seed=seed, **SEARCH_SETTINGS)
+    search.prefer([ops.default_config(workload, target)])
+    return search
 
 
 def tune(
@@ -220,7 +229,7 @@ def tune(
     toolchain = records_mod.host_toolchain()
     featurizer = Featurizer()
     transfer = _transfer_set([*existing, *transfer_records], workload, device_key) if strategy == "xgb" else []
-    search = _strategy(strategy, workload, target, featurizer, seed, transfer)
+    search = make_strategy(strategy, workload, target, featurizer, seed, transfer)
     space = search.space
     stopper = EarlyStopping(early_stopping) if early_stopping else None
 

@@ -126,6 +126,7 @@ def flop(a: dict) -> int:
 # ----------------------------------------------------------------------------- CPU template
 
 ORDERS = ("nm_nm", "nm_mn", "mn_nm", "mn_mn")
+MIN_PARALLEL_TASKS = 16
 
 
 def define_gemm_knobs(cfg, M: int, N: int, K: int, lanes: int) -> None:
@@ -254,8 +255,11 @@ def gemm_default(space, M: int, N: int, K: int, lanes: int, dtype_bytes: int = 4
       accumulators, 6 broadcasts + 4 loads per 24 FMAs), with 16 (AVX2) 2 vectors × 6 rows;
       narrower N takes fewer vectors and more rows, keeping accumulators within 24 (12);
     - bn: panels of B per block so a K×(bn·nr) block of B fills about half of a 1 MiB L2;
-    - bm: row tiles so an (bm·mr)×K block of A fills about a quarter of it;
-    - pack B (its panels become contiguous), leave A in place (mr row streams prefetch well), ku = 4.
+    - bm: row tiles so an (bm·mr)×K block of A fills about a quarter of it; both shrink
+      until there are MIN_PARALLEL_TASKS blocks, so the threads get balanced shares;
+    - pack B when it is larger than half the L2 (its panels become contiguous; a smaller B
+      stays cached anyway and packing it costs a pass and a fork/join), leave A in place (mr
+      row streams prefetch well), ku = 4.
     """
     choices = {name: [space.knobs[name].entity(i).val for i in range(len(space.knobs[name]))]
                for name in ("mr", "nr", "bm", "bn")}
@@ -271,8 +275,10 @@ def gemm_default(space, M: int, N: int, K: int, lanes: int, dtype_bytes: int = 4
 
     bn = pick(choices["bn"], (l2 // 2) // max(1, K * nr * dtype_bytes))
     bm = pick(choices["bm"], (l2 // 4) // max(1, K * mr * dtype_bytes))
+    while -(-M // (mr * bm)) * -(-N // (nr * bn)) < MIN_PARALLEL_TASKS and (bm > 1 or bn > 1):
+        bm, bn = (bm // 2, bn) if bm >= bn else (bm, bn // 2)  # enough blocks to balance the threads
     return {"mr": mr, "nr": nr, "ku": 4, "bm": bm, "bn": bn, "order": "nm_nm", "parallel": "fused",
-            "pack_b": True, "pack_a": False}
+            "pack_b": K * N * dtype_bytes > l2 // 2, "pack_a": False}
 
 
 def default_config(space, workload, target) -> dict:
