@@ -54,7 +54,7 @@ def test_values_come_from_the_loop_nest():
 def test_matmul_features_see_the_register_tile_and_the_parallel_loop():
     w = ops.make_workload("matmul", {"M": 256, "N": 256, "K": 256})
     space = ops.config_space(w, TARGET)
-    knobs = ops.default_config(w, TARGET).to_json()["knobs"]
+    knobs = {**ops.default_config(w, TARGET).to_json()["knobs"], "pack_b": True}  # B panels: a heap buffer
     fused = named(config_features(w, TARGET, space.from_json({"knobs": {**knobs, "parallel": "fused"}})))
     outer = named(config_features(w, TARGET, space.from_json({"knobs": {**knobs, "parallel": "outer"}})))
     # the main statement is the update of the local accumulator tile, innermost loop vectorized
