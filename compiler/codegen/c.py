@@ -88,6 +88,26 @@ def vec_type(dtype: str, lanes: int, aligned: bool = True) -> str:
     return f"tf_{base}x{lanes}" + ("" if aligned else "u")
 
 
+def c_division(simp: Simplifier, e: BinOp) -> bool:
+    """Whether C's truncating / and % equal floordiv/floormod here (non-negative by a positive constant)."""
+    return simp.range_of(e.a)[0] >= 0 and isinstance(e.b, Const) and e.b.value > 0
+
+
+def int_arith(e: BinOp, a: str, b: str) -> str:
+    """Integer index arithmetic `a op b` with only the parentheses C's precedence needs: `i * 64 + j`."""
+    prec = _INT_PREC[e.op]
+
+    def needs(child: Expr, right: bool) -> bool:
+        if not (isinstance(child, BinOp) and child.op in _INT_PREC):
+            return False
+        p = _INT_PREC[child.op]
+        return p < prec or (right and p == prec and e.op in ("sub", "floordiv", "floormod"))
+
+    a = f"({a})" if needs(e.a, False) else a
+    b = f"({b})" if needs(e.b, True) else b
+    return f"{a} {_BIN[e.op]} {b}"
+
+
 class _Names:
     """Unique, valid C names for variables and buffers."""
 
@@ -184,29 +204,11 @@ class CGenerator:
             if dtype_of(e.dtype).kind == "float":
                 f = "floor" + ("f" if e.dtype == "float32" else "")
                 return f"{f}(({a}) / ({b}))" if e.op == "floordiv" else f"(({a}) - {f}(({a}) / ({b})) * ({b}))"
-            if not self._c_division(e):
+            if not c_division(self.simp, e):
                 return f"tf_{e.op}({a}, {b})"
         if e.op in _INT_PREC and dtype_of(e.dtype).kind == "int":
-            return self._int_arith(e, a, b)
+            return int_arith(e, a, b)
         return f"({a} {_BIN[e.op]} {b})"
-
-    def _c_division(self, e: BinOp) -> bool:
-        """Whether C's truncating / and % equal floordiv/floormod here (non-negative by a positive constant)."""
-        return self.simp.range_of(e.a)[0] >= 0 and isinstance(e.b, Const) and e.b.value > 0
-
-    def _int_arith(self, e: BinOp, a: str, b: str) -> str:
-        """Integer index arithmetic with only the parentheses C's precedence needs: `i * 64 + j`."""
-        prec = _INT_PREC[e.op]
-
-        def needs(child: Expr, right: bool) -> bool:
-            if not (isinstance(child, BinOp) and child.op in _INT_PREC):
-                return False
-            p = _INT_PREC[child.op]
-            return p < prec or (right and p == prec and e.op in ("sub", "floordiv", "floormod"))
-
-        a = f"({a})" if needs(e.a, False) else a
-        b = f"({b})" if needs(e.b, True) else b
-        return f"{a} {_BIN[e.op]} {b}"
 
     def call(self, e: Call) -> str:
         lanes = lanes_of(e)

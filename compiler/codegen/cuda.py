@@ -33,11 +33,10 @@ from ..ir import (Address, Allocate, Broadcast, Buffer, Evaluate, For, IfThenEls
 from ..schedule import BLOCK_TAGS, GPU_TAGS
 from ..simplify import Simplifier
 from ..te import BinOp, Call, Cast, Const, DTYPES, Expr, Select, Var, dtype_of
-from .c import _Names
+from .c import _INT_PREC, _Names, c_division, int_arith
 
 _BIN = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "/", "floormod": "%", "lt": "<", "le": "<=",
         "gt": ">", "ge": ">=", "eq": "==", "ne": "!=", "and": "&&", "or": "||"}
-_INT_PREC = {"add": 4, "sub": 4, "mul": 5, "floordiv": 5, "floormod": 5}
 _MATH = {"exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "erf": "erf", "abs": "fabs"}
 #: (dtype, lanes) -> CUDA vector type and its component names.
 VECTOR_TYPES = {("float32", 4): "float4", ("float32", 2): "float2", ("float64", 2): "double2"}
@@ -153,27 +152,11 @@ class CudaGenerator:
             if kind == "float":
                 f = "floor" + ("f" if e.dtype == "float32" else "")
                 return f"{f}(({a}) / ({b}))" if e.op == "floordiv" else f"(({a}) - {f}(({a}) / ({b})) * ({b}))"
-            if not self._c_division(e):
+            if not c_division(self.simp, e):
                 return f"(({self.idx})tf_{e.op}({a}, {b}))"
         if e.op in _INT_PREC and kind == "int":
-            return self._int_arith(e, a, b)
+            return int_arith(e, a, b)
         return f"({a} {_BIN[e.op]} {b})"
-
-    def _c_division(self, e: BinOp) -> bool:
-        return self.simp.range_of(e.a)[0] >= 0 and isinstance(e.b, Const) and e.b.value > 0
-
-    def _int_arith(self, e: BinOp, a: str, b: str) -> str:
-        prec = _INT_PREC[e.op]
-
-        def needs(child: Expr, right: bool) -> bool:
-            if not (isinstance(child, BinOp) and child.op in _INT_PREC):
-                return False
-            p = _INT_PREC[child.op]
-            return p < prec or (right and p == prec and e.op in ("sub", "floordiv", "floormod"))
-
-        a = f"({a})" if needs(e.a, False) else a
-        b = f"({b})" if needs(e.b, True) else b
-        return f"{a} {_BIN[e.op]} {b}"
 
     def call(self, name: str, dtype: str, args: list[str]) -> str:
         f = "f" if dtype == "float32" else ""

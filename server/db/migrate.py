@@ -47,3 +47,17 @@ def current_revision(engine: Engine) -> str | None:
     """The revision the database is at (None when it has never been migrated)."""
     with engine.connect() as conn:
         return MigrationContext.configure(conn).get_current_revision()
+
+
+def schema_problem(url: str) -> str | None:
+    """Why the database at `url` cannot be served as it is (not at the shipped head), else None."""
+    from . import make_engine
+
+    engine = make_engine(url)
+    try:
+        current, head = current_revision(engine), head_revision()
+    finally:
+        engine.dispose()
+    if current != head:
+        return f"database schema is at {current}, not {head}: run `tunefleet db upgrade` first"
+    return None

@@ -13,21 +13,15 @@ def server_command(host: str | None, port: int | None) -> None:
     import uvicorn
 
     from tunefleet.server.app import create_app
-    from tunefleet.server.db import make_engine, migrate
+    from tunefleet.server.db import migrate
     from tunefleet.server.logs import configure_logging
     from tunefleet.settings import Settings
 
     settings = Settings()
     configure_logging(settings.log_level, settings.log_format)
-    engine = make_engine(settings.database_url)
-    try:
-        current, head = migrate.current_revision(engine), migrate.head_revision()
-    finally:
-        engine.dispose()
-    if current != head:
-        raise click.ClickException(
-            f"database schema is at {current}, not {head}: run `tunefleet db upgrade` first"
-        )
+    problem = migrate.schema_problem(settings.database_url)
+    if problem:
+        raise click.ClickException(problem)
     uvicorn.run(
         create_app(settings),
         host=host or settings.host,

@@ -14,20 +14,14 @@ def tuner_command(burst: bool, heartbeat_s: float) -> None:
     candidates measured by the workers of its device key, then have one of them export the
     best. Uses TUNEFLEET_DATABASE_URL and TUNEFLEET_REDIS_URL (or the embedded Redis under
     TUNEFLEET_HOME). SIGTERM or Ctrl-C requeue the running task and stop."""
-    from tunefleet.server.db import make_engine, migrate
+    from tunefleet.server.db import migrate
     from tunefleet.server.logs import configure_logging
     from tunefleet.server.tuner_job import serve
     from tunefleet.settings import Settings
 
     settings = Settings()
     configure_logging(settings.log_level, settings.log_format)
-    engine = make_engine(settings.database_url)
-    try:
-        current, head = migrate.current_revision(engine), migrate.head_revision()
-    finally:
-        engine.dispose()
-    if current != head:
-        raise click.ClickException(
-            f"database schema is at {current}, not {head}: run `tunefleet db upgrade` first"
-        )
+    problem = migrate.schema_problem(settings.database_url)
+    if problem:
+        raise click.ClickException(problem)
     serve(settings, burst=burst, heartbeat_s=heartbeat_s)
