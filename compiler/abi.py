@@ -120,11 +120,25 @@ def entry_points_source(name: str, args: Sequence[ArgSpec]) -> str:
         "",
         f"TF_EXPORT int {checked}(DLTensor** args, int num_args) {{",
     ]
-    for a in args:
-        if a.shape:
-            lines.append(f"  static const int64_t shape_{a.name}[{len(a.shape)}] = "
-                         f"{{{', '.join(map(str, a.shape))}}};")
-    lines += [
+    lines += checked_prologue(checked, args)
+    for i, a in enumerate(args):
+        code = _C_TYPES[a.dtype][1]
+        shape = f"shape_{a.name}" if a.shape else "NULL"
+        lines.append(f'  if (tf_check_tensor("{checked}", "{a.name}", args[{i}], {code}, '
+                     f"{8 * DTYPE_BYTES[a.dtype]}, {len(a.shape)}, {shape}, &data[{i}]) != 0) "
+                     "return -1;")
+    lines += disjoint_checks(checked, args)
+    unpacked = ", ".join(f"({a.c_pointer})data[{i}]" for i, a in enumerate(args))
+    lines += [f"  return {name}({unpacked});", "}", ""]
+    return "\n".join(lines)
+
+
+def checked_prologue(checked: str, args: Sequence[ArgSpec]) -> list[str]:
+    """Body lines opening `<checked>(DLTensor** args, int num_args)`: the expected shapes,
+    the `data` array of unpacked pointers, and the argument-count check."""
+    lines = [f"  static const int64_t shape_{a.name}[{len(a.shape)}] = {{{', '.join(map(str, a.shape))}}};"
+             for a in args if a.shape]
+    return lines + [
         f"  void* data[{len(args)}];",
         f"  if (args == NULL || num_args != {len(args)}) {{",
         f'    tf_set_error("{checked}: expected {len(args)} arguments '
@@ -133,21 +147,14 @@ def entry_points_source(name: str, args: Sequence[ArgSpec]) -> str:
         "    return -1;",
         "  }",
     ]
-    for i, a in enumerate(args):
-        code = _C_TYPES[a.dtype][1]
-        shape = f"shape_{a.name}" if a.shape else "NULL"
-        lines.append(f'  if (tf_check_tensor("{checked}", "{a.name}", args[{i}], {code}, '
-                     f"{8 * DTYPE_BYTES[a.dtype]}, {len(a.shape)}, {shape}, &data[{i}]) != 0) "
-                     "return -1;")
-    for i, out in enumerate(args):
-        for j, other in enumerate(args):
-            if out.is_output and (not other.is_output or j > i):
-                lines.append(f'  if (tf_check_disjoint("{checked}", "{out.name}", data[{i}], '
-                             f'{out.nbytes}, "{other.name}", data[{j}], {other.nbytes}) != 0) '
-                             "return -1;")
-    unpacked = ", ".join(f"({a.c_pointer})data[{i}]" for i, a in enumerate(args))
-    lines += [f"  return {name}({unpacked});", "}", ""]
-    return "\n".join(lines)
+
+
+def disjoint_checks(checked: str, args: Sequence[ArgSpec]) -> list[str]:
+    """Body lines rejecting an output that overlaps any other argument (after `data` is filled)."""
+    return [f'  if (tf_check_disjoint("{checked}", "{out.name}", data[{i}], {out.nbytes}, '
+            f'"{other.name}", data[{j}], {other.nbytes}) != 0) return -1;'
+            for i, out in enumerate(args) for j, other in enumerate(args)
+            if out.is_output and (not other.is_output or j > i)]
 
 
 def header_text(name: str, args: Sequence[ArgSpec], *, doc: str) -> str:

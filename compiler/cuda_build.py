@@ -39,7 +39,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .abi import ABI_VERSION, ArgSpec, _C_TYPES, _check_signature, _dims, dlpack_declarations
+from .abi import (ABI_VERSION, ArgSpec, _C_TYPES, _check_signature, _dims, checked_prologue, disjoint_checks,
+                  dlpack_declarations)
 from .build import COMPILE_TIMEOUT_S, BuildError, _run_compiler, _write_atomic, cache_dir
 from .codegen.cuda import PRELUDE, generate_cuda, kernel_symbol
 from .gpu_lower import GpuFunc, lower_cuda
@@ -190,27 +191,15 @@ def launcher_source(g: GpuFunc, args: Sequence[ArgSpec], vector_args: set[str]) 
               f"  return {name}({unpacked}, stream);", "}", ""]
     checked = f"{name}_checked"
     lines.append(f'extern "C" TF_EXPORT int {checked}(DLTensor** args, int num_args) {{')
-    for a in args:
-        lines.append(f"  static const int64_t shape_{a.name}[{len(a.shape)}] = {{{', '.join(map(str, a.shape))}}};")
-    lines += [
-        f"  void* data[{len(args)}];",
-        f"  if (args == NULL || num_args != {len(args)}) {{",
-        f'    tf_set_error("{checked}: expected {len(args)} arguments ({", ".join(a.name for a in args)}), '
-        f'got %d%s", num_args, args == NULL ? " (args is NULL)" : "");',
-        "    return -1;",
-        "  }",
-    ]
+    lines += checked_prologue(checked, args)
     for i, a in enumerate(args):
         code = _C_TYPES[a.dtype][1]
         align = VECTOR_ALIGN if a.name in vector_args else DTYPE_BYTES[a.dtype]
         lines.append(f'  if (tf_check_cuda_tensor("{checked}", "{a.name}", args[{i}], {code}, '
-                     f"{8 * DTYPE_BYTES[a.dtype]}, {len(a.shape)}, shape_{a.name}, {align}, &data[{i}]) != 0) "
+                     f"{8 * DTYPE_BYTES[a.dtype]}, {len(a.shape)}, {f'shape_{a.name}' if a.shape else 'NULL'}, {align}, "
+                     f"&data[{i}]) != 0) "
                      "return -1;")
-    for i, out in enumerate(args):
-        for j, other in enumerate(args):
-            if out.is_output and (not other.is_output or j > i):
-                lines.append(f'  if (tf_check_disjoint("{checked}", "{out.name}", data[{i}], {out.nbytes}, '
-                             f'"{other.name}", data[{j}], {other.nbytes}) != 0) return -1;')
+    lines += disjoint_checks(checked, args)
     unpacked = ", ".join(f"({_c_pointer(a)})data[{i}]" for i, a in enumerate(args))
     lines += [f"  return {name}({unpacked}, (cudaStream_t)0);", "}", ""]
     return "\n".join(lines)
