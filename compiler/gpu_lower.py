@@ -15,7 +15,8 @@ at). Then the GPU pass pipeline:
    iteration's readers are done) and after it (the copy is complete before it is read);
    copies computed at the same loop share their barriers; the buffers are hoisted to the
    kernel's dynamic shared memory, at offsets aligned to 16 bytes;
-5. launch: the extent of each block / thread index is the largest extent of a loop bound
+5. double buffering of the stages marked `double_buffer()` (see `double_buffer`);
+6. launch: the extent of each block / thread index is the largest extent of a loop bound
    to it; a shorter loop bound to it becomes a guarded statement.
 
 Schedules a kernel cannot run raise `ScheduleError`: a loop annotated 'parallel', a
@@ -30,8 +31,8 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from . import passes
-from .ir import (Allocate, Buffer, Evaluate, For, IfThenElse, PrimFunc, Seq, Stmt, Store, expr_nodes, map_stmt, seq,
-                 stmt_exprs, substitute, walk_stmt)
+from .ir import (Allocate, Buffer, Evaluate, For, IfThenElse, Load, PrimFunc, Ramp, Seq, Stmt, Store, expr_nodes,
+                 lanes_of, map_expr, map_stmt, seq, stmt_exprs, substitute, walk_stmt)
 from .lower import _Lowering, check_args
 from .schedule import BLOCK_TAGS, GPU_TAGS, THREAD_TAGS, Schedule, ScheduleError
 from .te import Const, Expr, Tensor, Var, check_identifier, dtype_of
@@ -105,6 +106,9 @@ def check_gpu_schedule(sch: Schedule, args: Sequence[Tensor]) -> None:
                                     f"root stages (the kernel's outputs) may be bound to block indices")
         if st.tensorized is not None:
             raise ScheduleError(f"stage {st.name!r}: tensorize calls a C micro-kernel, which a CUDA kernel cannot")
+        if st.double_buffered and (st.scope != "shared" or st.attach != "at"):
+            raise ScheduleError(f"stage {st.name!r}: double_buffer needs a stage in shared memory computed at a "
+                                f"loop of its reader (scope {st.scope!r}, attach {st.attach!r})")
         if st.attach == "root":
             if id(st.tensor) not in arg_ids:
                 raise ScheduleError(f"stage {st.name!r} is computed at the root but is not a kernel argument: it "
@@ -141,8 +145,6 @@ def _is_barrier(s: Stmt) -> bool:
 
 
 def _reads(s: Stmt) -> set[int]:
-    from .ir import Load
-
     return {id(n.buffer) for e in stmt_exprs(s) for n in expr_nodes(e) if isinstance(n, Load)}
 
 
@@ -188,6 +190,125 @@ def shared_memory(s: Stmt) -> tuple[Stmt, list[Buffer]]:
 
     out = visit(s)
     return _dedupe_barriers(out), buffers
+
+
+def _unroll_all(s: Stmt) -> Stmt:
+    """`s` with every loop not bound to a GPU index unrolled (its copies substituted)."""
+
+    def fs(n):
+        if isinstance(n, For) and n.kind not in GPU_TAGS:
+            return seq(map_stmt(n.body, lambda e, k=k: substitute(e, {n.var: Const(k, "int64")}))
+                       for k in range(n.extent))
+        return None
+
+    return map_stmt(s, lambda e: e, fs)
+
+
+def _replace_stores(s: Stmt, f) -> Stmt:
+    """`s` with each Store replaced by `f(store)` (the loops and guards around it kept)."""
+    if isinstance(s, Store):
+        return f(s)
+    if isinstance(s, For):
+        return For(s.var, s.extent, s.kind, _replace_stores(s.body, f))
+    if isinstance(s, IfThenElse):
+        return IfThenElse(s.cond, _replace_stores(s.then, f),
+                          _replace_stores(s.otherwise, f) if s.otherwise is not None else None)
+    if isinstance(s, Seq):
+        return seq(_replace_stores(x, f) for x in s.stmts)
+    if isinstance(s, Allocate):
+        return Allocate(s.buffer, _replace_stores(s.body, f))
+    return s
+
+
+def _offset(index: Expr, off: Expr) -> Expr:
+    """`index + off` for a scalar index or a Ramp (its base moves)."""
+    if isinstance(index, Ramp):
+        return Ramp(index.base + off, index.stride, index.lanes)
+    return index + off
+
+
+def double_buffer(s: Stmt, shared: list[Buffer], ids: set[int]) -> tuple[Stmt, list[Buffer]]:
+    """Double-buffer the shared-memory buffers `ids` (ids of Buffers) at their serial loop (step 5).
+
+    After `shared_memory`, such a loop is `for k: {barrier; copies(k); barrier; rest(k)}`; when
+    every buffer its copies write is in `ids` and the copies read no shared memory, it becomes
+    (S = one copy's elements, rounded up to 16 bytes; the buffer holds 2·S):
+
+        barrier; copies(0) into half 0; barrier;
+        for k: { if k + 1 < n: load copies(k+1)'s values into registers (<buffer>_next);
+                 rest(k), reading half k % 2;
+                 if k + 1 < n: store the registers into half (k+1) % 2;
+                 barrier }
+
+    One barrier per iteration remains: the half written in iteration k was last read in
+    iteration k - 1, before its barrier. The copies' own loops are unrolled, so every staged
+    value has a register (the verifier counts them). Returns the new body and `shared` with the
+    doubled buffers in place of the old ones.
+    """
+    halves: dict[int, tuple[Buffer, int]] = {}
+
+    def half(b: Buffer) -> tuple[Buffer, int]:
+        if id(b) not in halves:
+            align = SHARED_ALIGN // dtype_of(b.dtype).bytes
+            size = -(-b.size // align) * align
+            halves[id(b)] = (Buffer(b.name, (2, size), b.dtype, "shared"), size)
+        return halves[id(b)]
+
+    def fs(n):
+        if not (isinstance(n, For) and n.kind not in GPU_TAGS and n.extent > 1 and isinstance(n.body, Seq)):
+            return None
+        parts = n.body.stmts
+        end = next((i for i in range(1, len(parts)) if _is_barrier(parts[i])), None)
+        if not _is_barrier(parts[0]) or end is None or end == 1:
+            return None
+        copies = _unroll_all(seq(parts[1:end]))
+        written = [st for st in walk_stmt(copies) if isinstance(st, Store)]
+        if any(id(st.buffer) not in ids for st in written) or _reads(copies) & {id(b) for b in shared}:
+            return None
+        k = n.var
+        slots: dict[int, int] = {}
+        staging: dict[int, Buffer] = {}
+        for st in written:
+            used = sum(lanes_of(x.index) for x in written if x.buffer is st.buffer and id(x) in slots)
+            slots[id(st)] = used
+            staging[id(st.buffer)] = Buffer(f"{st.buffer.name}_next", (used + lanes_of(st.index),), st.buffer.dtype,
+                                            "local")
+
+        def register(st: Store) -> tuple[Buffer, Expr]:
+            lanes = lanes_of(st.index)
+            slot = Const(slots[id(st)], "int64")
+            return staging[id(st.buffer)], (Ramp(slot, 1, lanes) if lanes > 1 else slot)
+
+        def into_half(st: Store, value: Expr) -> Store:  # iteration k's tile into half k % 2
+            b2, size = half(st.buffer)
+            return Store(b2, _offset(st.index, (k % 2) * size), value)
+
+        def reads_half(e: Expr) -> Expr:
+            def f(x):
+                if isinstance(x, Load) and id(x.buffer) in halves:
+                    b2, size = halves[id(x.buffer)]
+                    return Load(b2, _offset(x.index, (k % 2) * size))
+                return None
+
+            return map_expr(e, f)
+
+        def at(s_: Stmt, value: Expr) -> Stmt:
+            return map_stmt(s_, lambda e: substitute(e, {k: value}))
+
+        prologue = at(_replace_stores(copies, lambda st: into_half(st, st.value)), Const(0, "int64"))
+        loads = _replace_stores(copies, lambda st: Store(*register(st), st.value))
+        stores = _replace_stores(copies, lambda st: into_half(st, Load(*register(st))))
+        has_next = k < n.extent - 1
+        body: Stmt = seq([IfThenElse(has_next, at(loads, k + 1)),
+                          map_stmt(seq(parts[end + 1:]), reads_half),
+                          IfThenElse(has_next, at(stores, k + 1)),
+                          _barrier()])
+        for regs in staging.values():
+            body = Allocate(regs, body)
+        return seq([_barrier(), prologue, _barrier(), For(k, n.extent, n.kind, body)])
+
+    out = map_stmt(s, lambda e: e, fs)
+    return out, [halves[id(b)][0] if id(b) in halves else b for b in shared]
 
 
 def _dedupe_barriers(s: Stmt) -> Stmt:
@@ -269,7 +390,10 @@ def lower_cuda(sch: Schedule, args: Sequence[Tensor], name: str, *, lanes: int =
     check_identifier(name, "kernel name")
     check_args(sch, args)
     check_gpu_schedule(sch, args)
-    func = _Lowering(sch, args).run(name)
+    lowering = _Lowering(sch, args)
+    func = lowering.run(name)
+    double = {id(lowering.buffers[id(st.tensor)]) for st in sch.stages
+              if st.double_buffered and id(st.tensor) in lowering.buffers}
     for n in walk_stmt(func.body):
         if isinstance(n, Allocate) and n.buffer.scope == "heap":
             raise ScheduleError(f"buffer {n.buffer.name!r} ({n.buffer.size} elements) would be a heap temporary, "
@@ -281,6 +405,9 @@ def lower_cuda(sch: Schedule, args: Sequence[Tensor], name: str, *, lanes: int =
     body = passes.vectorize(body, lanes)
     body = passes.simplify_stmt(body)
     body, shared = shared_memory(body)
+    if double:
+        body, shared = double_buffer(body, shared, double)
+        body = passes.simplify_stmt(body)
     launch = launch_extents(body)
     check_barriers(body, launch)
     offsets, total = [], 0

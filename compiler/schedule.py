@@ -91,6 +91,7 @@ class Stage:
         self.attach, self.attach_stage, self.attach_ivar = "root", None, None
         self.tensorized: tuple[IterVar, TensorIntrin] | None = None
         self.row_pad = 0
+        self.double_buffered = False
 
     @property
     def name(self) -> str:
@@ -217,6 +218,16 @@ class Stage:
         if not isinstance(elements, int) or isinstance(elements, bool) or elements < 0:
             raise ScheduleError(f"stage {self.name!r}: pad_rows needs a non-negative int, got {elements!r}")
         self.row_pad = elements
+
+    def double_buffer(self) -> None:
+        """Keep two copies of this shared-memory stage (computed at a serial loop of its reader,
+        e.g. the K loop of a GEMM): while the threads compute on the tile of iteration k, they
+        load the tile of iteration k + 1 from global memory into registers and store it into the
+        other copy afterwards, so one barrier per iteration remains and the loads' latency
+        overlaps the arithmetic (as TVM's `double_buffer`, staged through registers as in
+        CUTLASS's SIMT GEMM mainloop). Lowering for CUDA raises ScheduleError for a stage whose
+        scope is not 'shared'."""
+        self.double_buffered = True
 
     def tensorize(self, iv: IterVar, intrin: TensorIntrin) -> None:
         """Replace the loops from `iv` inward by a call to `intrin` (a C micro-kernel).

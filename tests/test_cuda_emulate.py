@@ -14,6 +14,7 @@ import pytest
 from tunefleet.compiler import gpu_lower, ops
 from tunefleet.compiler.cuda_build import workload_kernel
 from tunefleet.compiler.gpu_emulate import emulate_many
+from tunefleet.compiler.ir import For, Seq, map_stmt, seq
 from tunefleet.tuner.measure_child import TOLERANCE, relative_error
 
 from cuda_helpers import SM90, random_valid_configs
@@ -55,6 +56,20 @@ def test_default_and_random_configs_match_numpy(op, args):
     check(w, default, *parts)
 
 
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("op, args", [SMALL[0], SMALL[2], SMALL[4]], ids=["matmul", "batch_matmul", "conv2d"])
+def test_double_buffered_and_single_buffered_tiles_match_numpy(op, args):
+    """Tails in K (the last tile partly out of range), a transposed B, and the implicit GEMM of a
+    padded, dilated convolution, with bk 4 so that the K loop has several tiles to prefetch."""
+    w = ops.make_workload(op, args)
+    space = ops.config_space(w, SM90)
+    knobs = {**ops.default_config(w, SM90).to_json()["knobs"], "bk": 4}
+    parts = [workload_kernel(w, space.from_json({"knobs": {**knobs, "double_buffer": db}}), SM90, name=f"db_{db}")
+             for db in (True, False)]
+    assert parts[0].gfunc.shared_bytes > parts[1].gfunc.shared_bytes
+    check(w, *parts)
+
+
 def test_a_missing_barrier_gives_a_wrong_answer(monkeypatch):
     """The emulation really checks barriers: without the one after each shared-memory copy, the
     threads of a block read tiles not yet written."""
@@ -62,8 +77,6 @@ def test_a_missing_barrier_gives_a_wrong_answer(monkeypatch):
     original = gpu_lower._dedupe_barriers
 
     def drop_read_barriers(stmt):
-        from tunefleet.compiler.ir import Seq, map_stmt, seq
-
         def fs(n):
             if isinstance(n, Seq):
                 kept, seen = [], 0
@@ -79,7 +92,40 @@ def test_a_missing_barrier_gives_a_wrong_answer(monkeypatch):
         return map_stmt(original(stmt), lambda e: e, fs)
 
     monkeypatch.setattr(gpu_lower, "_dedupe_barriers", drop_read_barriers)
-    part = workload_kernel(w, ops.default_config(w, SM90), SM90, name="no_barrier")
+    space = ops.config_space(w, SM90)
+    single = space.from_json({"knobs": {**ops.default_config(w, SM90).to_json()["knobs"], "double_buffer": False}})
+    part = workload_kernel(w, single, SM90, name="no_barrier")
     assert part.kernel.count("__syncthreads();") == 1
+    with pytest.raises(AssertionError, match="relative error"):
+        check(w, part)
+
+
+def test_a_missing_barrier_in_a_double_buffered_loop_gives_a_wrong_answer(monkeypatch):
+    """Without the barrier that ends each K tile, fast threads overwrite the half that slow ones
+    still read; the emulation (threads in turn between barriers) shows it."""
+    w = ops.make_workload("matmul", {"M": 64, "N": 64, "K": 32})
+    original = gpu_lower.double_buffer
+
+    def drop_barriers(n):
+        if isinstance(n, Seq):
+            return seq(x for x in n.stmts if not gpu_lower._is_barrier(x))
+        return None
+
+    def without_loop_barrier(body, shared, ids):
+        out, shared = original(body, shared, ids)
+
+        def fs(n):
+            if isinstance(n, For) and n.kind == "serial":
+                return For(n.var, n.extent, n.kind, map_stmt(n.body, lambda e: e, drop_barriers))
+            return None
+
+        return map_stmt(out, lambda e: e, fs), shared
+
+    monkeypatch.setattr(gpu_lower, "double_buffer", without_loop_barrier)
+    space = ops.config_space(w, SM90)
+    cfg = space.from_json({"knobs": {**ops.default_config(w, SM90).to_json()["knobs"], "bk": 4,
+                                     "double_buffer": True}})
+    part = workload_kernel(w, cfg, SM90, name="racy")
+    assert part.kernel.count("__syncthreads();") == 2  # the two around the first tile's copy
     with pytest.raises(AssertionError, match="relative error"):
         check(w, part)

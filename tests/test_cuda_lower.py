@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import pytest
 
-from tunefleet.compiler import te
+from tunefleet.compiler import ops, te
+from tunefleet.compiler.cuda_build import workload_kernel
 from tunefleet.compiler.codegen.cuda import generate_cuda, index_type
 from tunefleet.compiler.gpu_lower import BARRIER, lower_cuda
-from tunefleet.compiler.ir import Evaluate, walk_stmt
+from tunefleet.compiler.ir import Evaluate, For, walk_stmt
 from tunefleet.compiler.schedule import ScheduleError, create_schedule
+
+from cuda_helpers import SM90
 
 
 def _tiled_sum(n=256, m=64, tile=32, *, shared=True):
@@ -153,3 +156,37 @@ def test_padded_rows_change_the_layout_not_the_region():
     assert "* 68" in src and "reinterpret_cast<float4*>(AS + " in src  # rows of 68 keep 16-byte alignment
     with pytest.raises(ScheduleError, match="non-negative int"):
         AS.pad_rows(-1)
+
+
+def _barriers(stmt) -> int:
+    return sum(1 for n in walk_stmt(stmt) if isinstance(n, Evaluate) and n.func == BARRIER)
+
+
+def test_double_buffer_keeps_one_barrier_per_k_tile_and_two_copies_of_each_tile():
+    w = ops.make_workload("matmul", {"M": 256, "N": 256, "K": 100})  # K tail: 100 = 12 tiles of 8 + 4
+    space = ops.config_space(w, SM90)
+    knobs = {**ops.default_config(w, SM90).to_json()["knobs"], "bk": 8}
+    single = workload_kernel(w, space.from_json({"knobs": {**knobs, "double_buffer": False}}), SM90, name="one_copy")
+    double = workload_kernel(w, space.from_json({"knobs": {**knobs, "double_buffer": True}}), SM90, name="two_copies")
+
+    def k_loop(part):
+        (loop,) = [n for n in walk_stmt(part.gfunc.func.body) if isinstance(n, For) and n.extent == 13]
+        return loop
+
+    assert _barriers(k_loop(single)) == 2 and _barriers(k_loop(double)) == 1
+    assert _barriers(double.gfunc.func.body) == 3  # before and after the first tile's copy, one per tile
+    for (b1, _), (b2, _) in zip(single.gfunc.shared, double.gfunc.shared):
+        assert b2.shape == (2, -(-b1.size // 4) * 4)  # two halves, each 16-byte aligned
+    assert double.gfunc.shared_bytes >= 2 * single.gfunc.shared_bytes
+    assert "float A_shared_next[" in double.kernel and "float B_shared_next[" in double.kernel
+    assert "k_o % 2 * " in double.kernel and "(k_o + 1) % 2 * " in double.kernel
+    assert "reinterpret_cast<float4*>(B_shared + " in double.kernel  # the half offset keeps 16-byte alignment
+
+
+def test_double_buffer_needs_a_shared_stage_at_a_loop():
+    s, args = _tiled_sum()
+    AS = next(st for st in s.stages if st.name == "AS")
+    AS.double_buffer()
+    AS.set_scope("local")
+    with pytest.raises(ScheduleError, match="double_buffer needs a stage in shared memory"):
+        lower_cuda(s, args, "k")

@@ -35,7 +35,7 @@ def test_default_configs_pass_the_verifier():
 
 def test_shared_memory_over_the_architecture_limit_is_invalid():
     # 4x4 warps of 32x1 lanes, 8x8 thread tiles: a 1024x32 block tile; bk 32: 32*(1024+32)*4 = 135 KB
-    cfg = config(MATMUL, SM90, tile_m=8, tile_n=1, lanes_y=32, warps_y=4, warps_x=4, bk=32)
+    cfg = config(MATMUL, SM90, tile_m=8, tile_n=1, lanes_y=32, warps_y=4, warps_x=4, bk=32, double_buffer=False)
     part = workload_kernel(MATMUL, cfg, SM90)  # fits the 227 KB of sm_90
     assert 99 * 1024 < part.gfunc.shared_bytes <= 227 * 1024
     with pytest.raises(InvalidConfig, match="shared memory") as exc:

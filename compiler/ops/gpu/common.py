@@ -48,10 +48,13 @@ def schedule_gemm(sch, cfg, prod, out, a_shared, b_shared, *, a_contiguous: int,
       when aligned), the k step unrolled or not.
 
     - a tile transposed on its way into shared memory (A; B when given transposed) gets rows
-      padded by 4 floats with `pad_shared` (its column-wise writes then avoid bank conflicts).
+      padded by 4 floats with `pad_shared` (its column-wise writes then avoid bank conflicts);
+    - with `double_buffer`, both tiles are double-buffered: the next K tile's global loads are
+      issued into registers before the current tile's arithmetic and stored after it, one
+      barrier per K tile (see `Stage.double_buffer`).
 
     Knobs (see define_gemm_knobs): tile_m, tile_n, lanes_y, warps_y, warps_x, bk, unroll_k, vec,
-    pad_shared.
+    pad_shared, double_buffer.
     """
     TM, TN = cfg["tile_m"].val, cfg["tile_n"].val
     LY = cfg["lanes_y"].val
@@ -119,6 +122,8 @@ def schedule_gemm(sch, cfg, prod, out, a_shared, b_shared, *, a_contiguous: int,
             # a transposed tile is written column-wise (a thread's 4 k values are 4 rows apart):
             # rows of BM + 4 floats put those rows in different banks and keep 16-byte alignment
             ss.pad_rows(4)
+        if cfg["double_buffer"].val:
+            ss.double_buffer()
     for local, n in ((a_local, TM), (b_local, TN)):
         sl = sch[local]
         sl.compute_at(sa, ki)
@@ -142,13 +147,15 @@ def define_gemm_knobs(cfg, M: int, N: int, K: int) -> None:
     cfg.define_knob("unroll_k", [True, False])
     cfg.define_knob("vec", [True, False])
     cfg.define_knob("pad_shared", [True, False])
+    cfg.define_knob("double_buffer", [True, False])
 
 
 def gemm_default(space, M: int, N: int, K: int, *, batch: int = 1, sm_count: int = 0) -> dict:
     """The untuned config, the classic shape of fp32 SGEMM kernels: 8×8 register tiles (64 FMAs
     per 4 shared 16-byte loads per k step), lanes 8×4 (a quarter warp then reads 4 distinct
     16-byte B chunks 32 bytes apart and 2 of A: no bank conflicts), a 128×128 block tile of 256
-    threads, bk 8, unrolled, 16-byte copies, the transposed tile padded. Where that leaves fewer
+    threads, bk 8, unrolled, 16-byte copies, the transposed tile padded, both tiles
+    double-buffered. Where that leaves fewer
     blocks than about the device's multiprocessors (`sm_count`, 100 if unknown), smaller block
     tiles in turn (128×64, 64×64, then 4×4 thread tiles: 64×64, 32×64, 16×64), the first with
     enough blocks (else the one with the most)."""
@@ -169,4 +176,5 @@ def gemm_default(space, M: int, N: int, K: int, *, batch: int = 1, sm_count: int
     tm, tn, ly, wy, wx = chosen
     bks = values("bk")
     return {"tile_m": tm, "tile_n": tn, "lanes_y": ly, "warps_y": wy, "warps_x": wx,
-            "bk": max([b for b in bks if b <= 8] or [bks[0]]), "unroll_k": True, "vec": True, "pad_shared": True}
+            "bk": max([b for b in bks if b <= 8] or [bks[0]]), "unroll_k": True, "vec": True, "pad_shared": True,
+            "double_buffer": True}
