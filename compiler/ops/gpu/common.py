@@ -41,9 +41,11 @@ def schedule_gemm(sch, cfg, prod, out, a_shared, b_shared, *, a_contiguous: int,
     - i = by·BM + wy·(LY·TM) + ly·TM + yi and j = bx·BN + wx·(LX·TN) + lx·TN + xi: a block
       tile BM×BN of WY×WX warps, each warp a tile of LY×LX lanes, each thread a TM×TN tile in
       registers; batch axes fused onto blockIdx.z; threadIdx.x = lane, threadIdx.y = warp;
-    - the register tile (cache_write of prod) at the thread loop, its K loop split by BK;
-    - `a_shared` ([*batch, K, M]) and `b_shared` ([*batch, K, N]) are stages in shared memory
-      computed per K tile, fetched cooperatively along their `*_contiguous` axis;
+    - the register tile (cache_write of prod) at the thread loop, its K loop (the last reduce
+      axis; any others, e.g. a convolution's kh and kw, run outside it) split by BK;
+    - `a_shared` ([*batch, K, M]) and `b_shared` ([*batch, K, N]), with the outer reduce axes
+      before K where there are some, are stages in shared memory computed per K tile, fetched
+      cooperatively along their `*_contiguous` axis;
     - register copies of a_shared / b_shared per k step (TM and TN values, 16-byte shared loads
       when aligned), the k step unrolled or not.
 
@@ -104,9 +106,9 @@ def schedule_gemm(sch, cfg, prod, out, a_shared, b_shared, *, a_contiguous: int,
     sa = sch[acc]
     sa.compute_at(so, lane)
     *_, ai, aj = sa.op.axis
-    (k,) = sa.op.reduce_axis
+    *outer_k, k = sa.op.reduce_axis
     ko, ki = sa.split(k, factor=BK)
-    sa.reorder(ko, ki, ai, aj)
+    sa.reorder(*outer_k, ko, ki, ai, aj)
     if cfg["unroll_k"].val:
         sa.unroll(ki)
     sa.unroll(ai)
