@@ -1,4 +1,5 @@
-"""Loop-nest features: fixed width across operators and shapes, values read from the nest, caching."""
+"""Loop-nest features: fixed width across operators, shapes and targets, values read from the nest (GPU
+launch and memory features too, checked against the lowered CUDA kernel), caching."""
 
 import math
 
@@ -7,8 +8,10 @@ import numpy as np
 import pytest
 
 from tunefleet.compiler import ops
+from tunefleet.compiler.cuda_build import workload_kernel
 from tunefleet.compiler.target import Target
-from tunefleet.tuner.features import FEATURE_NAMES, N_FEATURES, N_LEVELS, Featurizer, config_features
+from tunefleet.tuner.features import (FEATURE_NAMES, GPU_FEATURES, KINDS, N_FEATURES, N_LEVELS, Featurizer,
+                                      config_features)
 from tunefleet.tuner.measure import MeasureInput, MeasureResult
 from tunefleet.tuner.records import Record, Toolchain
 
@@ -28,6 +31,11 @@ def faulty_features(mode, vec):
 
 def log2p1(x):
     return math.log2(1 + x)
+
+
+def unlog(feature):
+    """The count a log2(1 + x) feature holds."""
+    return round(2 ** feature - 1)
 
 
 def test_values_come_from_the_loop_nest():
@@ -89,3 +97,81 @@ def test_featurizer_caches_per_config_and_featurizes_records_alike():
     records = [Record.of(MeasureInput(w.to_json(), str(TARGET), c.to_json()), MeasureResult("ok", [1e-3]),
                          "cpu-test-2c", Toolchain("gcc", "12")) for c in configs]
     assert np.array_equal(fz.records(records), Featurizer().configs(w, TARGET, configs))
+
+
+CUDA = Target("cuda", "sm_90")
+GEMM_1024 = ops.make_workload("matmul", {"M": 1024, "N": 1024, "K": 1024})
+
+
+def cuda_gemm_features(**knobs):
+    """Features of a cuda matmul 1024³ config: the default's knobs with ``knobs`` overridden."""
+    space = ops.config_space(GEMM_1024, CUDA)
+    config = space.from_json({"knobs": {**ops.default_config(GEMM_1024, CUDA).to_json()["knobs"], **knobs}})
+    return named(config_features(GEMM_1024, CUDA, config))
+
+
+def test_cuda_features_count_the_threads_and_blocks_of_the_launch():
+    """8x8 register tiles, lanes 8x4, 1 or 2 x 4 warps: 128 or 256 threads, block tiles of 64 or 128 x 128."""
+    tile = {"tile_m": 8, "tile_n": 8, "lanes_y": 8, "warps_x": 4, "unroll_k": True}
+    small, large = cuda_gemm_features(**tile, warps_y=1), cuda_gemm_features(**tile, warps_y=2)
+    assert small["threads_per_block"] == pytest.approx(log2p1(128))
+    assert large["threads_per_block"] == pytest.approx(log2p1(256))
+    assert small["threadIdx_x_len"] == large["threadIdx_x_len"] == pytest.approx(log2p1(32))  # a warp's lanes
+    assert small["threadIdx_y_len"] == pytest.approx(log2p1(4)) and large["threadIdx_y_len"] == pytest.approx(log2p1(8))
+    assert small["blockIdx_x_len"] == large["blockIdx_x_len"] == pytest.approx(log2p1(1024 // 128))
+    assert small["blockIdx_y_len"] == pytest.approx(log2p1(1024 // 64))
+    assert large["blockIdx_y_len"] == pytest.approx(log2p1(1024 // 128))
+    assert small["blocks"] == pytest.approx(log2p1(128)) and large["blocks"] == pytest.approx(log2p1(64))
+    assert small["warp_fill"] == large["warp_fill"] == 1
+    # the register-tile update runs under blockIdx.y, blockIdx.x, threadIdx.y, threadIdx.x, k_o, k_i, i, j
+    kinds = [[k for k in KINDS if small[f"L{lv}_kind_{k}"]] for lv in range(N_LEVELS - 8, N_LEVELS)]
+    assert kinds == [["block"], ["block"], ["thread"], ["thread"], ["serial"], ["unrolled"], ["unrolled"],
+                     ["unrolled"]]
+    assert small["main_is_local"] == 1 and small[f"L{N_LEVELS - 9}_extent"] == 0
+
+
+@pytest.mark.parametrize("op, args, knobs", [
+    ("matmul", {"M": 1024, "N": 1024, "K": 1024}, {}),  # double-buffered
+    ("matmul", {"M": 1024, "N": 1024, "K": 1024}, {"double_buffer": False}),
+    ("batch_matmul", {"batch": 4, "M": 77, "N": 64, "K": 33}, {}),  # tails
+    ("conv2d_nchw", {"N": 1, "CI": 64, "CO": 96, "H": 28, "W": 28, "KH": 3, "KW": 3, "padding": 1}, {}),
+    ("depthwise_conv2d_nchw", {"N": 1, "C": 32, "H": 56, "W": 56, "KH": 3, "KW": 3, "padding": 1}, {}),
+])
+def test_cuda_features_agree_with_the_lowered_kernel(op, args, knobs):
+    """Launch, shared memory and per-thread arrays read from the pre-pass nest are lower_cuda's numbers."""
+    w = ops.make_workload(op, args)
+    space = ops.config_space(w, CUDA)
+    config = space.from_json({"knobs": {**ops.default_config(w, CUDA).to_json()["knobs"], **knobs}})
+    f = named(config_features(w, CUDA, config))
+    g = workload_kernel(w, config, CUDA).gfunc
+    assert g.shared_bytes > 0 and f["shared_bytes"] == pytest.approx(log2p1(g.shared_bytes))
+    assert f["n_shared"] == len(g.shared)
+    assert f["local_words"] == pytest.approx(log2p1(g.local_words))
+    assert f["threads_per_block"] == pytest.approx(log2p1(g.threads))
+    assert f["blocks"] == pytest.approx(log2p1(math.prod(g.grid)))
+    for tag, extent in g.launch.items():
+        assert f[f"{tag.replace('.', '_')}_len"] == pytest.approx(log2p1(extent))
+
+
+def test_cuda_features_see_vector_copies_and_shared_refills():
+    """Block tiles of 128 x 64 (8x8 thread tiles, lanes 8x4, 2x2 warps), K tiles of 8. With 16-byte
+    copies, every global access is a vector, and of the shared ones all but A's transposed writes
+    (a column of the tile per thread): those are M·K·(N / 64) of M·K·(N / 64) + K·N·(M / 128) copy
+    writes and M·N·K·(1/8 + 1/8) register-copy reads."""
+    tile = {"tile_m": 8, "tile_n": 8, "lanes_y": 8, "warps_y": 2, "warps_x": 2, "bk": 8}
+    vec, scalar = cuda_gemm_features(**tile, vec=True), cuda_gemm_features(**tile, vec=False)
+    assert vec["vec_global"] == 1 and scalar["vec_global"] == 0
+    assert vec["vec_shared"] == pytest.approx(1 - 16 / (16 + 8 + 256)) and scalar["vec_shared"] == 0
+    assert vec["shared_fills"] == pytest.approx(log2p1(1024 // 8))  # one per K tile
+    assert cuda_gemm_features(**{**tile, "bk": 32})["shared_fills"] == pytest.approx(log2p1(1024 // 32))
+    single, double = (cuda_gemm_features(**tile, double_buffer=d) for d in (False, True))
+    assert single["double_buffered"] == 0 and double["double_buffered"] == 1
+    assert unlog(double["shared_bytes"]) == 2 * unlog(single["shared_bytes"])  # two halves of 16-byte multiples
+    assert double["local_words"] > single["local_words"]  # the registers staging the next K tile
+
+
+def test_cpu_configs_have_no_gpu_features():
+    w = ops.make_workload("matmul", {"M": 256, "N": 256, "K": 256})
+    f = named(config_features(w, TARGET, ops.default_config(w, TARGET)))
+    assert all(f[name] == 0 for name in GPU_FEATURES)
+    assert all(f[f"L{lv}_kind_{k}"] == 0 for lv in range(N_LEVELS) for k in ("block", "thread"))

@@ -7,13 +7,16 @@ matmul config, against ~35 ms with the passes), where loop kinds are still the
 schedule's annotations (unrolled, vectorized, parallel) and no loop has been
 unrolled or partitioned yet.
 
-The **main statement** is the store executed most often (the deepest on ties),
-e.g. the register-tile update of a matmul. For each loop around it, outermost
-to innermost, aligned on the innermost loop (slot ``N_LEVELS - 1`` is always
-the innermost loop; missing outer levels are zeros, levels beyond
-``N_LEVELS`` are dropped from the outside), :data:`LEVEL_FEATURES`:
+The **main statement** is the store executed most often (the deepest on ties;
+in a CUDA kernel, a loop bound to the GPU index an enclosing loop is bound to
+is that index and counts once), e.g. the register-tile update of a matmul.
+For each loop around it, outermost to innermost, aligned on the innermost loop
+(slot ``N_LEVELS - 1`` is always the innermost loop; missing outer levels are
+zeros, levels beyond ``N_LEVELS`` are dropped from the outside),
+:data:`LEVEL_FEATURES`:
 
-- ``extent``; ``kind_<k>``: one-hot of serial / parallel / vectorized / unrolled;
+- ``extent``; ``kind_<k>``: one-hot of serial / parallel / vectorized / unrolled /
+  block (bound to a ``blockIdx.*``) / thread (bound to a ``threadIdx.*``);
 - ``topdown`` / ``bottomup``: product of the extents of the loops from the
   outermost down to this one / from this one down to the innermost;
 - for each of the first ``N_BUFFERS`` buffers of the statement (the stored
@@ -33,24 +36,55 @@ store's share of them, parallel / vector / unrolled extents on the main path,
 guards around the main statement, its depth, whether it stores to a local
 tile, and ``invalid`` for a config whose schedule fails to lower).
 
+Then :data:`GPU_FEATURES` of a CUDA kernel (all zeros for a nest with no loop
+bound to a GPU index, i.e. every CPU config), after Ansor's GPU features
+(Zheng et al., "Ansor: Generating High-Performance Tensor Programs for Deep
+Learning", OSDI 2020; TVM ``src/auto_scheduler/feature.cc``: ``blockIdx_*_len``,
+``threadIdx_*_len``, ``alloc_size``, ``alloc_outer_prod``), read from the same
+pre-pass nest (about 4 ms for a cuda matmul config, against ~30 ms for
+``gpu_lower.lower_cuda``, which runs the passes):
+
+- ``blockIdx_<x|y|z>_len``, ``threadIdx_<x|y|z>_len``: the launch extents, as
+  ``gpu_lower.launch_extents`` computes them; ``blocks`` (grid size) and
+  ``threads_per_block``, their products; ``warp_fill``: threads per block over
+  the lanes of the warps they occupy (1 for a multiple of 32);
+- ``shared_bytes``: dynamic shared memory per block (the ``shared`` buffers at
+  16-byte aligned offsets, both halves of a double-buffered one, as
+  ``lower_cuda`` lays them out), ``n_shared``: those buffers;
+  ``shared_fills``: times a thread refills shared memory (the iterations of
+  the non-GPU loops around each loop the shared copies are computed at, e.g.
+  the K tiles of a GEMM; a refill costs two barriers, one when
+  double-buffered); ``double_buffered``: the share of the shared buffers that
+  are (``Stage.double_buffer``);
+- ``local_words``: 4-byte words of per-thread arrays live at once (register
+  tiles, register copies and the registers staging a double-buffered copy, as
+  ``lower_cuda``'s ``local_words``);
+- ``vec_global`` / ``vec_shared``: the share of global / shared memory element
+  accesses (counted over all executions of every store) made by vector
+  accesses: in a store whose innermost loop is vectorized, with unit stride in
+  it (float4 for float32, where the code generator proves the alignment).
+
 Magnitudes are ``log2(1 + x)``, strides ``sign(x) · log2(1 + |x|)``, so the
-vector is float32 of fixed width :data:`N_FEATURES` for every operator and
-shape: the cost model can learn across them.
+vector is float32 of fixed width :data:`N_FEATURES` for every operator, shape
+and target: the cost model can learn across them.
 """
 
 from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
 from tunefleet.compiler import ops
+from tunefleet.compiler.gpu_lower import SHARED_ALIGN, launch_extents
 from tunefleet.compiler.ir import Allocate, Buffer, For, IfThenElse, Load, PrimFunc, Ramp, Seq, Store, expr_nodes
 from tunefleet.compiler.lower import _Lowering
-from tunefleet.compiler.schedule import ScheduleError
+from tunefleet.compiler.ops.gpu.common import WARP
+from tunefleet.compiler.schedule import BLOCK_TAGS, GPU_TAGS, THREAD_TAGS, ScheduleError
 from tunefleet.compiler.space import ConfigEntity
 from tunefleet.compiler.target import DTYPE_BYTES, Target
 from tunefleet.compiler.te import BinOp, Cast, Const, Expr, Select, Var
@@ -58,21 +92,25 @@ from tunefleet.compiler.te import BinOp, Cast, Const, Expr, Select, Var
 from .records import Record
 from .resolve import workload_space
 
-__all__ = ["N_LEVELS", "N_BUFFERS", "LEVEL_FEATURES", "TOTAL_FEATURES", "FEATURE_NAMES", "N_FEATURES",
-           "nest_features", "config_features", "Featurizer"]
+__all__ = ["N_LEVELS", "N_BUFFERS", "KINDS", "LEVEL_FEATURES", "TOTAL_FEATURES", "GPU_FEATURES", "FEATURE_NAMES",
+           "N_FEATURES", "nest_features", "config_features", "Featurizer"]
 
 N_LEVELS = 12
 N_BUFFERS = 4
-KINDS = ("serial", "parallel", "vectorized", "unrolled")
+KINDS = ("serial", "parallel", "vectorized", "unrolled", "block", "thread")
 BUFFER_FEATURES = ("stride", "bytes", "reuse")
 LEVEL_FEATURES = ("extent", *(f"kind_{k}" for k in KINDS), "topdown", "bottomup",
                   *(f"buf{b}_{f}" for b in range(N_BUFFERS) for f in BUFFER_FEATURES))
 TOTAL_FEATURES = ("flop", "intensity", "n_global", "n_local", "n_heap", "local_bytes", "heap_bytes",
                   "total_iters", "main_share", "n_nests", "parallel_extent", "vector_extent", "unrolled_extent",
                   "guards", "depth", "main_is_local", "invalid")
-FEATURE_NAMES = [f"L{lv}_{f}" for lv in range(N_LEVELS) for f in LEVEL_FEATURES] + list(TOTAL_FEATURES)
+_LAUNCH_FEATURES = {tag: f"{tag.replace('.', '_')}_len" for tag in GPU_TAGS}
+GPU_FEATURES = (*_LAUNCH_FEATURES.values(), "blocks", "threads_per_block", "warp_fill", "shared_bytes", "n_shared",
+                "shared_fills", "double_buffered", "local_words", "vec_global", "vec_shared")
+FEATURE_NAMES = [f"L{lv}_{f}" for lv in range(N_LEVELS) for f in LEVEL_FEATURES] + [*TOTAL_FEATURES, *GPU_FEATURES]
 N_FEATURES = len(FEATURE_NAMES)
-_TOTAL = {name: N_LEVELS * len(LEVEL_FEATURES) + i for i, name in enumerate(TOTAL_FEATURES)}
+_TOTAL = {name: N_LEVELS * len(LEVEL_FEATURES) + i for i, name in enumerate((*TOTAL_FEATURES, *GPU_FEATURES))}
+_COLUMN = {name: i for i, name in enumerate(LEVEL_FEATURES)}
 
 
 def _log(x: float) -> float:
@@ -89,41 +127,66 @@ class _StoreSite:
     loops: list[For]
     guards: int
     nest: int
+    local_words: int  # 4-byte words of the per-thread arrays allocated around the store
 
-    @property
+    @cached_property
     def iterations(self) -> int:
-        return math.prod(loop.extent for loop in self.loops)
+        """Executions of the store: the product of its loops' extents, counting a GPU index once (loops
+        bound to an index an enclosing loop is bound to are that index, the shorter one guarded)."""
+        bound: dict[str, int] = {}
+        serial = 1
+        for loop in self.loops:
+            if loop.kind in GPU_TAGS:
+                bound[loop.kind] = min(bound.get(loop.kind, loop.extent), loop.extent)
+            else:
+                serial *= loop.extent
+        return serial * math.prod(bound.values())
+
+    @cached_property
+    def accesses(self) -> list[tuple[Buffer, Expr]]:
+        return _accesses(self.store)
 
 
 @dataclass
 class _Nest:
     sites: list[_StoreSite] = field(default_factory=list)
     allocations: list[Buffer] = field(default_factory=list)
+    #: the shared buffers, each with the loops around its allocation (its copy is computed at the last)
+    shared: list[tuple[Buffer, list[For]]] = field(default_factory=list)
+
+
+def _words(buf: Buffer) -> int:
+    """4-byte words of one element of ``buf``."""
+    return max(1, DTYPE_BYTES.get(buf.dtype, 4) // 4)
 
 
 def _collect(func: PrimFunc) -> _Nest:
     nest = _Nest()
     top = [0]
 
-    def visit(s, loops: list[For], guards: int) -> None:
+    def visit(s, loops: list[For], guards: int, words: int) -> None:
         if isinstance(s, For):
             if not loops:
                 top[0] += 1
-            visit(s.body, [*loops, s], guards)
+            visit(s.body, [*loops, s], guards, words)
         elif isinstance(s, Allocate):
             nest.allocations.append(s.buffer)
-            visit(s.body, loops, guards)
+            if s.buffer.scope == "local":
+                words += s.buffer.size * _words(s.buffer)
+            elif s.buffer.scope == "shared":
+                nest.shared.append((s.buffer, loops))
+            visit(s.body, loops, guards, words)
         elif isinstance(s, IfThenElse):
-            visit(s.then, loops, guards + 1)
+            visit(s.then, loops, guards + 1, words)
             if s.otherwise is not None:
-                visit(s.otherwise, loops, guards + 1)
+                visit(s.otherwise, loops, guards + 1, words)
         elif isinstance(s, Seq):
             for x in s.stmts:
-                visit(x, loops, guards)
+                visit(x, loops, guards, words)
         elif isinstance(s, Store):
-            nest.sites.append(_StoreSite(s, loops, guards, top[0]))
+            nest.sites.append(_StoreSite(s, loops, guards, top[0], words))
 
-    visit(func.body, [], 0)
+    visit(func.body, [], 0, 0)
     return nest
 
 
@@ -169,6 +232,16 @@ def _strides(index: Expr, loops: list[For]) -> np.ndarray:
     return (value[1:] - value[0]).astype(np.float64)
 
 
+def _kind(loop: For) -> str:
+    """The loop's level one-hot: 'block' / 'thread' for a loop bound to a GPU index, its kind when
+    in KINDS, else 'serial'."""
+    if loop.kind in BLOCK_TAGS:
+        return "block"
+    if loop.kind in THREAD_TAGS:
+        return "thread"
+    return loop.kind if loop.kind in KINDS else "serial"
+
+
 def _level_block(site: _StoreSite) -> np.ndarray:
     loops = site.loops[-N_LEVELS:]
     extents = np.array([loop.extent for loop in loops], dtype=np.float64)
@@ -178,23 +251,116 @@ def _level_block(site: _StoreSite) -> np.ndarray:
     bottomup = np.cumprod(extents[::-1])[::-1]
     for j, loop in enumerate(loops):
         row = rows[j]
-        row[0] = _log(loop.extent)
-        row[1 + (KINDS.index(loop.kind) if loop.kind in KINDS else 0)] = 1.0
-        row[5], row[6] = _log(topdown[j]), _log(bottomup[j])
-    for b, (buf, index) in enumerate(_accesses(site.store)[:N_BUFFERS]):
+        row[_COLUMN["extent"]] = _log(loop.extent)
+        row[_COLUMN[f"kind_{_kind(loop)}"]] = 1.0
+        row[_COLUMN["topdown"]], row[_COLUMN["bottomup"]] = _log(topdown[j]), _log(bottomup[j])
+    for b, (buf, index) in enumerate(site.accesses[:N_BUFFERS]):
         strides = _strides(index, loops)
         moving = np.where(strides != 0, extents, 1.0)
         still = np.where(strides == 0, extents, 1.0)
         touched = np.minimum(np.cumprod(moving[::-1])[::-1], buf.size) * DTYPE_BYTES.get(buf.dtype, 4)
         reuse = np.cumprod(still[::-1])[::-1]
-        col = 7 + b * len(BUFFER_FEATURES)
+        col = _COLUMN["buf0_stride"] + b * len(BUFFER_FEATURES)
         for j in range(len(loops)):
-            rows[j, col:col + 3] = _signed_log(strides[j]), _log(touched[j]), _log(reuse[j])
+            rows[j, col:col + len(BUFFER_FEATURES)] = _signed_log(strides[j]), _log(touched[j]), _log(reuse[j])
     return block
 
 
-def nest_features(func: PrimFunc, flop: float) -> np.ndarray:
-    """Features (N_FEATURES,) float32 of a loop nest lowered without passes; ``flop`` of the workload."""
+def _round_up(x: int, multiple: int) -> int:
+    return -(-x // multiple) * multiple
+
+
+def _per_thread(loops: Sequence[For]) -> int:
+    """Iterations of ``loops`` in one thread: the product of the extents of those not bound to a GPU index."""
+    return math.prod(loop.extent for loop in loops if loop.kind not in GPU_TAGS)
+
+
+@dataclass
+class _SharedMemory:
+    """What the shared buffers of a kernel take once ``lower_cuda`` has laid them out."""
+
+    sizes: list[int]  # bytes of each buffer, in allocation order
+    fills: int  # refills of shared memory per thread
+    doubled: int  # buffers double-buffered
+    staging: dict[int, int]  # {id of a loop: words of registers staging its double-buffered copies}
+
+    @property
+    def bytes(self) -> int:
+        """Bytes of dynamic shared memory: the buffers at 16-byte aligned offsets, in order."""
+        total = 0
+        for size in self.sizes:
+            total = _round_up(total, SHARED_ALIGN) + size
+        return total
+
+
+def _shared_memory(nest: _Nest, double: Collection[int]) -> _SharedMemory:
+    """The shared memory of ``nest`` whose buffers ``double`` (ids) belong to stages marked ``double_buffer()``.
+
+    As ``gpu_lower.double_buffer``: the copies computed at a loop not bound to a GPU index, longer
+    than 1, that write only such buffers and read no shared memory get two halves of each buffer
+    (each rounded up to 16 bytes), and registers staging the elements a thread copies (held across
+    the loop's body)."""
+    at: dict[int | None, list[tuple[Buffer, list[For]]]] = {}
+    for buf, loops in nest.shared:
+        at.setdefault(id(loops[-1]) if loops else None, []).append((buf, loops))
+    out = _SharedMemory([], 0, 0, {})
+    for group in at.values():
+        loops = group[0][1]
+        copies = [site for site in nest.sites if any(site.store.buffer is buf for buf, _ in group)]
+        doubled = (bool(loops) and loops[-1].kind not in GPU_TAGS and loops[-1].extent > 1
+                   and all(id(buf) in double for buf, _ in group)
+                   and not any(buf.scope == "shared" for site in copies for buf, _ in site.accesses[1:]))
+        for buf, _ in group:
+            size = buf.size * DTYPE_BYTES.get(buf.dtype, 4)
+            out.sizes.append(2 * _round_up(size, SHARED_ALIGN) if doubled else size)
+        out.fills += _per_thread(loops)
+        if doubled:
+            out.doubled += len(group)
+            out.staging[id(loops[-1])] = sum(_per_thread(site.loops[len(loops):]) * _words(site.store.buffer)
+                                             for site in copies)
+    return out
+
+
+def _vector_shares(sites: Sequence[_StoreSite]) -> dict[str, float]:
+    """{scope: share of the element accesses to buffers of that scope ('global', 'shared') made by
+    unit-stride accesses in a vectorized innermost loop}, accesses counted over all iterations."""
+    total = {"global": 0, "shared": 0}
+    vector = dict.fromkeys(total, 0)
+    for site in sites:
+        inner = site.loops[-1] if site.loops and site.loops[-1].kind == "vectorized" else None
+        for buf, index in site.accesses:
+            if buf.scope in total:
+                total[buf.scope] += site.iterations
+                if inner is not None and _strides(index, [inner])[0] == 1:
+                    vector[buf.scope] += site.iterations
+    return {scope: vector[scope] / total[scope] if total[scope] else 0.0 for scope in total}
+
+
+def _gpu_features(func: PrimFunc, nest: _Nest, double: Collection[int]) -> dict[str, float]:
+    """:data:`GPU_FEATURES` of a nest with loops bound to GPU indices (see the module docstring)."""
+    launch = launch_extents(func.body)
+    threads = math.prod(launch[t] for t in THREAD_TAGS)
+    shared = _shared_memory(nest, double)
+    vector = _vector_shares(nest.sites)
+    return {
+        **{name: _log(launch[tag]) for tag, name in _LAUNCH_FEATURES.items()},
+        "blocks": _log(math.prod(launch[t] for t in BLOCK_TAGS)),
+        "threads_per_block": _log(threads),
+        "warp_fill": threads / _round_up(threads, WARP),
+        "shared_bytes": _log(shared.bytes),
+        "n_shared": len(shared.sizes),
+        "shared_fills": _log(shared.fills),
+        "double_buffered": shared.doubled / len(shared.sizes) if shared.sizes else 0.0,
+        "local_words": _log(max(site.local_words + sum(shared.staging.get(id(loop), 0) for loop in site.loops)
+                                for site in nest.sites)),
+        "vec_global": vector["global"],
+        "vec_shared": vector["shared"],
+    }
+
+
+def nest_features(func: PrimFunc, flop: float, double_buffered: Collection[int] = ()) -> np.ndarray:
+    """Features (N_FEATURES,) float32 of a loop nest lowered without passes; ``flop`` of the workload;
+    ``double_buffered``: ids of the shared buffers of stages marked ``double_buffer()``."""
     nest = _collect(func)
     out = np.zeros(N_FEATURES, dtype=np.float64)
     if not nest.sites:
@@ -225,6 +391,8 @@ def nest_features(func: PrimFunc, flop: float) -> np.ndarray:
         "depth": len(main.loops),
         "main_is_local": float(main.store.buffer.scope == "local"),
     }
+    if any(loop.kind in GPU_TAGS for site in nest.sites for loop in site.loops):
+        totals.update(_gpu_features(func, nest, double_buffered))
     for name, value in totals.items():
         out[_TOTAL[name]] = value
     return out.astype(np.float32)
@@ -241,10 +409,13 @@ def config_features(workload: ops.Workload, target: Target, config: ConfigEntity
     only ``invalid = 1``."""
     try:
         sch, args = workload.template(target.kind)(config, workload, target)
-        func = _Lowering(sch, args).run(workload.kernel_name())
+        lowering = _Lowering(sch, args)
+        func = lowering.run(workload.kernel_name())
     except ScheduleError:
         return _invalid()
-    return nest_features(func, workload.flop)
+    double = {id(lowering.buffers[id(st.tensor)]) for st in sch.stages
+              if st.double_buffered and id(st.tensor) in lowering.buffers}
+    return nest_features(func, workload.flop, double)
 
 
 class Featurizer:
