@@ -69,6 +69,8 @@ def test_save_load_round_trip_gives_identical_predictions_and_training(tmp_path)
     assert np.array_equal(loaded.predict(X[100:]), model.predict(X[100:]))
     assert (loaded.n_samples, loaded.n_features, loaded.version, loaded.params) == (
         100, 5, model.version, model.params)
+    with pytest.raises(ValueError, match="width 6, the model's is 5"):  # features of a wider featurizer
+        loaded.predict(np.hstack([X[100:], np.zeros((len(X) - 100, 1))]))
     for m in (model, loaded):  # both continue identically
         m.update(X[100:150], y[100:150], ["a"] * 50)
     assert np.array_equal(loaded.predict(X[150:]), model.predict(X[150:]))
