@@ -227,6 +227,12 @@ def _offset(index: Expr, off: Expr) -> Expr:
     return index + off
 
 
+def double_buffered_buffers(sch: Schedule, lowering: _Lowering) -> set[int]:
+    """Ids of the Buffers (of a `lowering` of `sch` that has run) of stages marked `double_buffer()`."""
+    return {id(lowering.buffers[id(st.tensor)]) for st in sch.stages
+            if st.double_buffered and id(st.tensor) in lowering.buffers}
+
+
 def double_buffer(s: Stmt, shared: list[Buffer], ids: set[int]) -> tuple[Stmt, list[Buffer]]:
     """Double-buffer the shared-memory buffers `ids` (ids of Buffers) at their serial loop (step 5).
 
@@ -392,8 +398,7 @@ def lower_cuda(sch: Schedule, args: Sequence[Tensor], name: str, *, lanes: int =
     check_gpu_schedule(sch, args)
     lowering = _Lowering(sch, args)
     func = lowering.run(name)
-    double = {id(lowering.buffers[id(st.tensor)]) for st in sch.stages
-              if st.double_buffered and id(st.tensor) in lowering.buffers}
+    double = double_buffered_buffers(sch, lowering)
     for n in walk_stmt(func.body):
         if isinstance(n, Allocate) and n.buffer.scope == "heap":
             raise ScheduleError(f"buffer {n.buffer.name!r} ({n.buffer.size} elements) would be a heap temporary, "
@@ -424,5 +429,5 @@ def stores(s: Stmt) -> list[Store]:
 
 
 __all__ = ["BARRIER", "InvalidConfig", "GpuFunc", "check_gpu_schedule", "lower_cuda", "launch_extents",
-           "check_barriers", "shared_memory", "unroll"]
+           "check_barriers", "shared_memory", "unroll", "double_buffer", "double_buffered_buffers"]
 _ = Expr  # re-exported type for annotations in codegen

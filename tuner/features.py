@@ -80,7 +80,7 @@ from functools import cached_property
 import numpy as np
 
 from tunefleet.compiler import ops
-from tunefleet.compiler.gpu_lower import SHARED_ALIGN, launch_extents
+from tunefleet.compiler.gpu_lower import SHARED_ALIGN, double_buffered_buffers, launch_extents
 from tunefleet.compiler.ir import Allocate, Buffer, For, IfThenElse, Load, PrimFunc, Ramp, Seq, Store, expr_nodes
 from tunefleet.compiler.lower import _Lowering
 from tunefleet.compiler.ops.gpu.common import WARP
@@ -413,9 +413,7 @@ def config_features(workload: ops.Workload, target: Target, config: ConfigEntity
         func = lowering.run(workload.kernel_name())
     except ScheduleError:
         return _invalid()
-    double = {id(lowering.buffers[id(st.tensor)]) for st in sch.stages
-              if st.double_buffered and id(st.tensor) in lowering.buffers}
-    return nest_features(func, workload.flop, double)
+    return nest_features(func, workload.flop, double_buffered_buffers(sch, lowering))
 
 
 class Featurizer:
