@@ -196,6 +196,16 @@ def as_expr(x, dtype_hint: str | None = None) -> Expr:
     raise TEError(f"cannot use {type(x).__name__} {x!r} in a tensor expression")
 
 
+def as_condition(cond) -> Expr:
+    """`cond` as a boolean Expr. A Python bool is refused: it is what `a == b` or `a != b`
+    between expressions gives (Python compares the objects, so `i == 0` is False for every
+    iteration variable `i`), almost never a condition meant to be constant. Raises TEError."""
+    if isinstance(cond, (bool, np.bool_)):
+        raise TEError(f"a condition is the Python bool {bool(cond)}: `==` and `!=` between expressions compare the "
+                      f"Python objects; write te.eq(a, b) / te.ne(a, b)")
+    return as_expr(cond)
+
+
 class BinOp(Expr):
     """`op(a, b)` for op in BINARY_OPS. Comparisons and logic give dtype 'bool'."""
 
@@ -250,7 +260,7 @@ class Select(Expr):
     def __init__(self, cond, t, f):
         t = as_expr(t, f.dtype if isinstance(f, Expr) else None)
         f = as_expr(f, t.dtype)
-        self.cond, self.t, self.f = as_expr(cond), t, f
+        self.cond, self.t, self.f = as_condition(cond), t, f
         self.dtype = _promote(t.dtype, f.dtype)
 
     def __repr__(self):
@@ -449,9 +459,9 @@ def ne(a, b) -> Expr:
 
 def all_of(*conds) -> Expr:
     """Logical and of conditions."""
-    out = as_expr(conds[0])
+    out = as_condition(conds[0])
     for c in conds[1:]:
-        out = BinOp("and", out, c)
+        out = BinOp("and", out, as_condition(c))
     return out
 
 

@@ -60,3 +60,15 @@ def test_workload_key_is_stable_and_argument_order_free():
     b = make_workload("matmul", {"K": 4, "N": 16, "M": 8})
     assert a.key == b.key and len(a.key) == 24
     assert a.key != make_workload("matmul", {"M": 8, "N": 16, "K": 5}).key
+
+
+def test_a_python_bool_as_a_condition_names_te_eq():
+    """`i == 0` between expressions is Python's object comparison (False); a condition built from
+    it is refused with the way out, instead of silently selecting the else branch everywhere."""
+    A = te.placeholder((8,), name="A")
+    with pytest.raises(te.TEError, match=r"te.eq\(a, b\)"):
+        te.compute((8,), lambda i: te.if_then_else(i == 0, A[i], 0.0), name="B")
+    with pytest.raises(te.TEError, match="Python bool False"):
+        te.all_of(A.shape[0] > 9)
+    B = te.compute((8,), lambda i: te.if_then_else(te.eq(i, 0), A[i], 0.0), name="B")
+    assert B.op.body.cond.op == "eq"
