@@ -6,7 +6,8 @@ import xgboost
 from scipy.stats import spearmanr
 
 from tunefleet.compiler.space import ConfigSpace
-from tunefleet.tuner.cost_model import CostModel
+from tunefleet.tuner import features as features_mod
+from tunefleet.tuner.cost_model import CostModel, FeatureSchema, FeatureSchemaError, FeatureSchemaWarning
 from tunefleet.tuner.measure import MeasureInput, MeasureResult
 from tunefleet.tuner.records import Record, Toolchain
 
@@ -77,6 +78,65 @@ def test_save_load_round_trip_gives_identical_predictions_and_training(tmp_path)
     empty = tmp_path / "empty.npz"
     CostModel().save(empty)
     assert not CostModel.load(empty).trained
+
+
+def tuner_model(tmp_path, *, legacy=False):
+    """A model over the tuner's feature schema, trained on random rows and saved (``legacy``: as
+    before schemas were recorded); returns its path."""
+    rng = np.random.default_rng(7)
+    X = rng.random((40, features_mod.N_FEATURES), dtype=np.float32)
+    model = CostModel(schema=None if legacy else features_mod.feature_schema())
+    assert model.update(X, rng.random(40), ["w"] * 40)
+    path = tmp_path / "tuner-model.npz"
+    model.save(path)
+    return path
+
+
+def test_load_refuses_a_model_whose_feature_columns_changed_meaning(tmp_path, monkeypatch):
+    path = tuner_model(tmp_path)
+    saved = features_mod.feature_schema()
+    loaded = CostModel.load(path, features_mod.feature_schema())
+    assert loaded.schema == saved and loaded.n_features == features_mod.N_FEATURES
+    assert CostModel.load(path).schema == saved  # unchecked, the file's schema is kept
+    # the same width, two columns swapped: a width check alone would load it
+    names = list(features_mod.FEATURE_NAMES)
+    i, j = names.index("shared_bytes"), names.index("local_words")
+    names[i], names[j] = names[j], names[i]
+    monkeypatch.setattr(features_mod, "FEATURE_NAMES", names)
+    current = features_mod.feature_schema()
+    assert current.width == saved.width and current.digest != saved.digest
+    with pytest.raises(FeatureSchemaError) as refused:
+        CostModel.load(path, current)
+    message = str(refused.value)
+    assert saved.digest in message and current.digest in message and str(path) in message
+    assert f"column {i} is 'shared_bytes' there, 'local_words' here" in message
+    assert "Retrain" in message and "delete the file" in message
+    monkeypatch.setattr(features_mod, "FEATURIZER_VERSION", features_mod.FEATURIZER_VERSION + 1)
+    monkeypatch.setattr(features_mod, "FEATURE_NAMES", saved.names)  # same names, computed differently
+    with pytest.raises(FeatureSchemaError, match="the same columns computed by featurizer version"):
+        CostModel.load(path, features_mod.feature_schema())
+
+
+def test_load_of_a_model_saved_without_a_schema_checks_the_width_only(tmp_path):
+    path = tuner_model(tmp_path, legacy=True)
+    schema = features_mod.feature_schema()
+    with pytest.warns(FeatureSchemaWarning, match="does not say what its 285 feature columns mean"):
+        loaded = CostModel.load(path, schema)
+    assert loaded.trained and loaded.schema is None
+    narrower = FeatureSchema(schema.names[:-1], schema.version)
+    with pytest.raises(FeatureSchemaError, match=f"no feature schema, .*: {schema.width} columns there, "
+                                                 f"{schema.width - 1} here"):
+        CostModel.load(path, narrower)
+    empty = tmp_path / "empty.npz"
+    CostModel().save(empty)
+    assert CostModel.load(empty, schema).schema == schema  # nothing to misread: it takes the schema
+
+
+def test_a_model_with_a_schema_has_its_width_before_any_data():
+    model = CostModel(schema=FeatureSchema(("a", "b", "c")))
+    assert model.n_features == 3
+    with pytest.raises(ValueError, match="width 2, the model's is 3"):
+        model.add(np.ones((1, 2)), [1.0], ["w"])
 
 
 def test_normalization_makes_groups_of_different_scales_comparable():

@@ -11,15 +11,23 @@ other shapes of the same operator family on the same device
 
 Features are opaque here: float32 matrices of shape (n, n_features), the width
 fixed by the first data the model sees. Predictions are scores whose order is
-meaningful, not their scale.
+meaningful, not their scale. What the columns mean is the featurizer's business;
+it names them with a :class:`FeatureSchema` (the tuner's is
+``features.feature_schema()``), which a model created with one records in its
+saved file, so that a file whose columns meant something else is refused on
+load instead of ranking garbage (see :meth:`CostModel.load`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
+import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +35,7 @@ import xgboost as xgb
 
 from .records import Record
 
-__all__ = ["CostModel", "DEFAULT_PARAMS"]
+__all__ = ["CostModel", "DEFAULT_PARAMS", "FeatureSchema", "FeatureSchemaError", "FeatureSchemaWarning"]
 
 #: Booster parameters. ``lambdarank_pair_method="mean"`` with 16 pairs per
 #: sample ranks the whole list (XGBoost's default "topk" only orders the top,
@@ -46,6 +54,36 @@ DEFAULT_PARAMS = {
 }
 
 
+@dataclass(frozen=True)
+class FeatureSchema:
+    """What the columns of a feature matrix mean: their ``names`` in order, and the ``version`` of
+    the code computing them (bumped when a column's computation changes but its name does not)."""
+
+    names: tuple[str, ...]
+    version: int = 0
+
+    @property
+    def width(self) -> int:
+        return len(self.names)
+
+    @cached_property
+    def digest(self) -> str:
+        """sha256 (hex) of the version and the names: equal digests mean the same columns."""
+        return hashlib.sha256(json.dumps([self.version, list(self.names)]).encode()).hexdigest()
+
+    def to_json(self) -> dict:
+        """What a saved model records: the digest, the version and the names."""
+        return {"digest": self.digest, "version": self.version, "names": list(self.names)}
+
+
+class FeatureSchemaError(ValueError):
+    """A saved cost model whose features are not the ones this process computes."""
+
+
+class FeatureSchemaWarning(UserWarning):
+    """A saved cost model of the right width that does not say what its columns mean."""
+
+
 class CostModel:
     """XGBoost ranking model over config features.
 
@@ -53,7 +91,8 @@ class CostModel:
     :data:`DEFAULT_PARAMS`; ``nthread``: XGBoost threads (1 by default so that
     training does not disturb measurements on the same host); ``seed``: makes
     fits deterministic; ``feature_cache_size``: configs whose features are kept
-    (oldest evicted first).
+    (oldest evicted first); ``schema``: what the feature columns mean (fixes the
+    width before any data; recorded by :meth:`save`, checked by :meth:`load`).
 
     Data accumulates through :meth:`add` (or :meth:`update` = add + fit) and is
     never dropped; ``version`` increases with every successful fit, and the
@@ -68,8 +107,10 @@ class CostModel:
         nthread: int = 1,
         seed: int = 0,
         feature_cache_size: int = 200_000,
+        schema: FeatureSchema | None = None,
     ):
         self.num_rounds = num_rounds
+        self.schema = schema
         self.params = {**DEFAULT_PARAMS, **(params or {}), "nthread": nthread, "seed": seed}
         self.feature_cache_size = feature_cache_size
         self.version = 0
@@ -83,7 +124,9 @@ class CostModel:
     # ---------------------------------------------------------------- data and training
     @property
     def n_features(self) -> int | None:
-        """Feature width, fixed by the first data; ``None`` before any."""
+        """Feature width: the schema's, else fixed by the first data; ``None`` before any."""
+        if self.schema is not None:
+            return self.schema.width
         return self._X.shape[1] if len(self._X) else None
 
     @property
@@ -220,6 +263,7 @@ class CostModel:
             "feature_cache_size": self.feature_cache_size,
             "version": self.version,
             "xgboost": xgb.__version__,
+            "feature_schema": self.schema.to_json() if self.schema else None,
         }
         booster = np.frombuffer(self._booster.save_raw("ubj"), dtype=np.uint8) if self._booster else np.zeros(0, np.uint8)
         buf = io.BytesIO()
@@ -236,21 +280,82 @@ class CostModel:
         os.replace(tmp, path)
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> CostModel:
-        """Read a model written by :meth:`save`; predictions are identical to the saved model's."""
+    def load(cls, path: str | os.PathLike, schema: FeatureSchema | None = None) -> CostModel:
+        """Read a model written by :meth:`save`; predictions are identical to the saved model's.
+
+        ``schema``: what the columns of the features the caller will give the
+        model mean (the tuner's: ``features.feature_schema()``); without it
+        nothing is checked and the model keeps the file's schema. With it:
+
+        - a file saved with a schema whose digest differs raises
+          :class:`FeatureSchemaError`, naming both digests and the first
+          difference: its trees split on columns that now mean something else.
+          Retrain (a fresh ``CostModel(schema=schema)`` fitted on the records,
+          e.g. with :meth:`seed_from_records`) and save over the file, or
+          delete it;
+        - a file saved without a schema (before schemas were recorded, or by a
+          model created without one) is refused alike when its width differs
+          from the schema's; of the same width it is accepted with a
+          :class:`FeatureSchemaWarning`, the width being all that can be
+          checked (the model keeps no schema, so a copy saved from it warns
+          alike, until replaced by a model retrained with the schema); holding
+          no data, it is accepted silently and gets ``schema``.
+
+        A caller that loads a model only to warm-start (a missing file being
+        fine too) should catch FeatureSchemaError, log it and start from a
+        fresh model, as it would for a missing file. Raises OSError / KeyError
+        / ValueError for an unreadable file.
+        """
         with np.load(path, allow_pickle=False) as z:
             meta = json.loads(str(z["meta"]))
             params = dict(meta["params"])
+            saved = meta.get("feature_schema")
             model = cls(
                 num_rounds=meta["num_rounds"],
                 params=params,
                 nthread=params["nthread"],
                 seed=params["seed"],
                 feature_cache_size=meta["feature_cache_size"],
+                schema=FeatureSchema(tuple(saved["names"]), saved["version"]) if saved else None,
             )
             model._X, model._y, model._groups = z["X"], z["y"], [str(g) for g in z["groups"]]
             if len(z["booster"]):
                 model._booster = xgb.Booster(params=model.params)
                 model._booster.load_model(bytearray(z["booster"].tobytes()))
             model.version = meta["version"]
+        if schema is not None:
+            model._check_schema(path, schema)
         return model
+
+    def _check_schema(self, path: str | os.PathLike, schema: FeatureSchema) -> None:
+        """:meth:`load`'s check of a model read from ``path`` against the caller's ``schema``."""
+        if self.schema is not None and self.schema.digest == schema.digest:
+            return
+        if self.schema is None:
+            if self.n_features is None:
+                self.schema = schema
+                return
+            if self.n_features == schema.width:
+                warnings.warn(f"{path}: the cost model does not say what its {self.n_features} feature columns mean "
+                              f"(saved before feature schemas were recorded); assuming they are this featurizer's "
+                              f"(version {schema.version}, digest {schema.digest}). Retrain it and save it again to "
+                              f"record them", FeatureSchemaWarning, stacklevel=3)
+                return
+            saved, difference = "no feature schema", f"{self.n_features} columns there, {schema.width} here"
+        else:
+            saved = f"feature schema {self.schema.digest} (version {self.schema.version})"
+            difference = _difference(self.schema, schema)
+        raise FeatureSchemaError(
+            f"{path}: the cost model was saved with {saved}, this featurizer's is {schema.digest} (version "
+            f"{schema.version}): {difference}, so its trees would read the wrong columns. Retrain it (a fresh "
+            f"cost model fitted on the records) and save over the file, or delete the file")
+
+
+def _difference(saved: FeatureSchema, current: FeatureSchema) -> str:
+    """The first difference between two schemas, in words."""
+    for column, (there, here) in enumerate(zip(saved.names, current.names)):
+        if there != here:
+            return f"column {column} is {there!r} there, {here!r} here"
+    if saved.width != current.width:
+        return f"{saved.width} columns there, {current.width} here"
+    return f"the same columns computed by featurizer version {saved.version} there, {current.version} here"

@@ -66,7 +66,10 @@ pre-pass nest (about 4 ms for a cuda matmul config, against ~30 ms for
 
 Magnitudes are ``log2(1 + x)``, strides ``sign(x) · log2(1 + |x|)``, so the
 vector is float32 of fixed width :data:`N_FEATURES` for every operator, shape
-and target: the cost model can learn across them.
+and target: the cost model can learn across them. :func:`feature_schema` names
+the columns for the cost model (a saved model of other columns is refused on
+load); :data:`FEATURIZER_VERSION` is bumped whenever what a column holds changes
+but its name does not.
 """
 
 from __future__ import annotations
@@ -89,11 +92,12 @@ from tunefleet.compiler.space import ConfigEntity
 from tunefleet.compiler.target import DTYPE_BYTES, Target
 from tunefleet.compiler.te import BinOp, Cast, Const, Expr, Select, Var
 
+from .cost_model import FeatureSchema
 from .records import Record
 from .resolve import workload_space
 
 __all__ = ["N_LEVELS", "N_BUFFERS", "KINDS", "LEVEL_FEATURES", "TOTAL_FEATURES", "GPU_FEATURES", "FEATURE_NAMES",
-           "N_FEATURES", "nest_features", "config_features", "Featurizer"]
+           "N_FEATURES", "FEATURIZER_VERSION", "feature_schema", "nest_features", "config_features", "Featurizer"]
 
 N_LEVELS = 12
 N_BUFFERS = 4
@@ -109,8 +113,17 @@ GPU_FEATURES = (*_LAUNCH_FEATURES.values(), "blocks", "threads_per_block", "warp
                 "shared_fills", "double_buffered", "local_words", "vec_global", "vec_shared")
 FEATURE_NAMES = [f"L{lv}_{f}" for lv in range(N_LEVELS) for f in LEVEL_FEATURES] + [*TOTAL_FEATURES, *GPU_FEATURES]
 N_FEATURES = len(FEATURE_NAMES)
+#: Version of what the columns hold: bump it with any change to how a column is computed that keeps
+#: the names (a change of the names changes the schema by itself).
+FEATURIZER_VERSION = 1
 _TOTAL = {name: N_LEVELS * len(LEVEL_FEATURES) + i for i, name in enumerate((*TOTAL_FEATURES, *GPU_FEATURES))}
 _COLUMN = {name: i for i, name in enumerate(LEVEL_FEATURES)}
+
+
+def feature_schema() -> FeatureSchema:
+    """What the columns of these features mean, for the cost model: :data:`FEATURE_NAMES` as
+    computed by :data:`FEATURIZER_VERSION`."""
+    return FeatureSchema(tuple(FEATURE_NAMES), FEATURIZER_VERSION)
 
 
 def _log(x: float) -> float:

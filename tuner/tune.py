@@ -33,7 +33,7 @@ from tunefleet.compiler.target import Target
 from . import host
 from . import records as records_mod
 from .cost_model import CostModel
-from .features import Featurizer
+from .features import Featurizer, feature_schema
 from .measure import MeasureInput, MeasureProtocol, MeasureResult, canonical_json, workload_key
 from .records import Record
 from .resolve import resolve
@@ -162,7 +162,7 @@ def make_strategy(name: str, workload: ops.Workload, target: Target, featurizer:
     if name == "random":
         search: SearchStrategy = RandomSearch(space, seed=seed)
     elif name == "xgb":
-        model = CostModel(seed=seed)
+        model = CostModel(seed=seed, schema=feature_schema())
         model.seed_from_records(list(transfer), featurizer.records)
         search = ModelGuidedSearch(space, featurizer.for_space(workload, target), cost_model=model,
                                    workload_key=workload.key, seed=seed, **SEARCH_SETTINGS)
