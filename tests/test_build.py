@@ -106,6 +106,44 @@ def test_concurrent_builders_in_several_processes_agree(tmp_path):
     assert all(p.returncode == 0 for p in procs) and len(paths) == 1
     assert load_square(paths.pop())(5) == 25
     assert not [p for p in (tmp_path / "cache").rglob(".*")], "temporary files left behind"
+    assert len(runtime_objects(tmp_path)) == 1
+
+
+def runtime_objects(tmp_path):
+    return sorted((tmp_path / "cache" / "runtime").glob("*/tunefleet_runtime.o"))
+
+
+def test_runtime_object_is_compiled_once_and_linked_into_every_library(tmp_path, monkeypatch):
+    log = tmp_path / "cc.log"
+    wrapper = tmp_path / "cc-wrapper"
+    wrapper.write_text(f'#!/bin/sh\necho "$@" >> {log}\nexec gcc "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("CC", str(wrapper))
+    square = compile_shared([SQUARE], TARGET, name="square")
+    micro = compile_shared([USES_MICRO], TARGET, name="uses_micro", extra_sources=[MICRO])
+    [runtime] = runtime_objects(tmp_path)
+    lines = log.read_text().splitlines()
+    assert [line for line in lines if " -c " in line] == [line for line in lines if "tunefleet_runtime.c" in line]
+    assert len([line for line in lines if " -c " in line]) == 1
+    links = [line.split() for line in lines if "-shared" in line]
+    assert len(links) == 2 and all(str(runtime) in link and "-DTUNEFLEET_RUNTIME_LINKED" in link
+                                   for link in links)
+    assert build_info(square)["runtime_object"] == build_info(micro)["runtime_object"] == str(runtime)
+    assert load_square(square)(6) == 36
+    # another flag, or another runtime source, is another object
+    compile_shared([SQUARE], TARGET, name="square", extra_flags=["-O2"])
+    header, source = build.runtime_sources()
+    monkeypatch.setattr(build, "runtime_sources", lambda: (header, source + "\n/* changed */\n"))
+    compile_shared([SQUARE], TARGET, name="square")
+    assert len(runtime_objects(tmp_path)) == 3 and runtime in runtime_objects(tmp_path)
+
+
+def test_a_library_exports_its_entry_points_and_the_public_runtime_api_only():
+    so = compile_shared([SQUARE], TARGET, name="square")
+    nm = subprocess.run(["nm", "-D", "--defined-only", str(so)], capture_output=True, text=True, check=True)
+    assert {line.split()[-1] for line in nm.stdout.splitlines()} == {
+        "square", "tunefleet_get_num_threads", "tunefleet_last_error", "tunefleet_set_num_threads",
+        "tunefleet_timer"}
 
 
 def test_syntax_error_carries_the_compiler_output():
