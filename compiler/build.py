@@ -48,6 +48,7 @@ COMPILE_TIMEOUT_S = 120
 MAX_EXTRA_SOURCE_BYTES = 256 * 1024
 
 _RUNTIME_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"tunefleet_runtime\.h"[ \t]*$', re.M)
+_DLTENSOR_CHECK_INCLUDE = re.compile(r'^#include "tunefleet_dltensor_check\.h"$', re.M)
 _C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -65,9 +66,17 @@ class BuildError(RuntimeError):
 
 @functools.cache
 def runtime_sources() -> tuple[str, str]:
-    """(tunefleet_runtime.h text, tunefleet_runtime.c text)."""
+    """(tunefleet_runtime.h text, tunefleet_runtime.c text with the DLTensor checks inlined)."""
     return ((RUNTIME_DIR / "tunefleet_runtime.h").read_text(),
-            (RUNTIME_DIR / "tunefleet_runtime.c").read_text())
+            inline_dltensor_check((RUNTIME_DIR / "tunefleet_runtime.c").read_text()))
+
+
+def inline_dltensor_check(runtime: str) -> str:
+    """Runtime source `runtime` (the C or the CUDA one) with its line
+    `#include "tunefleet_dltensor_check.h"` replaced by that header's text: the DLTensor checks
+    both runtimes share, so that each generated unit stays self-contained."""
+    check = (RUNTIME_DIR / "tunefleet_dltensor_check.h").read_text().rstrip()
+    return _DLTENSOR_CHECK_INCLUDE.sub(lambda _: check, runtime)
 
 
 def translation_unit(sources: Sequence[str], extra_sources: Sequence[str] = ()) -> str:
@@ -146,11 +155,12 @@ def runtime_object(target: Target, extra_flags: Sequence[str] = ()) -> Path:
     (`.o`) for compile_shared to link, and returns its path; compiled at most once.
 
     It sits in `cache_dir()/runtime/<key>/` as `tunefleet_runtime.o`, beside the unit it was
-    compiled from (`tunefleet_runtime.c`: the runtime header, then the implementation). The
-    key is the sha256 of that unit, the flags (compile_flags less the link flags) and the
-    compiler (path and version). Written under a temporary name and renamed, so concurrent
-    builders in several processes never see a partial object. Raises BuildError if the
-    compiler is missing, fails, or times out (COMPILE_TIMEOUT_S seconds).
+    compiled from (`tunefleet_runtime.c`: the runtime header, then the implementation with the
+    DLTensor checks inlined, as runtime_sources gives them). The key is the sha256 of that
+    unit, the flags (compile_flags less the link flags) and the compiler (path and version).
+    Written under a temporary name and renamed, so concurrent builders in several processes
+    never see a partial object. Raises BuildError if the compiler is missing, fails, or times
+    out (COMPILE_TIMEOUT_S seconds).
     """
     header, runtime = runtime_sources()
     unit = _join("the tunefleet runtime, compiled alone to be linked into libraries",

@@ -41,7 +41,7 @@ from pathlib import Path
 
 from .abi import (ABI_VERSION, ArgSpec, _C_TYPES, _check_signature, _dims, checked_prologue, disjoint_checks,
                   dlpack_declarations)
-from .build import COMPILE_TIMEOUT_S, BuildError, _run_compiler, _write_atomic, cache_dir
+from .build import COMPILE_TIMEOUT_S, BuildError, _run_compiler, _write_atomic, cache_dir, inline_dltensor_check
 from .codegen.cuda import PRELUDE, generate_cuda, kernel_symbol
 from .gpu_lower import GpuFunc, lower_cuda
 from .gpu_verify import DeviceLimits, limits_for, verify
@@ -207,8 +207,9 @@ def launcher_source(g: GpuFunc, args: Sequence[ArgSpec], vector_args: set[str]) 
 
 @functools.cache
 def runtime_source() -> str:
-    """The CUDA runtime with the DLPack declarations in place."""
-    return RUNTIME.read_text().replace("/* TUNEFLEET_DLPACK_DECLARATIONS */", dlpack_declarations())
+    """The CUDA runtime with the DLPack declarations and the DLTensor checks in place."""
+    return inline_dltensor_check(RUNTIME.read_text()).replace("/* TUNEFLEET_DLPACK_DECLARATIONS */",
+                                                              dlpack_declarations())
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 import ctypes
 import re
+import shutil
 import subprocess
 import sys
 
@@ -136,6 +137,25 @@ def test_runtime_object_is_compiled_once_and_linked_into_every_library(tmp_path,
     monkeypatch.setattr(build, "runtime_sources", lambda: (header, source + "\n/* changed */\n"))
     compile_shared([SQUARE], TARGET, name="square")
     assert len(runtime_objects(tmp_path)) == 3 and runtime in runtime_objects(tmp_path)
+
+
+def test_the_shared_dltensor_checks_are_inlined_and_their_change_is_another_runtime_object(tmp_path, monkeypatch):
+    first = compile_shared([SQUARE], TARGET, name="square")
+    unit = first.with_suffix(".c").read_text()
+    assert "static int tf_check_tensor_layout(" in unit and not re.search(r'^\s*#\s*include "', unit, re.M)
+    runtime_dir = tmp_path / "runtime"
+    shutil.copytree(build.RUNTIME_DIR, runtime_dir)
+    check = runtime_dir / "tunefleet_dltensor_check.h"
+    check.write_text(check.read_text() + "/* changed */\n")
+    monkeypatch.setattr(build, "RUNTIME_DIR", runtime_dir)
+    build.runtime_sources.cache_clear()
+    try:
+        second = compile_shared([SQUARE], TARGET, name="square")
+    finally:
+        build.runtime_sources.cache_clear()
+    assert second != first and "/* changed */" in second.with_suffix(".c").read_text()
+    assert build_info(second)["runtime_object"] != build_info(first)["runtime_object"]
+    assert len(runtime_objects(tmp_path)) == 2 and load_square(second)(7) == 49
 
 
 def test_a_library_exports_its_entry_points_and_the_public_runtime_api_only():

@@ -3,7 +3,8 @@
  *
  * How it gets into a build: tunefleet.compiler.cuda_build.cuda_unit() makes ONE CUDA C++
  * file: this file first (with the DLPack declarations put where the marker line below
- * is), then the kernels, their launchers and ABI entry points. The file is compiled by
+ * is, and tunefleet_dltensor_check.h where it is included), then the kernels, their
+ * launchers and ABI entry points. The file is compiled by
  * nvcc with -fvisibility=hidden and the CUDA runtime linked statically, so every symbol
  * here is private to its .so except the TF_EXPORT ones, and the library needs nothing at
  * load time but libc; the CUDA driver (libcuda.so.1) is opened on the first CUDA call.
@@ -55,20 +56,7 @@ TF_HIDDEN int tf_cuda_ok(cudaError_t e, const char* what) {
 
 /* ---------------------------------------------------------------- DLTensor checks */
 
-static void tf_format_dims(char* buf, size_t cap, const int64_t* dims, int32_t n) {
-  size_t used = (size_t)snprintf(buf, cap, "[");
-  for (int32_t i = 0; i < n && used < cap; ++i)
-    used += (size_t)snprintf(buf + used, cap - used, i ? ", %lld" : "%lld", (long long)dims[i]);
-  if (used < cap) snprintf(buf + used, cap - used, "]");
-}
-
-static void tf_format_dtype(char* buf, size_t cap, uint8_t code, uint8_t bits, uint16_t lanes) {
-  static const char* const names[] = {"int", "uint", "float", "handle", "bfloat", "complex", "bool"};
-  const char* name = code < sizeof names / sizeof names[0] ? names[code] : "code";
-  int used = snprintf(buf, cap, "%s%u", name, (unsigned)bits);
-  if (lanes != 1 && used > 0 && (size_t)used < cap)
-    snprintf(buf + used, cap - (size_t)used, "x%u", (unsigned)lanes);
-}
+#include "tunefleet_dltensor_check.h"
 
 /* Checks one DLTensor argument of `kernel` against the expected device tensor: device
  * (kDLCUDA or kDLCUDAManaged, on the current device), dtype, ndim, shape, strides (NULL or
@@ -79,7 +67,6 @@ static void tf_format_dtype(char* buf, size_t cap, uint8_t code, uint8_t bits, u
 TF_HIDDEN int tf_check_cuda_tensor(const char* kernel, const char* arg, const DLTensor* t, uint8_t code,
                                    uint8_t bits, int32_t ndim, const int64_t* shape, unsigned align,
                                    void** data) {
-  char want[256], got[256];
   if (t == NULL) {
     tf_set_error("%s: argument '%s': the DLTensor pointer is NULL", kernel, arg);
     return -1;
@@ -96,51 +83,7 @@ TF_HIDDEN int tf_check_cuda_tensor(const char* kernel, const char* arg, const DL
                  "(cudaSetDevice first)", kernel, arg, (int)t->device.device_id, current);
     return -1;
   }
-  if (t->dtype.code != code || t->dtype.bits != bits || t->dtype.lanes != 1) {
-    tf_format_dtype(want, sizeof want, code, bits, 1);
-    tf_format_dtype(got, sizeof got, t->dtype.code, t->dtype.bits, t->dtype.lanes);
-    tf_set_error("%s: argument '%s': expected dtype %s, got %s", kernel, arg, want, got);
-    return -1;
-  }
-  if (t->ndim != ndim) {
-    tf_set_error("%s: argument '%s': expected %d dimensions, got %d", kernel, arg, (int)ndim, (int)t->ndim);
-    return -1;
-  }
-  if (ndim > 0 && t->shape == NULL) {
-    tf_set_error("%s: argument '%s': the shape pointer is NULL", kernel, arg);
-    return -1;
-  }
-  if (ndim > 0 && memcmp(t->shape, shape, sizeof(int64_t) * (size_t)ndim) != 0) {
-    tf_format_dims(want, sizeof want, shape, ndim);
-    tf_format_dims(got, sizeof got, t->shape, ndim);
-    tf_set_error("%s: argument '%s': expected shape %s, got %s", kernel, arg, want, got);
-    return -1;
-  }
-  if (t->strides != NULL) {
-    int64_t stride = 1;
-    int compact = 1;
-    for (int32_t i = ndim - 1; i >= 0; --i) {
-      if (shape[i] != 1 && t->strides[i] != stride) compact = 0;
-      stride *= shape[i];
-    }
-    if (!compact) {
-      int64_t expected[64];
-      stride = 1;
-      for (int32_t i = ndim - 1; i >= 0; --i) {
-        if (i < 64) expected[i] = stride;
-        stride *= shape[i];
-      }
-      tf_format_dims(want, sizeof want, expected, ndim < 64 ? ndim : 64);
-      tf_format_dims(got, sizeof got, t->strides, ndim);
-      tf_set_error("%s: argument '%s': expected compact row-major strides %s (or NULL), got %s", kernel, arg,
-                   want, got);
-      return -1;
-    }
-  }
-  if (t->data == NULL) {
-    tf_set_error("%s: argument '%s': the data pointer is NULL", kernel, arg);
-    return -1;
-  }
+  if (tf_check_tensor_layout(kernel, arg, t, code, bits, ndim, shape) != 0) return -1;
   char* first = (char*)t->data + t->byte_offset;
   cudaPointerAttributes attr;
   if (tf_cuda_ok(cudaPointerGetAttributes(&attr, first), "cudaPointerGetAttributes") != 0) return -1;

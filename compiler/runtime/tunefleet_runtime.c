@@ -326,25 +326,11 @@ __attribute__((destructor)) static void tf_pool_fini(void) {
 
 /* ------------------------------------------------------- tensor checks */
 
-static void tf_format_dims(char* buf, size_t cap, const int64_t* dims, int32_t n) {
-  size_t used = (size_t)snprintf(buf, cap, "[");
-  for (int32_t i = 0; i < n && used < cap; ++i)
-    used += (size_t)snprintf(buf + used, cap - used, i ? ", %lld" : "%lld", (long long)dims[i]);
-  if (used < cap) snprintf(buf + used, cap - used, "]");
-}
-
-static void tf_format_dtype(char* buf, size_t cap, uint8_t code, uint8_t bits, uint16_t lanes) {
-  static const char* const names[] = {"int", "uint", "float", "handle", "bfloat", "complex", "bool"};
-  const char* name = code < sizeof names / sizeof names[0] ? names[code] : "code";
-  int used = snprintf(buf, cap, "%s%u", name, (unsigned)bits);
-  if (lanes != 1 && used > 0 && (size_t)used < cap)
-    snprintf(buf + used, cap - (size_t)used, "x%u", (unsigned)lanes);
-}
+#include "tunefleet_dltensor_check.h"
 
 TF_HIDDEN int tf_check_tensor(const char* kernel, const char* arg, const DLTensor* t,
                               uint8_t code, uint8_t bits, int32_t ndim,
                               const int64_t* shape, void** data) {
-  char want[256], got[256];
   if (t == NULL) {
     tf_set_error("%s: argument '%s': the DLTensor pointer is NULL", kernel, arg);
     return -1;
@@ -354,52 +340,7 @@ TF_HIDDEN int tf_check_tensor(const char* kernel, const char* arg, const DLTenso
                  kernel, arg, (int)t->device.device_type, (int)t->device.device_id);
     return -1;
   }
-  if (t->dtype.code != code || t->dtype.bits != bits || t->dtype.lanes != 1) {
-    tf_format_dtype(want, sizeof want, code, bits, 1);
-    tf_format_dtype(got, sizeof got, t->dtype.code, t->dtype.bits, t->dtype.lanes);
-    tf_set_error("%s: argument '%s': expected dtype %s, got %s", kernel, arg, want, got);
-    return -1;
-  }
-  if (t->ndim != ndim) {
-    tf_set_error("%s: argument '%s': expected %d dimensions, got %d", kernel, arg, (int)ndim,
-                 (int)t->ndim);
-    return -1;
-  }
-  if (ndim > 0 && t->shape == NULL) {
-    tf_set_error("%s: argument '%s': the shape pointer is NULL", kernel, arg);
-    return -1;
-  }
-  if (ndim > 0 && memcmp(t->shape, shape, sizeof(int64_t) * (size_t)ndim) != 0) {
-    tf_format_dims(want, sizeof want, shape, ndim);
-    tf_format_dims(got, sizeof got, t->shape, ndim);
-    tf_set_error("%s: argument '%s': expected shape %s, got %s", kernel, arg, want, got);
-    return -1;
-  }
-  if (t->strides != NULL) {
-    int64_t stride = 1;
-    int compact = 1;
-    for (int32_t i = ndim - 1; i >= 0; --i) {
-      if (shape[i] != 1 && t->strides[i] != stride) compact = 0;
-      stride *= shape[i];
-    }
-    if (!compact) {
-      int64_t expected[64];
-      stride = 1;
-      for (int32_t i = ndim - 1; i >= 0; --i) {
-        if (i < 64) expected[i] = stride;
-        stride *= shape[i];
-      }
-      tf_format_dims(want, sizeof want, expected, ndim < 64 ? ndim : 64);
-      tf_format_dims(got, sizeof got, t->strides, ndim);
-      tf_set_error("%s: argument '%s': expected compact row-major strides %s (or NULL), got %s",
-                   kernel, arg, want, got);
-      return -1;
-    }
-  }
-  if (t->data == NULL) {
-    tf_set_error("%s: argument '%s': the data pointer is NULL", kernel, arg);
-    return -1;
-  }
+  if (tf_check_tensor_layout(kernel, arg, t, code, bits, ndim, shape) != 0) return -1;
   char* first = (char*)t->data + t->byte_offset;
   if ((uintptr_t)first % (bits / 8) != 0) {
     tf_set_error("%s: argument '%s': data + byte_offset (%p + %llu) is not aligned to %u bytes",

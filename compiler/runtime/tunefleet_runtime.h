@@ -4,10 +4,10 @@
  * How it gets into a build: tunefleet.compiler.build.translation_unit() makes ONE
  * self-contained C file: this header first, then the caller's sources (any line
  * `#include "tunefleet_runtime.h"` in them is replaced by a comment, since the
- * header is already there), then tunefleet_runtime.c inside
- * `#ifndef TUNEFLEET_RUNTIME_LINKED`. tunefleet's own builds define that macro and
- * link this header + tunefleet_runtime.c compiled once as a cached object
- * (build.runtime_object) instead; the file alone rebuilds the same library.
+ * header is already there), then tunefleet_runtime.c (with tunefleet_dltensor_check.h
+ * put where it is included) inside `#ifndef TUNEFLEET_RUNTIME_LINKED`. tunefleet's own
+ * builds define that macro and link this header + tunefleet_runtime.c compiled once as a
+ * cached object (build.runtime_object) instead; the file alone rebuilds the same library.
  * Everything is compiled with -fvisibility=hidden, so every runtime symbol is
  * private to its .so; only TF_EXPORT symbols are visible. Two artifacts in one
  * process never share state.
