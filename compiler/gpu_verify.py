@@ -20,9 +20,12 @@ a block, would spill heavily under `__launch_bounds__`; it is rejected.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 
 from .gpu_lower import GpuFunc, InvalidConfig, check_barriers
+from .schedule import BLOCK_TAGS, THREAD_TAGS
 from .target import Target
 
 #: Registers per thread assumed beyond the per-thread arrays (addresses, indices, loop counters).
@@ -93,37 +96,51 @@ def limits_for(target: Target) -> DeviceLimits:
 
 def register_estimate(g: GpuFunc) -> int:
     """Estimated registers per thread (see the module docstring)."""
-    return g.local_words + REGISTER_OVERHEAD
+    return _registers(g.local_words)
+
+
+def _registers(local_words: int) -> int:
+    return local_words + REGISTER_OVERHEAD
+
+
+def check_limits(name: str, launch: Mapping[str, int], shared_bytes: int, local_words: int,
+                 limits: DeviceLimits) -> None:
+    """Raise InvalidConfig when a kernel of these numbers exceeds `limits`: all that `verify` checks
+    but the barriers, for callers that know the numbers without lowering (the cost model's
+    features). `launch`: {tag: extent} of every tag in GPU_TAGS; `shared_bytes`: dynamic shared
+    memory per block; `local_words`: 4-byte words of per-thread arrays (as `GpuFunc`'s)."""
+    block = [launch[t] for t in THREAD_TAGS]
+    threads = math.prod(block)
+    for tag, extent, most in zip(THREAD_TAGS, block, limits.max_block_dims):
+        if extent > most:
+            raise InvalidConfig(f"{name}: {tag} extent {extent} exceeds the device's {most}", "threads", extent, most)
+    if threads > limits.max_threads_per_block:
+        raise InvalidConfig(f"{name}: {threads} threads per block {block} exceed the device's "
+                            f"{limits.max_threads_per_block}", "threads", threads, limits.max_threads_per_block)
+    for tag, most in zip(BLOCK_TAGS, limits.max_grid_dims):
+        if launch[tag] > most:
+            raise InvalidConfig(f"{name}: {tag} extent {launch[tag]} exceeds the device's grid limit {most}", "grid",
+                                launch[tag], most)
+    if shared_bytes > limits.max_shared_per_block:
+        raise InvalidConfig(f"{name}: {shared_bytes} bytes of shared memory per block exceed the device's "
+                            f"{limits.max_shared_per_block}", "shared_memory", shared_bytes,
+                            limits.max_shared_per_block)
+    regs = _registers(local_words)
+    if regs > limits.max_registers_per_thread:
+        raise InvalidConfig(f"{name}: about {regs} registers per thread ({local_words} words of register tiles) "
+                            f"exceed the maximum of {limits.max_registers_per_thread}", "registers", regs,
+                            limits.max_registers_per_thread)
+    if regs * threads > limits.registers_per_block:
+        raise InvalidConfig(f"{name}: about {regs} registers x {threads} threads = {regs * threads} exceed the "
+                            f"{limits.registers_per_block} registers of a block", "registers", regs * threads,
+                            limits.registers_per_block)
 
 
 def verify(g: GpuFunc, limits: DeviceLimits) -> None:
-    """Raise InvalidConfig when kernel `g` exceeds `limits` or has a divergent barrier."""
-    name = g.name
-    for tag, extent, most in zip(("threadIdx.x", "threadIdx.y", "threadIdx.z"), g.block, limits.max_block_dims):
-        if extent > most:
-            raise InvalidConfig(f"{name}: {tag} extent {extent} exceeds the device's {most}", "threads", extent, most)
-    if g.threads > limits.max_threads_per_block:
-        raise InvalidConfig(f"{name}: {g.threads} threads per block {list(g.block)} exceed the device's "
-                            f"{limits.max_threads_per_block}", "threads", g.threads, limits.max_threads_per_block)
-    for tag, extent, most in zip(("blockIdx.x", "blockIdx.y", "blockIdx.z"), g.grid, limits.max_grid_dims):
-        if extent > most:
-            raise InvalidConfig(f"{name}: {tag} extent {extent} exceeds the device's grid limit {most}", "grid",
-                                extent, most)
-    if g.shared_bytes > limits.max_shared_per_block:
-        raise InvalidConfig(f"{name}: {g.shared_bytes} bytes of shared memory per block exceed the device's "
-                            f"{limits.max_shared_per_block}", "shared_memory", g.shared_bytes,
-                            limits.max_shared_per_block)
-    regs = register_estimate(g)
-    if regs > limits.max_registers_per_thread:
-        raise InvalidConfig(f"{name}: about {regs} registers per thread ({g.local_words} words of register tiles) "
-                            f"exceed the maximum of {limits.max_registers_per_thread}", "registers", regs,
-                            limits.max_registers_per_thread)
-    if regs * g.threads > limits.registers_per_block:
-        raise InvalidConfig(f"{name}: about {regs} registers x {g.threads} threads = {regs * g.threads} exceed the "
-                            f"{limits.registers_per_block} registers of a block", "registers", regs * g.threads,
-                            limits.registers_per_block)
+    """Raise InvalidConfig when kernel `g` exceeds `limits` (`check_limits`) or has a divergent barrier."""
+    check_limits(g.name, g.launch, g.shared_bytes, g.local_words, limits)
     check_barriers(g.func.body, g.launch)
 
 
-__all__ = ["DeviceLimits", "InvalidConfig", "REGISTER_OVERHEAD", "compute_capability", "limits_for",
+__all__ = ["DeviceLimits", "InvalidConfig", "REGISTER_OVERHEAD", "check_limits", "compute_capability", "limits_for",
            "register_estimate", "verify"]
