@@ -6,9 +6,11 @@ import math
 import helpers_ops  # noqa: F401  (registers the test operator "faulty")
 import numpy as np
 import pytest
+from cuda_helpers import TEMPLATE_WORKLOADS
 
 from tunefleet.compiler import ops
 from tunefleet.compiler.cuda_build import workload_kernel
+from tunefleet.compiler.gpu_lower import InvalidConfig
 from tunefleet.compiler.target import Target
 from tunefleet.tuner.features import (FEATURE_NAMES, GPU_FEATURES, KINDS, N_FEATURES, N_LEVELS, Featurizer,
                                       config_features)
@@ -168,6 +170,75 @@ def test_cuda_features_see_vector_copies_and_shared_refills():
     assert single["double_buffered"] == 0 and double["double_buffered"] == 1
     assert unlog(double["shared_bytes"]) == 2 * unlog(single["shared_bytes"])  # two halves of 16-byte multiples
     assert double["local_words"] > single["local_words"]  # the registers staging the next K tile
+
+
+#: Shapes large enough for the biggest block tiles of each GPU template (the tiles of TEMPLATE_WORKLOADS'
+#: small shapes are mostly clamped to them).
+LARGE_WORKLOADS = {
+    "matmul": ("matmul", {"M": 4096, "N": 2048, "K": 512, "bias": True}),
+    "batch_matmul": ("batch_matmul", {"batch": 8, "M": 1024, "N": 1024, "K": 256}),
+    "conv2d_nchw": ("conv2d_nchw", {"N": 8, "CI": 512, "CO": 512, "H": 28, "W": 28, "KH": 3, "KW": 3, "padding": 1}),
+    "depthwise_conv2d_nchw": ("depthwise_conv2d_nchw", {"N": 8, "C": 256, "H": 112, "W": 112, "KH": 7, "KW": 7,
+                                                        "padding": 3}),
+}
+#: What the featurizer checks of the verifier's limits (not "barrier": that needs the lowered kernel).
+FEATURIZED_LIMITS = {"threads", "grid", "shared_memory", "registers"}
+
+
+def sampled_configs(space, rng, n, *, large):
+    """``n`` random configs; ``large``: each knob from its last two choices (the largest tiles, where
+    configs exceed the device's limits; uniformly drawn, 1 in a few hundred does)."""
+    if not large:
+        return [space.get(int(rng.integers(space.size))) for _ in range(n)]
+    out = []
+    for _ in range(n):
+        index, radix = 0, 1
+        for knob in space.knobs.values():
+            index += int(rng.integers(max(0, len(knob) - 2), len(knob))) * radix
+            radix *= len(knob)
+        out.append(space.get(index))
+    return out
+
+
+def verifier_rejection(w, config):
+    """The limit the CUDA verifier rejects ``config`` of ``w`` for (InvalidConfig.limit), None when it accepts it."""
+    try:
+        workload_kernel(w, config, CUDA)
+    except InvalidConfig as exc:
+        return exc.limit
+    return None
+
+
+@pytest.mark.parametrize("template", sorted(TEMPLATE_WORKLOADS))
+def test_cuda_features_mark_exactly_the_configs_the_verifier_rejects_for_the_device_limits(template):
+    """Random configs (uniform over the test shapes, the largest tiles over a large shape): a config the
+    featurizer marks invalid is one the verifier rejects, and one it rejects for threads, grid, shared
+    memory or registers is marked invalid (the featurizer's totals are the lowered kernel's)."""
+    rng = np.random.default_rng(0)
+    cases = []
+    for (op, args), large in [*((wl, False) for wl in TEMPLATE_WORKLOADS[template]), (LARGE_WORKLOADS[template], True)]:
+        w = ops.make_workload(op, args)
+        cases += [(w, c) for c in sampled_configs(ops.config_space(w, CUDA), rng, 24 if large else 8, large=large)]
+    for w, config in cases:
+        invalid = named(config_features(w, CUDA, config))["invalid"] == 1
+        rejected = verifier_rejection(w, config)
+        assert rejected is not None if invalid else rejected not in FEATURIZED_LIMITS, (w.to_json(), config.to_json())
+
+
+def test_cuda_features_mark_a_block_tile_over_the_shared_memory_or_registers_invalid():
+    """1024 x 8 block tiles (8x8 thread tiles, lanes 32x1, 4 warps on y) with K tiles of 32, double-buffered:
+    2 x (1024 + 8) x 32 float32 = 265 KB of shared memory, over sm_90's 227 KB; with 2 warps on y, 512 x 8
+    tiles fit, but each thread stages 256 words of the next A tile: ~364 registers, over 255."""
+    knobs = {"tile_m": 8, "tile_n": 8, "lanes_y": 32, "warps_x": 1, "bk": 32, "double_buffer": True}
+    space = ops.config_space(GEMM_1024, CUDA)
+    for warps_y, limit in ((4, "shared_memory"), (2, "registers")):
+        config = space.from_json({"knobs": {**ops.default_config(GEMM_1024, CUDA).to_json()["knobs"], **knobs,
+                                            "warps_y": warps_y}})
+        assert verifier_rejection(GEMM_1024, config) == limit
+        f = cuda_gemm_features(**knobs, warps_y=warps_y)
+        assert f["invalid"] == 1 and sum(abs(x) for x in f.values()) == 1
+    fits = cuda_gemm_features(**{**knobs, "double_buffer": False}, warps_y=4)  # one copy of the tile: 132 KB
+    assert fits["invalid"] == 0 and unlog(fits["shared_bytes"]) == 132608
 
 
 def test_cpu_configs_have_no_gpu_features():

@@ -34,7 +34,11 @@ Then :data:`TOTAL_FEATURES` of the whole function (flop, arithmetic intensity,
 buffer counts and bytes by scope, iterations of all stores and the main
 store's share of them, parallel / vector / unrolled extents on the main path,
 guards around the main statement, its depth, whether it stores to a local
-tile, and ``invalid`` for a config whose schedule fails to lower).
+tile, and ``invalid``: 1 in a vector of zeros for a config whose schedule fails
+to lower, or whose CUDA kernel the verifier would reject for exceeding the
+device's limits (threads, grid, shared memory, registers; computed from the GPU
+totals below, equal to the lowered kernel's, without lowering; a barrier that
+not every thread reaches is not looked for)).
 
 Then :data:`GPU_FEATURES` of a CUDA kernel (all zeros for a nest with no loop
 bound to a GPU index, i.e. every CPU config), after Ansor's GPU features
@@ -83,7 +87,8 @@ from functools import cached_property
 import numpy as np
 
 from tunefleet.compiler import ops
-from tunefleet.compiler.gpu_lower import SHARED_ALIGN, double_buffered_buffers, launch_extents
+from tunefleet.compiler.gpu_lower import SHARED_ALIGN, InvalidConfig, double_buffered_buffers, launch_extents
+from tunefleet.compiler.gpu_verify import DeviceLimits, check_limits, limits_for
 from tunefleet.compiler.ir import Allocate, Buffer, For, IfThenElse, Load, PrimFunc, Ramp, Seq, Store, expr_nodes
 from tunefleet.compiler.lower import _Lowering
 from tunefleet.compiler.ops.gpu.common import WARP
@@ -115,7 +120,7 @@ FEATURE_NAMES = [f"L{lv}_{f}" for lv in range(N_LEVELS) for f in LEVEL_FEATURES]
 N_FEATURES = len(FEATURE_NAMES)
 #: Version of what the columns hold: bump it with any change to how a column is computed that keeps
 #: the names (a change of the names changes the schema by itself).
-FEATURIZER_VERSION = 1
+FEATURIZER_VERSION = 2
 _TOTAL = {name: N_LEVELS * len(LEVEL_FEATURES) + i for i, name in enumerate((*TOTAL_FEATURES, *GPU_FEATURES))}
 _COLUMN = {name: i for i, name in enumerate(LEVEL_FEATURES)}
 
@@ -349,11 +354,35 @@ def _vector_shares(sites: Sequence[_StoreSite]) -> dict[str, float]:
     return {scope: vector[scope] / total[scope] if total[scope] else 0.0 for scope in total}
 
 
-def _gpu_features(func: PrimFunc, nest: _Nest, double: Collection[int]) -> dict[str, float]:
+@dataclass
+class _GpuTotals:
+    """What ``gpu_verify.check_limits`` checks of a CUDA kernel, read from the pre-pass nest: the
+    launch extents, the shared memory and the words of per-thread arrays, as ``lower_cuda``'s."""
+
+    launch: dict[str, int]
+    shared: _SharedMemory
+    local_words: int
+
+    @classmethod
+    def of(cls, func: PrimFunc, nest: _Nest, double: Collection[int]) -> _GpuTotals:
+        shared = _shared_memory(nest, double)
+        local_words = max(site.local_words + sum(shared.staging.get(id(loop), 0) for loop in site.loops)
+                          for site in nest.sites)
+        return cls(launch_extents(func.body), shared, local_words)
+
+    def within(self, name: str, limits: DeviceLimits) -> bool:
+        """Whether the kernel ``name`` keeps to ``limits``."""
+        try:
+            check_limits(name, self.launch, self.shared.bytes, self.local_words, limits)
+        except InvalidConfig:
+            return False
+        return True
+
+
+def _gpu_features(gpu: _GpuTotals, nest: _Nest) -> dict[str, float]:
     """:data:`GPU_FEATURES` of a nest with loops bound to GPU indices (see the module docstring)."""
-    launch = launch_extents(func.body)
+    launch, shared = gpu.launch, gpu.shared
     threads = math.prod(launch[t] for t in THREAD_TAGS)
-    shared = _shared_memory(nest, double)
     vector = _vector_shares(nest.sites)
     return {
         **{name: _log(launch[tag]) for tag, name in _LAUNCH_FEATURES.items()},
@@ -364,20 +393,27 @@ def _gpu_features(func: PrimFunc, nest: _Nest, double: Collection[int]) -> dict[
         "n_shared": len(shared.sizes),
         "shared_fills": _log(shared.fills),
         "double_buffered": shared.doubled / len(shared.sizes) if shared.sizes else 0.0,
-        "local_words": _log(max(site.local_words + sum(shared.staging.get(id(loop), 0) for loop in site.loops)
-                                for site in nest.sites)),
+        "local_words": _log(gpu.local_words),
         "vec_global": vector["global"],
         "vec_shared": vector["shared"],
     }
 
 
-def nest_features(func: PrimFunc, flop: float, double_buffered: Collection[int] = ()) -> np.ndarray:
+def nest_features(func: PrimFunc, flop: float, double_buffered: Collection[int] = (),
+                  limits: DeviceLimits | None = None) -> np.ndarray:
     """Features (N_FEATURES,) float32 of a loop nest lowered without passes; ``flop`` of the workload;
-    ``double_buffered``: ids of the shared buffers of stages marked ``double_buffer()``."""
+    ``double_buffered``: ids of the shared buffers of stages marked ``double_buffer()``; ``limits``:
+    of the device a CUDA kernel is for: one exceeding them (``gpu_verify.check_limits``) gets only
+    ``invalid = 1``."""
     nest = _collect(func)
     out = np.zeros(N_FEATURES, dtype=np.float64)
     if not nest.sites:
         return out.astype(np.float32)
+    gpu = None
+    if any(loop.kind in GPU_TAGS for site in nest.sites for loop in site.loops):
+        gpu = _GpuTotals.of(func, nest, double_buffered)
+        if limits is not None and not gpu.within(func.name, limits):
+            return _invalid()
     main = max(nest.sites, key=lambda s: (s.iterations, len(s.loops)))
     out[:N_LEVELS * len(LEVEL_FEATURES)] = _level_block(main).reshape(-1)
     total_iters = sum(s.iterations for s in nest.sites)
@@ -404,8 +440,8 @@ def nest_features(func: PrimFunc, flop: float, double_buffered: Collection[int] 
         "depth": len(main.loops),
         "main_is_local": float(main.store.buffer.scope == "local"),
     }
-    if any(loop.kind in GPU_TAGS for site in nest.sites for loop in site.loops):
-        totals.update(_gpu_features(func, nest, double_buffered))
+    if gpu is not None:
+        totals.update(_gpu_features(gpu, nest))
     for name, value in totals.items():
         out[_TOTAL[name]] = value
     return out.astype(np.float32)
@@ -418,15 +454,17 @@ def _invalid() -> np.ndarray:
 
 
 def config_features(workload: ops.Workload, target: Target, config: ConfigEntity) -> np.ndarray:
-    """Features (N_FEATURES,) float32 of one config; a config whose schedule does not lower gets
-    only ``invalid = 1``."""
+    """Features (N_FEATURES,) float32 of one config; a config whose schedule does not lower, or whose
+    CUDA kernel exceeds the limits of the target's architecture (``gpu_verify.limits_for``: threads,
+    grid, shared memory or registers, as the verifier counts them), gets only ``invalid = 1``."""
     try:
         sch, args = workload.template(target.kind)(config, workload, target)
         lowering = _Lowering(sch, args)
         func = lowering.run(workload.kernel_name())
     except ScheduleError:
         return _invalid()
-    return nest_features(func, workload.flop, double_buffered_buffers(sch, lowering))
+    limits = limits_for(target) if target.kind == "cuda" else None
+    return nest_features(func, workload.flop, double_buffered_buffers(sch, lowering), limits)
 
 
 class Featurizer:
