@@ -20,8 +20,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from tunefleet.compiler.build import runtime_sources
+from tunefleet.compiler.build import BuildError, runtime_sources
 from tunefleet.compiler.target import DTYPE_BYTES
+from tunefleet.compiler.te import PlaceholderOp, Tensor
 
 #: Version of the artifact ABI (entry points, manifest fields); bumped on incompatible change.
 ABI_VERSION = 1
@@ -96,6 +97,31 @@ class ArgSpec:
         """Reads the form written by to_dict."""
         return cls(data["name"], tuple(data["shape"]), data["dtype"], data["is_output"],
                    data.get("layout", "row-major"))
+
+
+
+def arg_specs(args: Sequence[Tensor], layouts: dict[str, str] | None = None,
+              reference: Sequence[Tensor] | None = None) -> list[ArgSpec]:
+    """ABI specs of kernel arguments `args` (placeholders are inputs, computed tensors outputs).
+
+    With `reference` (the operator's canonical tensors, same order), the shapes come from it: a
+    template may compute over a view of an argument with the same memory (e.g. [N, CI, H·W] for
+    NCHW data, [CO, CI·KH·KW] for OIHW weights) while the ABI keeps the operator's shapes.
+    Raises BuildError when an argument is not such a view (name, dtype or size differ).
+    """
+    layouts = layouts or {}
+    ref = list(reference) if reference is not None else list(args)
+    if len(ref) != len(args):
+        raise BuildError(f"the template's arguments {[t.name for t in args]} do not match the operator's "
+                         f"{[t.name for t in ref]}")
+    specs = []
+    for t, r in zip(args, ref):
+        if t.name != r.name or t.dtype != r.dtype or t.size != r.size:
+            raise BuildError(f"template argument {t.name} {t.dtype}{list(t.shape)} is not a view of the operator's "
+                             f"{r.name} {r.dtype}{list(r.shape)}")
+        specs.append(ArgSpec(t.name, r.shape, t.dtype, not isinstance(t.op, PlaceholderOp),
+                             layouts.get(t.name, "row-major")))
+    return specs
 
 
 def kernel_prototype(name: str, args: Sequence[ArgSpec]) -> str:

@@ -39,15 +39,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .abi import (ABI_VERSION, ArgSpec, _C_TYPES, _check_signature, _dims, checked_prologue, disjoint_checks,
-                  dlpack_declarations)
+from .abi import (ABI_VERSION, ArgSpec, _C_TYPES, _check_signature, _dims, arg_specs, checked_prologue,
+                  disjoint_checks, dlpack_declarations)
 from .build import COMPILE_TIMEOUT_S, BuildError, _run_compiler, _write_atomic, cache_dir, inline_dltensor_check
 from .codegen.cuda import PRELUDE, generate_cuda, kernel_symbol
 from .gpu_lower import GpuFunc, lower_cuda
 from .gpu_verify import DeviceLimits, limits_for, verify
 from .schedule import Schedule
 from .target import DTYPE_BYTES, Target
-from .te import PlaceholderOp, Tensor
+from .te import Tensor
 
 RUNTIME = Path(__file__).resolve().parent / "runtime" / "tunefleet_cuda_runtime.cuh"
 #: nvcc flags of every GPU build besides the architecture and the soname.
@@ -383,7 +383,7 @@ def header_text(name: str, args: Sequence[ArgSpec], *, doc: str, launch: dict | 
         " */",
         f"{kernel_prototype(name, args)};",
         "",
-        f"/* The kernel with its pointers in an array, in call order (for tunefleet_cuda_timer). */",
+        "/* The kernel with its pointers in an array, in call order (for tunefleet_cuda_timer). */",
         f"int {name}_packed(void** args, cudaStream_t stream);",
         "",
         f"/* The kernel over DLTensor* args[] = {{{', '.join(a.name for a in args)}}}, num_args = {len(args)}:",
@@ -458,26 +458,6 @@ class CudaBuiltKernel:
         return GpuKernel(self.so_path, {"name": self.name, "args": [a.to_dict() for a in self.args]}).run(*inputs)
 
 
-def abi_specs(tensors: Sequence[Tensor], reference: Sequence[Tensor] | None = None,
-              layouts: dict[str, str] | None = None) -> list[ArgSpec]:
-    """ABI specs of kernel arguments `tensors`. With `reference` (the operator's canonical
-    tensors, same order), shapes come from it: a template may compute over a flat view of an
-    argument (e.g. [CO, CI*KH*KW] for OIHW weights) as long as its size and dtype match."""
-    layouts = layouts or {}
-    ref = list(reference) if reference is not None else list(tensors)
-    if len(ref) != len(tensors):
-        raise BuildError(f"the template's arguments {[t.name for t in tensors]} do not match the operator's "
-                         f"{[t.name for t in ref]}")
-    specs = []
-    for t, r in zip(tensors, ref):
-        if t.name != r.name or t.dtype != r.dtype or t.size != r.size:
-            raise BuildError(f"template argument {t.name} {t.dtype}{list(t.shape)} is not a view of the operator's "
-                             f"{r.name} {r.dtype}{list(r.shape)}")
-        specs.append(ArgSpec(t.name, r.shape, t.dtype, not isinstance(t.op, PlaceholderOp),
-                             layouts.get(t.name, "row-major")))
-    return specs
-
-
 def lower_and_verify(sch: Schedule, tensors: Sequence[Tensor], target: Target, name: str,
                      limits: DeviceLimits | None = None) -> GpuFunc:
     """lower_cuda + verify (InvalidConfig before any build)."""
@@ -491,7 +471,7 @@ def build_cuda(sch: Schedule, tensors: Sequence[Tensor], target: Target, name: s
     """Lower, verify, generate and build a GPU schedule. Raises ScheduleError / InvalidConfig /
     BuildError."""
     g = lower_and_verify(sch, tensors, target, name, limits)
-    specs = list(specs) if specs is not None else abi_specs(tensors)
+    specs = list(specs) if specs is not None else arg_specs(tensors)
     part = kernel_source(g, specs)
     unit = cuda_unit([part])
     so = compile_cuda_shared(unit, target, name=name)
@@ -504,7 +484,7 @@ def workload_kernel(workload, config, target: Target, *, name: str | None = None
     sch, tensors = workload.template(target.kind)(config, workload, target)
     name = name or workload.kernel_name()
     g = lower_and_verify(sch, tensors, target, name, limits)
-    return kernel_source(g, abi_specs(tensors, workload.tensors(), workload.layouts()))
+    return kernel_source(g, arg_specs(tensors, workload.layouts(), workload.tensors()))
 
 
 def build_cuda_workload(workload, config, target: Target, limits: DeviceLimits | None = None) -> CudaBuiltKernel:
@@ -515,7 +495,7 @@ def build_cuda_workload(workload, config, target: Target, limits: DeviceLimits |
     return CudaBuiltKernel(part.name, so, unit, part.args, part.gfunc)
 
 
-__all__ = ["BASE_FLAGS", "CudaBuiltKernel", "CudaKernelSource", "abi_specs", "arch_flags", "build_cuda",
+__all__ = ["BASE_FLAGS", "CudaBuiltKernel", "CudaKernelSource", "arch_flags", "build_cuda",
            "build_cuda_workload", "check_compiles", "compile_cuda_shared", "cuda_unit", "have_nvcc",
            "header_text", "kernel_prototype", "kernel_source", "launcher_source", "lower_and_verify", "nvcc_path",
            "nvcc_version", "prototypes", "supported_archs", "toolchain_versions", "workload_kernel",

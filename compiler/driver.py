@@ -9,14 +9,14 @@ from typing import Sequence
 
 import numpy as np
 
-from .abi import ArgSpec, entry_points_source
+from .abi import ArgSpec, arg_specs, entry_points_source
 from .build import compile_shared
 from .codegen.c import generate_c
 from .ir import PrimFunc
 from .lower import lower
 from .schedule import Schedule, ScheduleError
 from .target import Target
-from .te import PlaceholderOp, Tensor
+from .te import Tensor
 
 
 @dataclass
@@ -55,13 +55,6 @@ class BuiltKernel:
         return outs
 
 
-def arg_specs(args: Sequence[Tensor], layouts: dict[str, str] | None = None) -> list[ArgSpec]:
-    """ABI argument specs of kernel arguments (placeholders are inputs, computed tensors outputs)."""
-    layouts = layouts or {}
-    return [ArgSpec(t.name, t.shape, t.dtype, not isinstance(t.op, PlaceholderOp), layouts.get(t.name, "row-major"))
-            for t in args]
-
-
 def build_func(func: PrimFunc, specs: Sequence[ArgSpec], target: Target) -> BuiltKernel:
     """Generate C for a lowered function, add the ABI entry points and compile it (cached).
 
@@ -74,8 +67,11 @@ def build_func(func: PrimFunc, specs: Sequence[ArgSpec], target: Target) -> Buil
 
 
 def build(sch: Schedule, args: Sequence[Tensor], target: Target, name: str,
-          layouts: dict[str, str] | None = None, extern_sources: Sequence[str] = ()) -> BuiltKernel:
+          layouts: dict[str, str] | None = None, extern_sources: Sequence[str] = (),
+          reference: Sequence[Tensor] | None = None) -> BuiltKernel:
     """Lower `sch` with arguments `args` (inputs, then outputs) and build it for `target`.
+    `reference`: the operator's tensors, whose shapes the ABI takes when `args` are views of
+    them (see abi.arg_specs).
 
     Raises ScheduleError for an illegal schedule, BuildError for a compiler failure.
     A cuda target builds with nvcc (`compiler.cuda_build`; InvalidConfig, a ScheduleError, for
@@ -86,10 +82,10 @@ def build(sch: Schedule, args: Sequence[Tensor], target: Target, name: str,
 
         if extern_sources:
             raise ScheduleError("extern C micro-kernel sources cannot run in a CUDA kernel")
-        return build_cuda(sch, args, target, name, specs=arg_specs(args, layouts))
+        return build_cuda(sch, args, target, name, specs=arg_specs(args, layouts, reference))
     func = lower(sch, args, name, lanes=target.lanes("float32"))
     func.extern_sources = list(dict.fromkeys([*func.extern_sources, *extern_sources]))
-    return build_func(func, arg_specs(args, layouts), target)
+    return build_func(func, arg_specs(args, layouts, reference), target)
 
 
 def build_workload(workload, config, target: Target) -> BuiltKernel:
@@ -104,4 +100,4 @@ def build_workload(workload, config, target: Target) -> BuiltKernel:
 
         return build_cuda_workload(workload, config, target)
     sch, tensors = workload.template(target.kind)(config, workload, target)
-    return build(sch, tensors, target, workload.kernel_name(), workload.layouts())
+    return build(sch, tensors, target, workload.kernel_name(), workload.layouts(), reference=workload.tensors())
