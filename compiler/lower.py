@@ -170,16 +170,26 @@ class _Lowering:
         mins = [m for m, _ in region]
         self.root_value[st] = {a: simp.simplify(BinOp("add", m, rel_val[a])) for a, m in zip(st.op.axes, mins)}
         self.root_value[st].update({r: rel_val[r] for r in st.op.reduce_axes})
-        if st.attach == "at" and not self._reads_in_bounds(st, simp):
-            for a, m, d in zip(st.op.axes, mins, st.tensor.shape):
+        if st.attach == "at":
+            for a in self._unsafe_axes(st):
+                d = st.tensor.shape[st.op.axes.index(a)]
                 guards.append(BinOp("lt", self.root_value[st][a], Const(d, "int64")))
                 guards.append(BinOp("ge", self.root_value[st][a], Const(0, "int64")))
         self.guards[st] = [g for g in (simp.simplify(g) for g in guards) if not isinstance(g, Const)]
         if any(isinstance(g, Const) and not g.value for g in (simp.simplify(x) for x in guards)):
             raise ScheduleError(f"stage {st.name!r}: empty iteration domain")
 
-    def _reads_in_bounds(self, st: Stage, simp: Simplifier) -> bool:
-        """Whether every read of inputs/root stages stays in bounds over the whole loop ranges."""
+    def _reads_in_bounds(self, st: Stage, free: Sequence[IterVar]) -> bool:
+        """Whether every read of inputs/root stages stays in bounds over the whole loop ranges,
+        when the axes `free` of `st` take every value of their loops and its other axes only
+        the values inside the tensor's shape."""
+        value = dict(self.root_value[st])
+        ranges = dict(self.ranges)
+        for a, d in zip(st.op.axes, st.tensor.shape):
+            if a not in free:  # an axis kept inside the shape: a fresh variable over [0, d)
+                value[a] = Var(f"{a.name}_in_shape")
+                ranges[value[a]] = (0, d - 1)
+        simp = Simplifier(ranges)
         for n in walk(self.body[st]):
             if not isinstance(n, TensorLoad):
                 continue
@@ -187,10 +197,24 @@ class _Lowering:
             if prod is not None and prod.attach == "at":
                 continue  # an attached producer sizes its region to what is read
             for idx, d in zip(n.indices, n.tensor.shape):
-                lo, hi = simp.range_of(simp.simplify(substitute(idx, self.root_value[st])))
+                lo, hi = simp.range_of(simp.simplify(substitute(idx, value)))
                 if lo < 0 or hi > d - 1:
                     return False
         return True
+
+    def _unsafe_axes(self, st: Stage) -> list[IterVar]:
+        """The axes of attached stage `st` that need guards to its tensor's shape: those whose
+        values beyond it (a tile larger than what is left of the tensor) would read out of
+        bounds. The other axes compute their whole tile: e.g. a register tile of a GEMM reading
+        a zero-padded packed panel of B computes the columns beyond N too (their values are
+        never stored) instead of guarding every lane, which would keep it from vectorizing.
+        Each axis is tried alone, then the safe ones together; if that fails, all are unsafe."""
+        axes = list(st.op.axes)
+        if self._reads_in_bounds(st, axes):
+            return []
+        unsafe = [a for a in axes if not self._reads_in_bounds(st, [a])]
+        safe = [a for a in axes if a not in unsafe]
+        return unsafe if self._reads_in_bounds(st, safe) else axes
 
     # ----------------------------------------------------------------- buffers
     def buffer(self, t: Tensor) -> Buffer:

@@ -156,3 +156,23 @@ def test_vectorized_math_intrinsics_are_accurate(fn, ref):
     r = ref(x.astype(np.float64))
     big = np.abs(r) > 1e-6
     assert np.max(np.abs(y - r)[big] / np.abs(r)[big]) < 2e-6
+
+
+def test_a_register_tile_reading_padded_panels_computes_whole_vectors():
+    """A GEMM whose tiles divide neither M nor N (blocks of the fused parallel loop straddle
+    both edges): the register tile reads B from zero-padded packed panels, so its columns
+    need no guard and its update stays a vector statement; only the rows, whose reads of A
+    would leave the matrix, are guarded. Before, every lane was guarded and nothing vectorized."""
+    from tunefleet.compiler import ops
+    from tunefleet.compiler.driver import build_workload
+    from tunefleet.compiler.ir import Store, lanes_of
+
+    w = ops.make_workload("matmul", {"M": 250, "N": 392, "K": 64, "bias": True, "epilogue": "relu"})
+    knobs = {**ops.default_config(w, TARGET).to_json()["knobs"], "mr": 6, "bm": 8, "bn": 4, "pack_b": True,
+             "parallel": "fused"}
+    built = build_workload(w, ops.config_space(w, TARGET).from_json({"knobs": knobs}), TARGET)
+    updates = [n for n in walk_stmt(built.func.body) if isinstance(n, Store) and n.buffer.name == "C_acc_local"]
+    assert updates and all(lanes_of(n.index) > 1 for n in updates)
+    inputs = ops.random_inputs(w.tensors(), RNG)
+    (out,) = built.run(*inputs)
+    np.testing.assert_allclose(out, w.reference(*inputs)[0], rtol=1e-4, atol=1e-4)
