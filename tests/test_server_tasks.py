@@ -3,9 +3,12 @@ filters and pagination, trials, best, cancel, reuse."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+from collections.abc import Iterator
 
 import pytest
+from sqlalchemy import event
 
 from tunefleet.server.db.models import Artifact, BestRecord, Task, TaskStatus, Trial
 
@@ -135,6 +138,39 @@ def test_list_filters_by_status_operator_and_device_key(api, tokens) -> None:
     assert ids(op="matmul") == [b["id"], a["id"]]
     assert ids(op="conv2d_nchw") == []
     assert ["query", "status"] in field_error(api.get("/api/v1/tasks", params={"status": "sleeping"}))
+
+
+@contextlib.contextmanager
+def sql_statements(api) -> Iterator[list[str]]:
+    """The SQL statements the app sends while the block runs."""
+    engine = api.app.state.sessionmaker.kw["bind"]
+    sent: list[str] = []
+
+    def note(_conn, _cursor, statement, *_args) -> None:
+        sent.append(statement)
+
+    event.listen(engine, "before_cursor_execute", note)
+    try:
+        yield sent
+    finally:
+        event.remove(engine, "before_cursor_execute", note)
+
+
+def test_tasks_are_read_with_their_artifacts_in_the_same_queries(api, tokens, db) -> None:
+    ids = [submit(api, tokens)["id"] for _ in range(4)]
+    with sql_statements(api) as without_artifacts:
+        api.get("/api/v1/tasks")
+        api.get(f"/api/v1/tasks/{ids[0]}")
+    for i, task_id in enumerate(ids):
+        db.get(Task, task_id).artifact = Artifact(sha256=f"{i:064x}", size=10, path=f"{i}.tar.gz")
+    db.commit()
+
+    with sql_statements(api) as with_artifacts:
+        listed = api.get("/api/v1/tasks").json()["items"]
+        one = api.get(f"/api/v1/tasks/{ids[0]}").json()
+    assert len(with_artifacts) == len(without_artifacts)  # not one more query per artifact
+    assert [t["artifact"]["sha256"] for t in listed] == [f"{i:064x}" for i in (3, 2, 1, 0)]
+    assert one["artifact"]["sha256"] == f"{0:064x}"
 
 
 def test_cancel_then_cancel_again_is_409_and_changes_nothing(api, tokens, snapshot) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 from sqlalchemy import func, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, joinedload
 
 from tunefleet.server.db import utcnow
 from tunefleet.server.db.models import BestRecord, Task, TaskStatus, Trial, TrialStatus, Worker
@@ -26,6 +26,9 @@ from tunefleet.server.schemas.tasks import TaskCreate
 from tunefleet.server.services import catalog
 
 S = TaskStatus
+# Tasks read for the API come with their artifact in the same query: TaskOut includes it,
+# and loading it lazily costs a query per task (per row of a list).
+WITH_ARTIFACT = joinedload(Task.artifact)
 FINAL: frozenset[TaskStatus] = frozenset({S.DONE, S.FAILED, S.CANCELLED})
 TRANSITIONS: dict[TaskStatus, frozenset[TaskStatus]] = {
     S.QUEUED: frozenset({S.WAITING_FOR_WORKER, S.RUNNING, S.FAILED, S.CANCELLED}),
@@ -127,8 +130,10 @@ def _stored_best(session: Session, workload_key: str, target: str, device_key: s
 
 
 def get(session: Session, task_id: int, for_update: bool = False) -> Task:
-    """The task with `task_id`; NotFound if there is none."""
-    task = session.get(Task, task_id, with_for_update=for_update)
+    """The task with `task_id` (with its artifact loaded, unless locked `for_update`);
+    NotFound if there is none."""
+    options = () if for_update else (WITH_ARTIFACT,)
+    task = session.get(Task, task_id, options=options, with_for_update=for_update)
     if task is None:
         raise NotFound(f"task {task_id} not found")
     return task
@@ -153,7 +158,8 @@ def list_tasks(
     limit: int,
     offset: int,
 ) -> tuple[Sequence[Task], int]:
-    """One page of tasks, newest first, matching every given filter, and the match count."""
+    """One page of tasks (with their artifacts loaded), newest first, matching every given
+    filter, and the match count."""
     query = select(Task)
     if status is not None:
         query = query.where(Task.status == status)
@@ -162,7 +168,8 @@ def list_tasks(
     if device_key is not None:
         query = query.where(Task.device_key == device_key)
     total = session.scalar(select(func.count()).select_from(query.subquery()))
-    items = session.scalars(query.order_by(Task.id.desc()).limit(limit).offset(offset)).all()
+    page = query.options(WITH_ARTIFACT).order_by(Task.id.desc()).limit(limit).offset(offset)
+    items = session.scalars(page).all()
     return items, total or 0
 
 
