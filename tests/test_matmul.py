@@ -64,7 +64,8 @@ def test_default_register_tile_fits_the_vector_registers(N):
     knobs = ops.default_config(w, TARGET).to_json()["knobs"]
     lanes = TARGET.lanes("float32")
     accumulators = knobs["mr"] * -(-knobs["nr"] // lanes)
-    assert knobs["pack_b"] is (N == 1024) and 6 <= accumulators <= 24
+    # B packed when larger than half the L2 (N 1024), or when blocks of columns do not divide N
+    assert knobs["pack_b"] is (N == 1024 or N % (knobs["nr"] * knobs["bn"]) != 0) and 6 <= accumulators <= 24
     assert knobs["nr"] <= max(N, lanes)
 
 

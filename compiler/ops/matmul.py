@@ -64,18 +64,22 @@ def matmul_expr(A: te.Tensor, B: te.Tensor, bias: te.Tensor | None, epilogue: st
     """(product, out): the reduction C = A·B (reading packed panels when given) and the
     output with bias/epilogue applied (the same tensor when there is none).
 
-    A: [*batch, M, K]; B: [*batch, K, N], or [*batch, N, K] with transpose_b (C = A·Bᵀ);
-    leading batch dims (any number, also none) are shared by A, B and C; bias: [N].
+    A: [*batch, M, K] or [M, K] (the same A for every batch); B: [*batch, K, N], or
+    [*batch, N, K] with transpose_b (C = A·Bᵀ); leading batch dims (any number, also none) are
+    B's and C's; bias: [N].
     b_panel: Bp[ceil(N/nr), *batch, K, nr] from pack_blocked(B, <axis of N>, nr);
     a_panel: Ap[ceil(M/mr), *batch, K, mr] from pack_blocked(A, <axis of M>, mr). Shared by
-    matmul, dense and batch_matmul templates.
+    matmul, dense, batch_matmul and the 1×1 conv2d templates.
     """
-    *batch, M, K = A.shape
+    M, K = A.shape[-2:]
+    batch = B.shape[:-2]
+    a_batched = len(A.shape) > 2
     N = B.shape[-2] if transpose_b else B.shape[-1]
     k = te.reduce_axis(K, "k")
     names = [f"b{d}" for d in range(len(batch))] + ["i", "j"]
 
     def a_at(b, i, kk):
+        b = b if a_batched else ()
         return a_panel[(i // mr, *b, kk, i % mr)] if a_panel is not None else A[(*b, i, kk)]
 
     def b_at(b, kk, j):
@@ -258,8 +262,10 @@ def gemm_default(space, M: int, N: int, K: int, lanes: int, dtype_bytes: int = 4
     - bm: row tiles so an (bm·mr)×K block of A fills about a quarter of it; both shrink
       until there are MIN_PARALLEL_TASKS blocks, so the threads get balanced shares;
     - pack B when it is larger than half the L2 (its panels become contiguous; a smaller B
-      stays cached anyway and packing it costs a pass and a fork/join), leave A in place (mr
-      row streams prefetch well), ku = 4.
+      stays cached anyway and packing it costs a pass and a fork/join), or when the blocks of
+      bn·nr columns do not divide N: the packed panels are zero-padded to whole blocks, so the
+      register tile reads whole vectors at the edge instead of guarding every lane (which
+      keeps it scalar); leave A in place (mr row streams prefetch well), ku = 4.
     """
     choices = {name: [space.knobs[name].entity(i).val for i in range(len(space.knobs[name]))]
                for name in ("mr", "nr", "bm", "bn")}
@@ -278,7 +284,7 @@ def gemm_default(space, M: int, N: int, K: int, lanes: int, dtype_bytes: int = 4
     while -(-M // (mr * bm)) * -(-N // (nr * bn)) < MIN_PARALLEL_TASKS and (bm > 1 or bn > 1):
         bm, bn = (bm // 2, bn) if bm >= bn else (bm, bn // 2)  # enough blocks to balance the threads
     return {"mr": mr, "nr": nr, "ku": 4, "bm": bm, "bn": bn, "order": "nm_nm", "parallel": "fused",
-            "pack_b": K * N * dtype_bytes > l2 // 2, "pack_a": False}
+            "pack_b": K * N * dtype_bytes > l2 // 2 or N % (nr * bn) != 0, "pack_a": False}
 
 
 def default_config(space, workload, target) -> dict:
