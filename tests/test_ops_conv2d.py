@@ -24,6 +24,7 @@ SMALL = [
     dict(N=2, CI=13, CO=7, H=13, W=7, KH=3, KW=2, padding=[1, 2], stride=[2, 1], bias=True, epilogue="relu"),
     dict(CI=1, CO=13, H=7, W=13, KH=1, KW=5, padding=[0, 2], dilation=[1, 2], bias=True, epilogue="gelu"),
     dict(CI=16, CO=1, H=9, W=11, KH=5, KW=3, stride=2, epilogue="relu"),
+    dict(N=3, CI=19, CO=21, H=5, W=7, KH=1, KW=1, bias=True, epilogue="gelu"),  # a GEMM per image
 ]
 OPS = ["conv2d_nchw", "conv2d_nhwc"]
 
@@ -77,3 +78,19 @@ def test_packed_layouts_stay_inside_the_kernel(op, layouts):
 def test_float64():
     w = _workload("conv2d_nchw", dict(CI=5, CO=9, H=8, W=8, KH=3, KW=3, padding=1, dtype="float64"))
     assert not failures(sample(w, 2, seed=5))
+
+
+def test_pointwise_convolution_is_a_gemm_over_views_of_its_arguments():
+    """A 1×1, stride-1, unpadded NCHW convolution runs the matmul template (its knobs) on
+    [CO, CI] · [CI, H·W] per image; the kernel's arguments keep the operator's shapes."""
+    w = _workload("conv2d_nchw", dict(N=2, CI=40, CO=24, H=6, W=9, KH=1, KW=1, bias=True, epilogue="relu"))
+    assert set(ops.config_space(w, TARGET).knobs) == set(ops.config_space(
+        ops.make_workload("matmul", {"M": 24, "N": 54, "K": 40}), TARGET).knobs)
+    built = build_workload(w, ops.default_config(w, TARGET), TARGET)
+    assert [a.shape for a in built.args] == [(2, 40, 6, 9), (24, 40, 1, 1), (24,), (2, 24, 6, 9)]
+    rng = np.random.default_rng(4)
+    inputs = ops.random_inputs(w.tensors(), rng)
+    (out,) = built.run(*inputs)
+    assert relative_error(out, w.reference(*inputs)[0]) < 1e-4
+    strided = _workload("conv2d_nchw", dict(CI=40, CO=24, H=6, W=9, KH=1, KW=1, stride=2))
+    assert "ic_bn" in ops.config_space(strided, TARGET).knobs  # strided 1×1 stays on the NCHWc template

@@ -17,6 +17,11 @@ public signature stays NCHW / OIHW:
   the `order` knob picks (kw optionally unrolled), then written out to NCHW with the bias
   and activation applied;
 - the (batch, channel block, row) loops are fused and run in parallel.
+
+A 1×1 convolution with stride 1, no padding and OIHW weights is a GEMM per image,
+out[n] = weight[CO, CI] · data[n][CI, H·W]: it runs `matmul`'s CPU schedule (register tiles,
+cache blocking, zero-padded packed panels; its knobs and default rule) over views of the NCHW
+and OIHW arguments, with no packing into NCHWc and back (`pointwise_template`).
 """
 
 from __future__ import annotations
@@ -27,7 +32,8 @@ import numpy as np
 
 from .. import te
 from ..schedule import create_schedule
-from .common import knob_choices
+from . import matmul as gemm
+from .common import knob_choices, pack_blocked
 from .conv_common import (check_conv, conv_args, conv_flop, finish, load_or_zero, np_conv2d_nchw, np_finish,
                           out_size)
 from .registry import ArgDef, OpDef, WorkloadError, register
@@ -221,8 +227,47 @@ def schedule(sch, cfg, data_vec, kernel_vec, conv, out, pack_weight: bool) -> No
             sk.parallel(sk.fuse(ko, ki))
 
 
+def is_pointwise(a: dict) -> bool:
+    """A 1×1 convolution with stride 1 and no padding over OIHW weights: a GEMM per image."""
+    return (a["KH"] == a["KW"] == 1 and tuple(a["stride"]) == (1, 1) and tuple(a["padding"]) == (0, 0)
+            and packed_blocks(a) is None)
+
+
+def pointwise_template(cfg, workload, target):
+    """out[n] = weight[CO, CI] · data[n][CI, H·W] (+ bias per row, epilogue) on the CPU GEMM
+    schedule of `matmul` (register tiles, cache blocking, packed panels), over views of the
+    NCHW / OIHW arguments with their own memory layout: no packing into NCHWc and back."""
+    a = workload.args
+    N, CI, CO, Q = a["N"], a["CI"], a["CO"], a["H"] * a["W"]
+    gemm.define_gemm_knobs(cfg, CO, Q, CI, target.lanes(a["dtype"]))
+    cfg.add_flop(flop(a))
+    dt = a["dtype"]
+    data = te.placeholder((N, CI, Q), dt, "data")
+    weight = te.placeholder((CO, CI), dt, "weight")
+    bias = te.placeholder((CO,), dt, "bias") if a["bias"] else None
+    mr, nr = cfg["mr"].val, cfg["nr"].val
+    packs = []
+    bp = ap = None
+    if cfg["pack_b"].val:
+        bp = pack_blocked(data, 2, nr, "data_packed", min(cfg["bn"].val, -(-Q // nr)))
+        packs.append(bp)
+    if cfg["pack_a"].val:
+        ap = pack_blocked(weight, 0, mr, "weight_packed", min(cfg["bm"].val, -(-CO // mr)))
+        packs.append(ap)
+    prod, _ = gemm.matmul_expr(weight, data, None, "none", b_panel=bp, nr=nr, a_panel=ap, mr=mr,
+                               name="out_acc" if bias is not None or a["epilogue"] != "none" else "out")
+    out = prod
+    if prod.name == "out_acc":
+        out = te.compute((N, CO, Q), lambda n, co, q: finish(prod[n, co, q], bias, co, a["epilogue"]), name="out")
+    sch = create_schedule(out)
+    gemm.schedule_gemm(sch, cfg, prod, out, packs, CI)
+    return sch, [data, weight, *([bias] if bias is not None else []), out]
+
+
 def cpu_template(cfg, workload, target):
     a = workload.args
+    if is_pointwise(a):
+        return pointwise_template(cfg, workload, target)
     define_knobs(cfg, a, target.lanes(a["dtype"]))
     cfg.add_flop(flop(a))
     data, weight, bias = _inputs(a)
@@ -247,6 +292,8 @@ def default_config(space, workload, target) -> dict:
     output row ("n_oh_packd")."""
     a = workload.args
     lanes = target.lanes(a["dtype"])
+    if is_pointwise(a):
+        return gemm.gemm_default(space, a["CO"], a["H"] * a["W"], a["CI"], lanes, 4 if a["dtype"] == "float32" else 8)
     choices = {k: knob_choices(space, k) for k in ("ic_bn", "oc_bn", "parallel")}
     ic_bn = max(b for b in choices["ic_bn"] if b <= lanes) if min(choices["ic_bn"]) <= lanes else choices["ic_bn"][0]
     oc_bn = max(b for b in choices["oc_bn"] if b <= lanes) if min(choices["oc_bn"]) <= lanes else choices["oc_bn"][0]
