@@ -24,12 +24,13 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from pydantic import BaseModel
 from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
 from tunefleet import __version__
 from tunefleet.server.api.routes import API_PREFIX
 from tunefleet.server.db import utcnow
 from tunefleet.server.db.models import Task, Trial, TrialStatus
-from tunefleet.server.deps import SessionDep
+from tunefleet.server.deps import SessionDep, in_session
 from tunefleet.server.errors import NotFound
 from tunefleet.server.schemas.tasks import TaskOut
 from tunefleet.server.services import tasks
@@ -102,11 +103,15 @@ api_router = APIRouter(prefix=f"{API_PREFIX}/tasks", tags=["dashboard"])
 
 
 @api_router.get("/{task_id}/progress", response_model=ProgressOut)
-def task_progress(
-    task_id: Annotated[int, PathParam(ge=1)], session: SessionDep
+async def task_progress(
+    task_id: Annotated[int, PathParam(ge=1)], request: Request
 ) -> ProgressOut:
     """The task, every finished trial's time and GFLOP/s, trial counts by status, the top
     configs, the latest errors and the best config: what the task page draws."""
+    return await in_session(request, lambda session: _progress(session, task_id))
+
+
+def _progress(session: Session, task_id: int) -> ProgressOut:
     task = tasks.get(session, task_id)
     finished = session.execute(
         select(Trial.id, Trial.status, Trial.latency_s, Trial.finished_at)

@@ -1,14 +1,16 @@
-"""FastAPI dependencies: settings, a database session per request, and token auth."""
+"""FastAPI dependencies: settings, a database session per request, and token auth; and
+`in_session`, the cheaper way for the endpoints that dashboards poll."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from redis import Redis
 from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 
 from tunefleet.server.artifact_store import ArtifactStore
 from tunefleet.server.db.models import ApiToken, TokenScope
@@ -16,8 +18,9 @@ from tunefleet.server.services import tokens
 from tunefleet.settings import Settings
 
 
-def get_settings(request: Request) -> Settings:
-    """The settings the app was created with."""
+async def get_settings(request: Request) -> Settings:
+    """The settings the app was created with (async: FastAPI runs a sync dependency in
+    the thread pool, a trip this attribute read does not need)."""
     return request.app.state.settings
 
 
@@ -27,8 +30,29 @@ def get_session(request: Request) -> Iterator[Session]:
         yield session
 
 
-def get_store(request: Request) -> ArtifactStore:
-    """The artifact store."""
+T = TypeVar("T")
+
+
+async def in_session(request: Request, work: Callable[[Session], T]) -> T:
+    """`work(session)` on a session of its own, closed after it, in one trip to the
+    thread pool; for async endpoints that answer a frequent read.
+
+    A sync endpoint on SessionDep takes four trips per request: opening the session, the
+    endpoint, validating what it returns, closing the session. Each costs ~0.1 ms of CPU
+    and two hand-overs of the GIL; together about what the query itself costs. `work`
+    must return a value that no longer needs the session (a response model, not an ORM
+    object).
+    """
+
+    def call() -> T:
+        with request.app.state.sessionmaker() as session:
+            return work(session)
+
+    return await run_in_threadpool(call)
+
+
+async def get_store(request: Request) -> ArtifactStore:
+    """The artifact store (async, like get_settings)."""
     return request.app.state.artifact_store
 
 

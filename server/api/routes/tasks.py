@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Path, Query, status
+from fastapi import APIRouter, Path, Query, Request, status
 from fastapi.responses import FileResponse, Response
+from sqlalchemy.orm import Session
 
 from tunefleet.server import artifact_store, queue
 from tunefleet.server.api.routes import API_PREFIX
 from tunefleet.server.db.models import TaskStatus, TrialStatus
-from tunefleet.server.deps import RedisDep, SessionDep, SettingsDep, StoreDep, UserAuth
+from tunefleet.server.deps import RedisDep, SessionDep, SettingsDep, StoreDep, UserAuth, in_session
 from tunefleet.server.schemas.artifacts import ArtifactHeaderOut
 from tunefleet.server.schemas.common import Page
 from tunefleet.server.schemas.tasks import BestOut, TaskCreate, TaskOut, TrialOut
@@ -36,8 +37,8 @@ def submit_task(
 
 
 @router.get("", response_model=Page[TaskOut])
-def list_tasks(
-    session: SessionDep,
+async def list_tasks(
+    request: Request,
     status: TaskStatus | None = None,
     op: str | None = None,
     device_key: str | None = None,
@@ -45,18 +46,22 @@ def list_tasks(
     offset: Offset = 0,
 ) -> Page[TaskOut]:
     """Tasks, newest first, filtered by status, operator and device key."""
-    items, total = tasks.list_tasks(
-        session, status=status, op=op, device_key=device_key, limit=limit, offset=offset
-    )
-    return Page[TaskOut](
-        items=[TaskOut.model_validate(t) for t in items], total=total, limit=limit, offset=offset
-    )
+
+    def page(session: Session) -> Page[TaskOut]:
+        items, total = tasks.list_tasks(
+            session, status=status, op=op, device_key=device_key, limit=limit, offset=offset
+        )
+        return Page[TaskOut](
+            items=[TaskOut.model_validate(t) for t in items], total=total, limit=limit, offset=offset
+        )
+
+    return await in_session(request, page)
 
 
 @router.get("/{task_id}", response_model=TaskOut)
-def get_task(task_id: TaskId, session: SessionDep) -> TaskOut:
+async def get_task(task_id: TaskId, request: Request) -> TaskOut:
     """One task with its progress."""
-    return TaskOut.model_validate(tasks.get(session, task_id))
+    return await in_session(request, lambda session: TaskOut.model_validate(tasks.get(session, task_id)))
 
 
 @router.get("/{task_id}/trials", response_model=Page[TrialOut])

@@ -6,13 +6,14 @@ from typing import Annotated
 
 import anyio
 from fastapi import APIRouter, Path, Query, Request, status
+from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from tunefleet.server import queue
 from tunefleet.server.api.routes import API_PREFIX
 from tunefleet.server.db import utcnow
 from tunefleet.server.db.models import Worker
-from tunefleet.server.deps import RedisDep, SessionDep, SettingsDep, StoreDep, WorkerAuth
+from tunefleet.server.deps import RedisDep, SessionDep, SettingsDep, StoreDep, WorkerAuth, in_session
 from tunefleet.server.schemas.artifacts import ArtifactOut
 from tunefleet.server.schemas.common import Page
 from tunefleet.server.schemas.workers import WorkerHeartbeat, WorkerOut, WorkerRegister
@@ -30,21 +31,25 @@ def _out(worker: Worker, lost_after_s: float) -> WorkerOut:
 
 
 @router.get("", response_model=Page[WorkerOut])
-def list_workers(
-    session: SessionDep,
+async def list_workers(
+    request: Request,
     settings: SettingsDep,
     device_key: str | None = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
     offset: Annotated[int, Query(ge=0)] = 0,
 ) -> Page[WorkerOut]:
     """Every worker with its host facts, state and last heartbeat."""
-    items, total = workers.list_workers(session, device_key=device_key, limit=limit, offset=offset)
-    return Page[WorkerOut](
-        items=[_out(w, settings.worker_lost_after_s) for w in items],
-        total=total,
-        limit=limit,
-        offset=offset,
-    )
+
+    def page(session: Session) -> Page[WorkerOut]:
+        items, total = workers.list_workers(session, device_key=device_key, limit=limit, offset=offset)
+        return Page[WorkerOut](
+            items=[_out(w, settings.worker_lost_after_s) for w in items],
+            total=total,
+            limit=limit,
+            offset=offset,
+        )
+
+    return await in_session(request, page)
 
 
 @router.post("/register", response_model=WorkerOut)
