@@ -78,12 +78,18 @@ def load_square(so):
     return fn
 
 
-def test_build_and_cache_hit_does_not_recompile(tmp_path, monkeypatch):
+def logging_compiler(tmp_path, monkeypatch):
+    """($CC's log, $CC): a gcc wrapper set as CC that appends each command line to the log."""
     log = tmp_path / "cc.log"
     wrapper = tmp_path / "cc-wrapper"
     wrapper.write_text(f'#!/bin/sh\necho "$@" >> {log}\nexec gcc "$@"\n')
     wrapper.chmod(0o755)
     monkeypatch.setenv("CC", str(wrapper))
+    return log, wrapper
+
+
+def test_build_and_cache_hit_does_not_recompile(tmp_path, monkeypatch):
+    log, wrapper = logging_compiler(tmp_path, monkeypatch)
     first = compile_shared([SQUARE], TARGET, name="square")
     compiles = [line for line in log.read_text().splitlines() if "-shared" in line]
     assert len(compiles) == 1 and load_square(first)(7) == 49
@@ -115,11 +121,7 @@ def runtime_objects(tmp_path):
 
 
 def test_runtime_object_is_compiled_once_and_linked_into_every_library(tmp_path, monkeypatch):
-    log = tmp_path / "cc.log"
-    wrapper = tmp_path / "cc-wrapper"
-    wrapper.write_text(f'#!/bin/sh\necho "$@" >> {log}\nexec gcc "$@"\n')
-    wrapper.chmod(0o755)
-    monkeypatch.setenv("CC", str(wrapper))
+    log, _ = logging_compiler(tmp_path, monkeypatch)
     square = compile_shared([SQUARE], TARGET, name="square")
     micro = compile_shared([USES_MICRO], TARGET, name="uses_micro", extra_sources=[MICRO])
     [runtime] = runtime_objects(tmp_path)

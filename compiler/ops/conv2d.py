@@ -33,7 +33,7 @@ import numpy as np
 from .. import te
 from ..schedule import create_schedule
 from . import matmul as gemm
-from .common import knob_choices, pack_blocked
+from .common import knob_choices
 from .conv_common import (check_conv, conv_args, conv_flop, finish, load_or_zero, np_conv2d_nchw, np_finish,
                           out_size)
 from .registry import ArgDef, OpDef, WorkloadError, register
@@ -245,16 +245,8 @@ def pointwise_template(cfg, workload, target):
     data = te.placeholder((N, CI, Q), dt, "data")
     weight = te.placeholder((CO, CI), dt, "weight")
     bias = te.placeholder((CO,), dt, "bias") if a["bias"] else None
-    mr, nr = cfg["mr"].val, cfg["nr"].val
-    packs = []
-    bp = ap = None
-    if cfg["pack_b"].val:
-        bp = pack_blocked(data, 2, nr, "data_packed", min(cfg["bn"].val, -(-Q // nr)))
-        packs.append(bp)
-    if cfg["pack_a"].val:
-        ap = pack_blocked(weight, 0, mr, "weight_packed", min(cfg["bm"].val, -(-CO // mr)))
-        packs.append(ap)
-    prod, _ = gemm.matmul_expr(weight, data, None, "none", b_panel=bp, nr=nr, a_panel=ap, mr=mr,
+    ap, bp, packs = gemm.packed_panels(cfg, weight, data)
+    prod, _ = gemm.matmul_expr(weight, data, None, "none", b_panel=bp, nr=cfg["nr"].val, a_panel=ap, mr=cfg["mr"].val,
                                name="out_acc" if bias is not None or a["epilogue"] != "none" else "out")
     out = prod
     if prod.name == "out_acc":

@@ -228,6 +228,19 @@ def micro_kernel_template(cfg, workload, target):
     return sch, [A, B, *([bias] if bias is not None else []), out]
 
 
+def packed_panels(cfg, A: te.Tensor, B: te.Tensor) -> tuple[te.Tensor | None, te.Tensor | None, list[te.Tensor]]:
+    """(A panels, B panels, the packing stages) that the knobs pack_a / pack_b ask for, for
+    A [M, K] and B [*batch, K, N]: pack_blocked along M by mr and along N by nr, the panel
+    counts padded to whole blocks of bm / bn (so edge tiles read zeros, not out of bounds);
+    None for an operand read in place. Packed panels are named `<operand>_packed`."""
+    M, N = A.shape[0], B.shape[-1]
+    mr, nr = cfg["mr"].val, cfg["nr"].val
+    ap = pack_blocked(A, 0, mr, f"{A.name}_packed", min(cfg["bm"].val, -(-M // mr))) if cfg["pack_a"].val else None
+    bp = (pack_blocked(B, len(B.shape) - 1, nr, f"{B.name}_packed", min(cfg["bn"].val, -(-N // nr)))
+          if cfg["pack_b"].val else None)
+    return ap, bp, [p for p in (bp, ap) if p is not None]
+
+
 def cpu_template(cfg, workload, target):
     a = workload.args
     if a["micro_kernel"] is not None:
@@ -237,16 +250,8 @@ def cpu_template(cfg, workload, target):
     define_gemm_knobs(cfg, M, N, K, lanes)
     cfg.add_flop(flop(a))
     A, B, bias = _inputs(a)
-    mr, nr = cfg["mr"].val, cfg["nr"].val
-    packs = []
-    bp = ap = None
-    if cfg["pack_b"].val:
-        bp = pack_blocked(B, 1, nr, "B_packed", min(cfg["bn"].val, -(-N // nr)))
-        packs.append(bp)
-    if cfg["pack_a"].val:
-        ap = pack_blocked(A, 0, mr, "A_packed", min(cfg["bm"].val, -(-M // mr)))
-        packs.append(ap)
-    prod, out = matmul_expr(A, B, bias, a["epilogue"], b_panel=bp, nr=nr, a_panel=ap, mr=mr)
+    ap, bp, packs = packed_panels(cfg, A, B)
+    prod, out = matmul_expr(A, B, bias, a["epilogue"], b_panel=bp, nr=cfg["nr"].val, a_panel=ap, mr=cfg["mr"].val)
     sch = create_schedule(out)
     schedule_gemm(sch, cfg, prod, out, packs, K)
     return sch, [A, B, *([bias] if bias is not None else []), out]
