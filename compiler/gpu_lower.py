@@ -233,6 +233,28 @@ def double_buffered_buffers(sch: Schedule, lowering: _Lowering) -> set[int]:
             if st.double_buffered and id(st.tensor) in lowering.buffers}
 
 
+def _staging_slots(s: Stmt, used: dict[int, int], slots: dict[int, int]) -> dict[int, int]:
+    """Give each Store of copy `s` its first register (`slots`, by id of the Store) in the staging
+    array of its buffer, after `used` ({id of a buffer: registers taken}); returns the registers
+    taken after `s`. The two branches of a condition (e.g. a vector edge and its guarded scalar
+    version) run one or the other, so they share registers."""
+    if isinstance(s, Store):
+        b = id(s.buffer)
+        slots[id(s)] = used.get(b, 0)
+        return {**used, b: slots[id(s)] + lanes_of(s.index)}
+    if isinstance(s, Seq):
+        for x in s.stmts:
+            used = _staging_slots(x, used, slots)
+        return used
+    if isinstance(s, IfThenElse):
+        a = _staging_slots(s.then, used, slots)
+        b = _staging_slots(s.otherwise, used, slots) if s.otherwise is not None else used
+        return {k: max(a.get(k, 0), b.get(k, 0)) for k in a.keys() | b.keys()}
+    if isinstance(s, (For, Allocate)):
+        return _staging_slots(s.body, used, slots)
+    return used
+
+
 def double_buffer(s: Stmt, shared: list[Buffer], ids: set[int]) -> tuple[Stmt, list[Buffer]]:
     """Double-buffer the shared-memory buffers `ids` (ids of Buffers) at their serial loop (step 5).
 
@@ -273,12 +295,9 @@ def double_buffer(s: Stmt, shared: list[Buffer], ids: set[int]) -> tuple[Stmt, l
             return None
         k = n.var
         slots: dict[int, int] = {}
-        staging: dict[int, Buffer] = {}
-        for st in written:
-            used = sum(lanes_of(x.index) for x in written if x.buffer is st.buffer and id(x) in slots)
-            slots[id(st)] = used
-            staging[id(st.buffer)] = Buffer(f"{st.buffer.name}_next", (used + lanes_of(st.index),), st.buffer.dtype,
-                                            "local")
+        words = _staging_slots(copies, {}, slots)
+        staging = {id(st.buffer): Buffer(f"{st.buffer.name}_next", (words[id(st.buffer)],), st.buffer.dtype, "local")
+                   for st in written}
 
         def register(st: Store) -> tuple[Buffer, Expr]:
             lanes = lanes_of(st.index)

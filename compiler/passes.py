@@ -130,11 +130,17 @@ def vectorize(s: Stmt, lanes: int) -> Stmt:
     """Turn 'vectorized' loops into Ramp/Broadcast vector statements, `lanes` float32 lanes per vector.
 
     A loop whose extent is a multiple of the vector width becomes one vector statement per
-    chunk; a power-of-two extent below it uses a narrower vector. Loops that cannot be
-    vectorized (inner loops, lane-dependent conditions, reductions across lanes) become
-    'ivdep' loops that GCC's auto-vectorizer may still handle.
+    chunk; a power-of-two extent below it uses a narrower vector. A loop whose guards depend
+    on its lanes (the edge of a tile that may straddle the end of a tensor) is versioned when
+    each guard is linear in the loop variable: `if (every lane passes) <vector statements>
+    else <the guarded loop>`, the check being each guard at its worst lane. Loops that cannot
+    be vectorized (inner loops, other lane-dependent conditions, reductions across lanes)
+    become 'ivdep' loops that GCC's auto-vectorizer may still handle.
     """
     simp = Simplifier(loop_ranges(s))
+
+    def vector(n: For, body: Stmt, w: int) -> Stmt:
+        return seq(_Vectorizer(n.var, w, c * w, simp).stmt(body) for c in range(n.extent // w))
 
     def fs(n):
         if not (isinstance(n, For) and n.kind == "vectorized"):
@@ -147,12 +153,69 @@ def vectorize(s: Stmt, lanes: int) -> Stmt:
             w = n.extent
         else:
             return For(n.var, n.extent, "ivdep", n.body)
+        scalar = For(n.var, n.extent, "ivdep", n.body)
         try:
-            return seq(_Vectorizer(n.var, w, c * w, simp).stmt(n.body) for c in range(n.extent // w))
+            return vector(n, n.body, w)
         except _NotVectorizable:
-            return For(n.var, n.extent, "ivdep", n.body)
+            pass
+        versioned = _without_lane_guards(n, simp)
+        if versioned is None:
+            return scalar
+        every_lane, body = versioned
+        try:
+            return IfThenElse(every_lane, vector(n, body, w), scalar)
+        except _NotVectorizable:
+            return scalar
 
     return map_stmt(s, lambda e: e, fs)
+
+
+_COMPARE = {"lt": -1, "le": -1, "gt": 1, "ge": 1}  # sign of (a - b) the comparison asks for
+
+
+def _without_lane_guards(n: For, simp: Simplifier) -> tuple[Expr, Stmt] | None:
+    """(condition that every lane of loop `n` passes every guard of its body that depends on
+    the loop variable, the body without those guards), or None when a guard is not a
+    conjunction of comparisons linear in the variable (or has an else branch)."""
+    worst: list[Expr] = []
+
+    def atoms(cond: Expr) -> list[Expr] | None:
+        if isinstance(cond, BinOp) and cond.op == "and":
+            a, b = atoms(cond.a), atoms(cond.b)
+            return None if a is None or b is None else a + b
+        if not (isinstance(cond, BinOp) and cond.op in _COMPARE):
+            return None
+        entry = simp.lin(BinOp("sub", cond.a, cond.b)).terms.get(n.var)
+        coef = entry[0] if entry is not None else 0
+        if _depends(cond, n.var) and (entry is None or any(
+                _depends(t, n.var) for k, (c, t) in simp.lin(BinOp("sub", cond.a, cond.b)).terms.items()
+                if k is not n.var)):
+            return None
+        # a - b moves with the variable by `coef`: the lane at which the comparison is hardest
+        lane = n.extent - 1 if coef * _COMPARE[cond.op] < 0 else 0
+        return [simp.simplify(substitute(cond, {n.var: Const(lane, "int64")}))]
+
+    def strip(st: Stmt) -> Stmt | None:
+        if isinstance(st, IfThenElse) and _depends(st.cond, n.var):
+            found = atoms(st.cond)
+            if found is None or st.otherwise is not None:
+                raise _NotVectorizable
+            worst.extend(found)
+            return strip(st.then) or st.then
+        if isinstance(st, Seq):
+            return seq(strip(x) or x for x in st.stmts)
+        if isinstance(st, IfThenElse):
+            return IfThenElse(st.cond, strip(st.then) or st.then,
+                              (strip(st.otherwise) or st.otherwise) if st.otherwise is not None else None)
+        return None
+
+    try:
+        body = strip(n.body) or n.body
+    except _NotVectorizable:
+        return None
+    if not worst:
+        return None
+    return all_of(*worst), body
 
 
 # --------------------------------------------------------------------------- loop partitioning

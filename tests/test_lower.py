@@ -176,3 +176,26 @@ def test_a_register_tile_reading_padded_panels_computes_whole_vectors():
     inputs = ops.random_inputs(w.tensors(), RNG)
     (out,) = built.run(*inputs)
     np.testing.assert_allclose(out, w.reference(*inputs)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_a_vector_loop_guarded_lane_by_lane_is_versioned():
+    """A tile of C straddling N's edge (blocks of 1024 columns over N = 3136, inside a fused
+    parallel loop the partitioner cannot split): its write-back checks the last lane once and
+    stores whole vectors, keeping the lane-by-lane guarded loop for the edge itself."""
+    from tunefleet.compiler import ops
+    from tunefleet.compiler.driver import build_workload
+    from tunefleet.compiler.ir import Store, lanes_of
+
+    w = ops.make_workload("matmul", {"M": 20, "N": 3136, "K": 8, "bias": True, "epilogue": "relu"})
+    knobs = {**ops.default_config(w, TARGET).to_json()["knobs"], "mr": 4, "nr": 64, "bm": 2, "bn": 16,
+             "parallel": "fused", "pack_b": True}
+    built = build_workload(w, ops.config_space(w, TARGET).from_json({"knobs": knobs}), TARGET)
+    versions = [n for n in walk_stmt(built.func.body) if isinstance(n, IfThenElse) and n.otherwise is not None
+                and any(isinstance(x, Store) and x.buffer.name == "C" for x in walk_stmt(n.then))]
+    assert versions
+    for v in versions:
+        assert all(lanes_of(x.index) > 1 for x in walk_stmt(v.then) if isinstance(x, Store))
+        assert isinstance(v.otherwise, For) and v.otherwise.kind == "ivdep"
+    inputs = ops.random_inputs(w.tensors(), RNG)
+    (out,) = built.run(*inputs)
+    np.testing.assert_allclose(out, w.reference(*inputs)[0], rtol=1e-4, atol=1e-4)
