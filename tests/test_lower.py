@@ -199,3 +199,16 @@ def test_a_vector_loop_guarded_lane_by_lane_is_versioned():
     inputs = ops.random_inputs(w.tensors(), RNG)
     (out,) = built.run(*inputs)
     np.testing.assert_allclose(out, w.reference(*inputs)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_scalar_float_max_is_inline_like_the_vector_one():
+    """relu on a scalar path (an NCHWc write-back, a tail) is `a > b ? a : b` inline, as the
+    vector helper computes it, not libm's fmaxf: without -ffast-math that is a call per element."""
+    A = te.placeholder((37,), name="A")
+    B = te.compute((37,), lambda i: te.max(A[i], 0.0) + te.min(A[i], 0.5), name="B")
+    s = create_schedule(B)
+    built = build(s, [A, B], TARGET, "relu_scalar")
+    assert "tf_maxf(" in built.source and "tf_minf(" in built.source and "fmaxf(" not in built.source
+    a = rand(37)
+    (b,) = built.run(a)
+    np.testing.assert_allclose(b, np.maximum(a, 0) + np.minimum(a, 0.5), rtol=1e-6)

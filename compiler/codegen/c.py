@@ -80,6 +80,12 @@ PRELUDE = """\
 
 static inline int64_t tf_floordiv(int64_t a, int64_t b) { int64_t q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
 static inline int64_t tf_floormod(int64_t a, int64_t b) { int64_t r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+/* Float max/min as the vector helpers compute them (one maxss/minss; libm's fmaxf is an
+   out-of-line call without -ffast-math, e.g. per element of a relu write-back). */
+static inline float tf_maxf(float a, float b) { return a > b ? a : b; }
+static inline float tf_minf(float a, float b) { return a < b ? a : b; }
+static inline double tf_max(double a, double b) { return a > b ? a : b; }
+static inline double tf_min(double a, double b) { return a < b ? a : b; }
 """
 
 
@@ -197,8 +203,7 @@ class CGenerator:
                 self.vec_types.add((e.dtype, lanes))
                 return f"tf_v{e.op}_{vec_type(e.dtype, lanes)}({a}, {b})"
             if dtype_of(e.dtype).kind == "float":
-                f = "fmin" if e.op == "min" else "fmax"
-                return f"{f}{'f' if e.dtype == 'float32' else ''}({a}, {b})"
+                return f"tf_{e.op}{'f' if e.dtype == 'float32' else ''}({a}, {b})"
             return f"(({a}) {'<' if e.op == 'min' else '>'} ({b}) ? ({a}) : ({b}))"
         if e.op in ("floordiv", "floormod"):
             if dtype_of(e.dtype).kind == "float":
