@@ -87,28 +87,25 @@ def _time_events(run, sync_mod, event_mod, *, repeat: int = 10, min_ms: float = 
     for _ in range(3):
         run()
     sync_mod.synchronize()
-    number = 1
-    while True:
+
+    def batch_ms(number: int) -> float:
         start, stop = event_mod.Event(), event_mod.Event()
         start.record()
         for _ in range(number):
             run()
         stop.record()
         stop.synchronize()
-        ms = start.elapsed_time(stop) if hasattr(start, "elapsed_time") else event_mod.get_elapsed_time(start, stop)
+        return start.elapsed_time(stop) if hasattr(start, "elapsed_time") else event_mod.get_elapsed_time(start, stop)
+
+    number = 1
+    while True:
+        ms = batch_ms(number)
         if ms >= min_ms or number >= 1 << 20:
             break
         number = max(number * 2, int(number * 1.2 * min_ms / max(ms, 1e-3)))
     best = ms / number
     for _ in range(repeat - 1):
-        start, stop = event_mod.Event(), event_mod.Event()
-        start.record()
-        for _ in range(number):
-            run()
-        stop.record()
-        stop.synchronize()
-        ms = start.elapsed_time(stop) if hasattr(start, "elapsed_time") else event_mod.get_elapsed_time(start, stop)
-        best = min(best, ms / number)
+        best = min(best, batch_ms(number) / number)
     return best / 1e3
 
 

@@ -22,7 +22,6 @@ with "InvalidConfig:"; :func:`is_invalid_config` recognizes it.
 
 from __future__ import annotations
 
-import os
 from multiprocessing.connection import Connection
 
 import numpy as np
@@ -31,9 +30,8 @@ from tunefleet.compiler import ops
 from tunefleet.compiler.cuda_device import clocks as read_clocks
 from tunefleet.compiler.gpu_kernel import GpuKernel, GpuUnavailable
 
-from . import plugins, processes
-from .measure import MeasureProtocol, MeasureResult
-from .measure_child import TOLERANCE, relative_error
+from .measure import MeasureResult
+from .measure_child import job_workload, outputs_error, redirect_output
 from .runner import LocalMeasurer
 
 __all__ = ["GpuMeasurer", "gpu_child_main", "gpu_device_key", "is_invalid_config", "measurer_for"]
@@ -45,17 +43,7 @@ def is_invalid_config(result: MeasureResult) -> bool:
 
 
 def _check(kernel: GpuKernel, workload: ops.Workload, inputs: list[np.ndarray]) -> str:
-    outputs = kernel.run(*inputs)
-    refs = workload.reference(*inputs)
-    for spec, out, ref in zip([a for a in kernel.args if a.is_output], outputs, refs):
-        err = relative_error(out, np.asarray(ref))
-        tol = TOLERANCE[spec.dtype]
-        if not err <= tol:
-            unwritten = int(np.isnan(out).sum() - np.isnan(np.asarray(ref)).sum())
-            what = f"{unwritten} of {out.size} elements never written (still NaN)" if unwritten > 0 else \
-                f"max relative error {err:.3g} > tolerance {tol:g}"
-            return f"output {spec.name!r}: {what}"
-    return ""
+    return outputs_error(kernel.args, kernel.run(*inputs), workload.reference(*inputs))
 
 
 def _clocks() -> dict | None:
@@ -73,14 +61,9 @@ def gpu_child_main(conn: Connection, job: dict) -> None:
 
     Messages: ("started",), ("ready",) then waits for "go", then ("result", status, costs,
     error, clocks) — clocks a dict or None."""
-    processes.adopt(job["state"], job["cpus"])
-    log = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
+    redirect_output(job)
     try:
-        plugins.load_plugins(tuple(job["plugins"]))
-        protocol = MeasureProtocol.from_json(job["protocol"])
-        workload = ops.Workload.from_json(job["workload"])
+        protocol, workload = job_workload(job)
         kernel = GpuKernel(job["so_path"], {"name": job["name"], "args": job["args"]})
         kernel.ensure_device()
         conn.send(("started",))

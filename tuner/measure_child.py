@@ -57,30 +57,47 @@ def _check(kernel: Kernel, workload: ops.Workload) -> tuple[str, list[np.ndarray
     inputs = ops.random_inputs(workload.tensors(), np.random.default_rng())
     outputs = [np.full(a.shape, np.nan, a.dtype) for a in kernel.args if a.is_output]
     kernel(*inputs, out=outputs)
-    refs = workload.reference(*inputs)
-    for spec, out, ref in zip([a for a in kernel.args if a.is_output], outputs, refs):
-        err = relative_error(out, np.asarray(ref))
+    wrong = outputs_error(kernel.args, outputs, workload.reference(*inputs))
+    return wrong, ([] if wrong else [*inputs, *outputs])
+
+
+def outputs_error(args, outputs: list[np.ndarray], refs) -> str:
+    """"" when every output is within TOLERANCE of its reference, else the wrong-answer text of the
+    first that is not: how many elements were never written (outputs start as NaN), or the error.
+    ``args``: the kernel's ArgSpecs (the outputs are those with ``is_output``)."""
+    for spec, out, ref in zip([a for a in args if a.is_output], outputs, refs):
+        ref = np.asarray(ref)
+        err = relative_error(out, ref)
         tol = TOLERANCE[spec.dtype]
         if not err <= tol:
             unwritten = int(np.isnan(out).sum() - np.isnan(ref).sum())
             what = f"{unwritten} of {out.size} elements never written (still NaN)" if unwritten > 0 else \
                 f"max relative error {err:.3g} > tolerance {tol:g}"
-            return f"output {spec.name!r}: {what}", []
-    return "", [*inputs, *outputs]
+            return f"output {spec.name!r}: {what}"
+    return ""
+
+
+def redirect_output(job: dict) -> None:
+    """Adopt the parent's process state and the job's CPUs; stdout and stderr go to the job's log."""
+    processes.adopt(job["state"], job["cpus"])
+    log = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+
+
+def job_workload(job: dict) -> tuple[MeasureProtocol, ops.Workload]:
+    """Load the job's operator plugins; its protocol and workload."""
+    plugins.load_plugins(tuple(job["plugins"]))
+    return MeasureProtocol.from_json(job["protocol"]), ops.Workload.from_json(job["workload"])
 
 
 def child_main(conn: Connection, job: dict) -> None:
     """Measure one candidate. ``job``: state (``processes.parent_state()``), cpus, log (path), plugins, workload (JSON),
     name, so_path, args (ArgSpec dicts), protocol (MeasureProtocol JSON)."""
-    processes.adopt(job["state"], job["cpus"])
+    redirect_output(job)
     os.environ["TUNEFLEET_NUM_THREADS"] = str(len(job["cpus"]))
-    log = os.open(job["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
     try:
-        plugins.load_plugins(tuple(job["plugins"]))
-        protocol = MeasureProtocol.from_json(job["protocol"])
-        workload = ops.Workload.from_json(job["workload"])
+        protocol, workload = job_workload(job)
         kernel = Kernel(job["so_path"], {"name": job["name"], "args": job["args"]})
         conn.send(("started",))
         if protocol.check_correctness:
