@@ -260,3 +260,29 @@ def wait_status(service: Service, task_id: int, statuses: set[str], timeout_s: f
         return task if task["status"] in statuses else None
 
     return wait_for(reached, timeout_s, f"task {task_id} to become one of {sorted(statuses)}", poll_s=0.2)
+
+
+def running(pid: int) -> bool:
+    """Whether process `pid` exists and has not ended (a zombie that nobody reaped has)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def unparented(pids: list[int]) -> list[str]:
+    """Those of `pids` that still run although their parent is gone (reparented to PID 1 or a
+    subreaper that is not in `pids`' tree), as "pid: command line" for a message."""
+    out = []
+    for pid in pids:
+        if not running(pid):
+            continue
+        try:
+            ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid not in pids:
+            out.append(f"{pid} (parent {ppid}): {cmdline.strip()}")
+    return out

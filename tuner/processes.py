@@ -5,7 +5,9 @@ server, which imports numpy and the compiler once (:data:`PRELOAD`), so a fresh
 process per candidate costs milliseconds instead of a Python start-up. Each new
 process then takes the environment and ``sys.path`` its parent has *now*
 (:func:`adopt`), as a spawned process would, not the fork server's from when it
-started.
+started, and dies with the fork server (:func:`~.lifeline.die_with_parent`), which itself
+ends when the process that uses it ends: no builder or measurement process outlives its
+worker, however the worker dies.
 
 :class:`CpuGate` keeps builds off the CPUs a candidate is being timed on.
 """
@@ -19,14 +21,15 @@ import signal
 import sys
 from collections.abc import Iterator
 
-from . import plugins
+from . import lifeline, plugins
 
 __all__ = ["PRELOAD", "context", "parent_state", "adopt", "init_worker", "CpuGate"]
 
-#: Modules the fork server imports once for all the processes it forks. "__main__" is the
+#: Modules the fork server imports once for all the processes it forks; the first ties the fork
+#: server's life to its owner's. "__main__" is the
 #: parent's main module, imported once there instead of in every child (multiprocessing's
 #: rule holds: a main script must guard its work with ``if __name__ == "__main__":``).
-PRELOAD = ["__main__", "numpy", "tunefleet.compiler.ops", "tunefleet.compiler.driver", "tunefleet.load",
+PRELOAD = ["tunefleet.tuner.forkserver_lifeline", "__main__", "numpy", "tunefleet.compiler.ops", "tunefleet.compiler.driver", "tunefleet.load",
            "tunefleet.tuner.builder", "tunefleet.tuner.measure_child"]
 
 
@@ -38,14 +41,17 @@ def context() -> multiprocessing.context.BaseContext:
 
 
 def parent_state() -> dict:
-    """What :func:`adopt` gives a new process: this process's environment and ``sys.path``."""
-    return {"env": dict(os.environ), "sys_path": list(sys.path)}
+    """What :func:`adopt` gives a new process: this process's environment, ``sys.path`` and pid."""
+    return {"env": dict(os.environ), "sys_path": list(sys.path), "owner": os.getpid()}
 
 
 def adopt(state: dict, cpus: list[int] | None) -> None:
     """In a freshly forked process: take the parent's environment and ``sys.path`` (``state``,
     from :func:`parent_state`), pin to ``cpus`` (if given), and ignore SIGINT, so that a Ctrl-C
-    reaches only the parent, which then stops its children."""
+    reaches only the parent, which then stops its children. The process is killed when the
+    fork server ends (it ends when the process that owns it ends), or at once if that owner
+    is already gone."""
+    lifeline.die_with_parent(signal.SIGKILL, alive=state["owner"])
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.environ.clear()
     os.environ.update(state["env"])

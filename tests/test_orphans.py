@@ -1,0 +1,70 @@
+"""No orphans: the builder pool, the fork server and the measurement child of a measurer
+die with the process that owns them when it is killed with SIGKILL (no clean-up of any
+kind runs), instead of being reparented and left running."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from service_helpers import descendants, running, wait_for
+
+pytestmark = pytest.mark.timeout(120)
+
+TESTS = Path(__file__).parent
+
+#: A process that measures a candidate that never ends, on a measurer of two builders.
+HANGING_MEASUREMENT = textwrap.dedent(f"""
+    import sys
+    sys.path.insert(0, {str(TESTS)!r})
+    from test_runner import faulty
+    from tunefleet.tuner.measure import MeasureProtocol
+    from tunefleet.tuner.runner import LocalMeasurer
+
+    if __name__ == "__main__":
+        with LocalMeasurer(plugin_modules=("helpers_ops",), n_parallel=2) as measurer:
+            measurer.measure_batch([faulty("hang")], MeasureProtocol(repeat=1, timeout_s=600))
+""")
+
+
+def test_measurer_helpers_die_with_a_killed_owner(tmp_path: Path) -> None:
+    script = tmp_path / "owner.py"
+    script.write_text(HANGING_MEASUREMENT)
+    owner = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path)
+    try:
+        def measuring() -> list[int]:
+            assert owner.poll() is None, f"the owner exited with {owner.returncode}"
+            below = descendants(owner.pid)
+            # fork server, 2 builders, the measurement child (plus multiprocessing's resource
+            # tracker, which ends by itself once every process holding its pipe is gone)
+            children = [p for p in below if "hang" in _cmdline(p) or _is_measuring(p)]
+            return below if len(below) >= 4 and children else []
+
+        helpers = wait_for(measuring, 90, "the measurement child to run the hanging candidate", poll_s=0.2)
+        owner.send_signal(signal.SIGKILL)
+        owner.wait()
+        wait_for(lambda: not [p for p in helpers if running(p)], 30,
+                 f"the owner's helpers to end: still running {[(p, _cmdline(p)) for p in helpers if running(p)]}")
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+            owner.wait()
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _is_measuring(pid: int) -> bool:
+    """Whether process `pid` has the candidate's library loaded (it runs the candidate)."""
+    try:
+        return ".so" in Path(f"/proc/{pid}/maps").read_text() and "faulty" in Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
