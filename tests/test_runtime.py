@@ -2,118 +2,22 @@
 aligned allocation, fork safety and the timer. Real gcc builds, child processes for masks."""
 
 import ctypes
-import json
 import os
-import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
+from runtime_probe import (  # noqa: F401 (build_cache, probe_dir: fixtures)
+    BLOCKS, N, build_cache, build_probe, chunk_of, probe_dir, run_child, run_probe)
 
 import tunefleet
-from tunefleet.compiler.abi import ArgSpec, entry_points_source
-from tunefleet.compiler.artifact import write_artifact
-from tunefleet.compiler.build import compile_shared
-from tunefleet.compiler.target import Target
-
-N, BLOCKS = 4096, 64
-
-# Y = X + 1 over BLOCKS blocks run by tf_parallel_for; each block records the CPU that ran it
-# in CPU[block] and adds 1 through a nested tf_parallel_for (must run inline) and a 64-byte
-# aligned temporary. A negative X[0] is reported as an error.
-PROBE = r"""
-#include "tunefleet_runtime.h"
-#include <sched.h>
-
-typedef struct { const float* x; float* y; int32_t* cpu; int failed; } probe_t;
-
-static void probe_add(int64_t begin, int64_t end, void* p) {
-  probe_t* t = p;
-  for (int64_t i = begin; i < end; ++i) t->y[i] = t->x[i] + 1.0f;
-}
-
-static void probe_block(int64_t begin, int64_t end, void* p) {
-  probe_t* t = p;
-  for (int64_t b = begin; b < end; ++b) {
-    float* tmp = tf_alloc_aligned(64 * sizeof(float));
-    if (tmp == NULL || (uintptr_t)tmp % 64 != 0) t->failed = 1;
-    probe_t block = {t->x + b * 64, tmp, t->cpu, 0};
-    tf_parallel_for(64, probe_add, &block);
-    for (int i = 0; tmp && i < 64; ++i) t->y[b * 64 + i] = tmp[i];
-    tf_free(tmp);
-    t->cpu[b] = sched_getcpu();
-  }
-}
-
-int NAME(const float* restrict X, float* restrict Y, int32_t* restrict CPU) {
-  if (X[0] < 0) {
-    tf_set_error("NAME: X[0] is negative (%g)", X[0]);
-    return 2;
-  }
-  probe_t t = {X, Y, CPU, 0};
-  tf_parallel_for(BLOCKS, probe_block, &t);
-  if (t.failed) {
-    tf_set_error("NAME: tf_alloc_aligned failed or was not 64-byte aligned");
-    return 1;
-  }
-  return 0;
-}
-""".replace("BLOCKS", str(BLOCKS))
-
-ARGS = [ArgSpec("X", (N,), "float32", False), ArgSpec("Y", (N,), "float32", True),
-        ArgSpec("CPU", (BLOCKS,), "int32", True)]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def build_cache(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TUNEFLEET_CACHE_DIR", str(tmp_path_factory.mktemp("build-cache")))
-        yield
-
-
-def build_probe(out_dir, name):
-    source = PROBE.replace("NAME", name)
-    so = compile_shared([entry_points_source(name, ARGS), source], Target.host(), name=name)
-    return write_artifact(out_dir, name=name, source=so.with_suffix(".c").read_text(),
-                          so_path=so, args=ARGS, manifest={"target": str(Target.host())})
-
-
-@pytest.fixture(scope="module")
-def probe_dir(tmp_path_factory):
-    return build_probe(tmp_path_factory.mktemp("probe"), "probe")
-
-
-def chunk_of(block, threads):
-    """The static chunk tf_parallel_for gives `block` of BLOCKS over `threads` threads."""
-    base, rem = divmod(BLOCKS, threads)
-    starts = [i * base + min(i, rem) for i in range(threads)]
-    return max(i for i, s in enumerate(starts) if s <= block)
-
-
-def run_probe(kernel):
-    x = np.arange(N, dtype=np.float32)
-    y, cpus = kernel(x)
-    np.testing.assert_array_equal(y, x + 1)
-    return cpus
-
-
-def run_child(code, *, env=None, taskset=None):
-    """Runs `code` in a child Python; returns (json of its last stdout line, stderr)."""
-    command = [sys.executable, "-c", code]
-    if taskset is not None:
-        command = ["taskset", "-c", taskset, *command]
-    proc = subprocess.run(command, capture_output=True, text=True, timeout=60,
-                          env={**os.environ, **(env or {})})
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.splitlines()[-1]), proc.stderr
 
 
 CHILD = """
 import json, numpy as np, tunefleet
 k = tunefleet.load({path!r})
 before = k.num_threads
-y, cpus = k(np.arange({n}, dtype=np.float32))
+y, cpus, tids = k(np.arange({n}, dtype=np.float32))
 assert (y == np.arange({n}, dtype=np.float32) + 1).all()
 print(json.dumps({{"before": before, "set8": k.set_num_threads(8), "after": k.num_threads}}))
 """
@@ -123,7 +27,7 @@ def test_parallel_for_output_matches_numpy_and_workers_are_pinned(probe_dir):
     kernel = tunefleet.load(probe_dir)
     mask = sorted(os.sched_getaffinity(0))
     assert kernel.num_threads == len(mask)
-    cpus = run_probe(kernel)
+    cpus, _ = run_probe(kernel)
     for block in range(BLOCKS):
         chunk = chunk_of(block, len(mask))
         if chunk > 0:  # worker `chunk` is pinned to the chunk-th CPU of the mask
@@ -134,7 +38,7 @@ def test_single_cpu_mask_gives_one_thread_and_clamps_requests(probe_dir):
     cpu = str(min(os.sched_getaffinity(0)))
     result, stderr = run_child(CHILD.format(path=str(probe_dir), n=N), taskset=cpu)
     assert result == {"before": 1, "set8": 1, "after": 1}
-    assert "asks for 8 threads but the process's CPU affinity mask has 1 CPU(s); using 1" in stderr
+    assert "asks for 8 threads but the calling thread's CPU affinity mask has 1 CPU(s); using 1" in stderr
     assert len(stderr.strip().splitlines()) == 1
 
 

@@ -74,13 +74,16 @@ class Kernel:
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
     def set_num_threads(self, n: int) -> int:
-        """Sets this library's pool size (n <= 0: one per CPU of the affinity mask; clamped
-        to the mask, with a message on stderr). Returns the count in effect."""
+        """Sets this library's requested pool size (n <= 0: one per CPU of the affinity
+        mask) and returns the thread count calls from this thread will use now: n clamped to
+        the calling thread's affinity mask and the cgroup CPU quota, with a message on stderr
+        naming the limit. The request is kept; the pool follows later changes of the mask."""
         return self._lib.tunefleet_set_num_threads(n)
 
     @property
     def num_threads(self) -> int:
-        """Threads this library's parallel loops use."""
+        """Threads this library's parallel loops use when called from this thread now (its
+        current affinity mask and the cgroup CPU quota)."""
         return self._lib.tunefleet_get_num_threads()
 
     def time(self, *arrays, number: int = 1, repeat: int = 5, min_repeat_ms: int = 50,

@@ -2,19 +2,22 @@
  * tunefleet_runtime.c -- thread pool, parallel-for, errors, aligned allocation,
  * DLTensor checks and the timer. See tunefleet_runtime.h for the contract.
  *
- * Thread pool: sized from the affinity mask read at first use; worker i (1..n-1)
- * is pinned to the i-th CPU of that mask, the calling thread runs chunk 0 and is
- * left unpinned. Fork/join: the caller publishes a job by bumping `generation`;
+ * Thread pool: before each parallel loop, sized from the calling thread's affinity
+ * mask and the cgroup CPU quota (min(requested, CPUs of the mask, quota)); worker i
+ * (1..n-1) is pinned to the i-th CPU of that mask, the calling thread runs chunk 0
+ * and is left unpinned. One parallel loop at a time holds the pool (a mutex). Fork/join: the caller publishes a job by bumping `generation`;
  * workers spin (pause instruction) for up to TF_SPIN_NS, then sleep on a futex.
  * Every worker acknowledges every job (those without a chunk at once) by
  * decrementing `remaining`, so no worker can see a job's fields change under it;
  * the caller waits for `remaining` to reach 0 the same way. Workers are started
- * lazily, stopped when the thread count changes, in a forked child the pool is
+ * lazily, restarted when the thread count changes, re-pinned when only the mask
+ * changes; in a forked child the pool is
  * rebuilt from scratch, and the workers are joined when the library is unloaded.
  */
 #include "tunefleet_runtime.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <pthread.h>
@@ -110,14 +113,146 @@ static void tf_wake(uint32_t* word, uint32_t* sleepers) {
   if (__atomic_load_n(sleepers, __ATOMIC_SEQ_CST) != 0) tf_futex_wake_all(word);
 }
 
+/* ------------------------------------------------- the cgroup CPU limit */
+
+/* Reads up to size - 1 bytes of the file at `path` into buf, NUL-terminated; returns the
+ * number of bytes read, or -1 if it cannot be opened or read. */
+static ssize_t tf_read_small_file(const char* path, char* buf, size_t size) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t n = read(fd, buf, size - 1);
+  close(fd);
+  if (n >= 0) buf[n] = '\0';
+  return n;
+}
+
+/* ceil(quota / period) threads for the CPU quota of the cgroup directory `dir` (cgroup v2
+ * `cpu.max` "QUOTA PERIOD" or "max PERIOD"; v1 `cpu.cfs_quota_us` (-1: none) and
+ * `cpu.cfs_period_us`), or INT_MAX where it sets none or has no such file. */
+static int tf_cgroup_dir_limit(const char* dir, int v2) {
+  char path[PATH_MAX + 32], text[64];
+  long long quota = -1, period = 0;
+  if (v2) {
+    snprintf(path, sizeof path, "%s/cpu.max", dir);
+    if (tf_read_small_file(path, text, sizeof text) <= 0 ||
+        sscanf(text, "%lld %lld", &quota, &period) != 2)
+      return INT_MAX; /* also "max ..." (no quota): sscanf stops at "max" */
+  } else {
+    snprintf(path, sizeof path, "%s/cpu.cfs_quota_us", dir);
+    if (tf_read_small_file(path, text, sizeof text) <= 0 || sscanf(text, "%lld", &quota) != 1)
+      return INT_MAX;
+    snprintf(path, sizeof path, "%s/cpu.cfs_period_us", dir);
+    if (tf_read_small_file(path, text, sizeof text) <= 0 || sscanf(text, "%lld", &period) != 1)
+      return INT_MAX;
+  }
+  if (quota <= 0 || period <= 0) return INT_MAX;
+  long long threads = (quota + period - 1) / period;
+  return threads < INT_MAX ? (int)threads : INT_MAX;
+}
+
+/* Whether `token` is one of the comma-separated words of `list` (up to a space or the end). */
+static int tf_has_token(const char* list, const char* token) {
+  size_t len = strlen(token);
+  for (const char* p = list; *p != '\0' && *p != ' ' && *p != '\n';) {
+    size_t word = strcspn(p, ", \n");
+    if (word == len && strncmp(p, token, len) == 0) return 1;
+    p += word + (p[word] == ',');
+  }
+  return 0;
+}
+
+/* The tightest CPU quota on the path from the cgroup directory (mount point + the part of
+ * `cgroup_path` below the mount's root) up to the mount point, as a thread count (INT_MAX:
+ * none). The quotas of all ancestors apply, so every level is read. */
+static int tf_cgroup_path_limit(const char* mount, const char* root, const char* cgroup_path,
+                                int v2) {
+  char dir[PATH_MAX];
+  size_t root_len = strcmp(root, "/") == 0 ? 0 : strlen(root);
+  const char* below = cgroup_path;
+  if (root_len > 0 && strncmp(cgroup_path, root, root_len) == 0 &&
+      (cgroup_path[root_len] == '/' || cgroup_path[root_len] == '\0'))
+    below += root_len;
+  else if (root_len > 0)
+    below = ""; /* the process's cgroup lies outside what is mounted: read the mount's root */
+  if (strcmp(below, "/") == 0) below = "";
+  if ((size_t)snprintf(dir, sizeof dir, "%s%s", mount, below) >= sizeof dir) return INT_MAX;
+  size_t mount_len = strlen(mount);
+  int limit = INT_MAX;
+  for (;;) {
+    int level = tf_cgroup_dir_limit(dir, v2);
+    if (level < limit) limit = level;
+    char* slash = strrchr(dir, '/');
+    if (slash == NULL || (size_t)(slash - dir) < mount_len) break;
+    *slash = '\0';
+  }
+  return limit;
+}
+
+/* The number of threads the process's cgroup CPU quota lets run at once: ceil(quota /
+ * period), the tightest over cgroup v2 `cpu.max` and v1 `cpu.cfs_quota_us` of the process's
+ * cgroup and its ancestors; INT_MAX where none is set or none can be read. Costs a few
+ * open/read/close calls (/proc/self/cgroup, /proc/self/mountinfo, the quota files). */
+static int tf_cgroup_cpu_limit(void) {
+  char cgroups[8192], v2_path[PATH_MAX] = "", v1_path[PATH_MAX] = "";
+  if (tf_read_small_file("/proc/self/cgroup", cgroups, sizeof cgroups) <= 0) return INT_MAX;
+  char* save = NULL;
+  for (char* line = strtok_r(cgroups, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+    char* controllers = strchr(line, ':');
+    char* path = controllers ? strchr(controllers + 1, ':') : NULL;
+    if (path == NULL) continue;
+    *path++ = '\0';
+    ++controllers;
+    if (strcmp(line, "0") == 0 && *controllers == '\0')
+      snprintf(v2_path, sizeof v2_path, "%s", path);
+    else if (tf_has_token(controllers, "cpu"))
+      snprintf(v1_path, sizeof v1_path, "%s", path);
+  }
+  FILE* mounts = fopen("/proc/self/mountinfo", "re");
+  if (mounts == NULL) return INT_MAX;
+  int limit = INT_MAX;
+  char line[4096], root[PATH_MAX], mount[PATH_MAX];
+  while (fgets(line, sizeof line, mounts) != NULL) {
+    /* "ID PARENT MAJ:MIN ROOT MOUNT_POINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER_OPTIONS" */
+    const char* tail = strstr(line, " - ");
+    char fstype[32], super_options[512];
+    if (tail == NULL || sscanf(line, "%*s %*s %*s %4095s %4095s", root, mount) != 2 ||
+        sscanf(tail, " - %31s %*s %511s", fstype, super_options) != 2)
+      continue;
+    int level = INT_MAX;
+    if (strcmp(fstype, "cgroup2") == 0 && v2_path[0] != '\0')
+      level = tf_cgroup_path_limit(mount, root, v2_path, 1);
+    else if (strcmp(fstype, "cgroup") == 0 && v1_path[0] != '\0' && tf_has_token(super_options, "cpu"))
+      level = tf_cgroup_path_limit(mount, root, v1_path, 0);
+    if (level < limit) limit = level;
+  }
+  fclose(mounts);
+  return limit;
+}
+
 /* ------------------------------------------------------------- the pool */
 
+/* How the pool follows its limits (see tunefleet_runtime.h, "public API"): every parallel
+ * loop reads the calling thread's affinity mask (one sched_getaffinity call, compared with
+ * memcmp) and, when it changed, re-pins or resizes the pool. The cgroup CPU quota has no
+ * cheap change signal (cpu.max raises no inotify event), so it is re-read when the last
+ * read is TF_CGROUP_RECHECK_NS old (CLOCK_MONOTONIC_COARSE, a vDSO read of a few ns): its
+ * cost is then at most one read per 100 ms whatever the call rate, and a quota changed by
+ * an operator (docker update, a Kubernetes resize) takes effect within 100 ms. */
+#define TF_CGROUP_RECHECK_NS 100000000
+
 static struct {
-  pthread_mutex_t lock;  /* held by the thread running a job, resizing or starting */
-  int initialized;
-  int* cpus;             /* CPU ids of the affinity mask at first use */
-  int num_cpus;
-  int num_threads;       /* threads a parallel loop uses, caller included */
+  pthread_mutex_t lock;  /* held by the thread running a parallel loop or resizing the pool */
+  int requested;         /* atomic: threads asked for (0: one per CPU of the mask) */
+  size_t mask_bytes;     /* size of the CPU sets below; 0 if the mask cannot be read */
+  cpu_set_t* mask;       /* the calling thread's mask the pool now follows */
+  cpu_set_t* scratch;    /* the mask just read, to compare with `mask` */
+  cpu_set_t* pin;        /* one worker's CPU, for pinning */
+  int* cpus;             /* the CPU ids of `mask`, ascending */
+  int num_cpus;          /* CPUs in `mask`; 0 before the first parallel loop */
+  int start_cap;         /* the most threads that could be started on this mask */
+  int cgroup_limit;      /* atomic: threads the cgroup CPU quota allows (INT_MAX: none) */
+  int64_t cgroup_read_ns;/* atomic: CLOCK_MONOTONIC_COARSE of the last read; 0: never */
+  int num_threads;       /* atomic: threads the current parallel loops use, caller included */
   int num_workers;       /* running worker threads */
   pthread_t* workers;
   /* the current job */
@@ -131,9 +266,12 @@ static struct {
   uint32_t remaining;    /* futex word: workers that have not finished the job */
   uint32_t worker_sleepers;
   uint32_t caller_sleepers;
-} tf_pool = {.lock = PTHREAD_MUTEX_INITIALIZER};
+} tf_pool = {.lock = PTHREAD_MUTEX_INITIALIZER, .cgroup_limit = INT_MAX, .num_threads = 1};
 
-static __thread int tf_in_parallel; /* set in workers and in a caller running a job */
+static pthread_once_t tf_pool_once = PTHREAD_ONCE_INIT;
+
+/* Set in workers and in a thread holding the pool lock: parallel loops there run inline. */
+static __thread int tf_in_parallel;
 
 static void tf_run_chunk(int index) {
   int64_t n = tf_pool.num_chunks, base = tf_pool.extent / n, rem = tf_pool.extent % n;
@@ -155,38 +293,54 @@ static void* tf_worker_main(void* arg) {
   }
 }
 
-/* Reads the affinity mask into tf_pool.cpus; on failure the pool has one CPU. */
-static void tf_read_affinity(void) {
-  for (int max_cpus = 1024; max_cpus <= (1 << 20); max_cpus *= 2) {
-    cpu_set_t* set = CPU_ALLOC(max_cpus);
-    size_t size = CPU_ALLOC_SIZE(max_cpus);
-    if (set == NULL) break;
-    CPU_ZERO_S(size, set);
-    if (sched_getaffinity(0, size, set) == 0) {
-      int count = CPU_COUNT_S(size, set), k = 0;
-      tf_pool.cpus = malloc(sizeof(int) * (size_t)(count > 0 ? count : 1));
-      for (int cpu = 0; tf_pool.cpus && cpu < max_cpus && k < count; ++cpu)
-        if (CPU_ISSET_S(cpu, size, set)) tf_pool.cpus[k++] = cpu;
-      tf_pool.num_cpus = tf_pool.cpus ? k : 0;
-      CPU_FREE(set);
-      break;
-    }
-    CPU_FREE(set);
-    if (errno != EINVAL) break;
-  }
-  if (tf_pool.num_cpus < 1) tf_pool.num_cpus = 1; /* cpus may be NULL: workers unpinned */
+static int64_t tf_coarse_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* n <= 0 -> all CPUs of the mask; n > mask -> clamped, with a message naming `source`. */
-static int tf_clamp_threads(int n, const char* source) {
-  if (n <= 0) return tf_pool.num_cpus;
-  if (n > tf_pool.num_cpus) {
-    fprintf(stderr,
-            "tunefleet: %s asks for %d threads but the process's CPU affinity mask has %d CPU(s); "
-            "using %d\n", source, n, tf_pool.num_cpus, tf_pool.num_cpus);
-    return tf_pool.num_cpus;
+/* The cgroup CPU limit, re-read when `fresh` or when the last read is TF_CGROUP_RECHECK_NS old. */
+static int tf_cgroup_limit(int fresh) {
+  int64_t now = tf_coarse_now_ns(), last = __atomic_load_n(&tf_pool.cgroup_read_ns, __ATOMIC_RELAXED);
+  if (fresh || last == 0 || now - last >= TF_CGROUP_RECHECK_NS) {
+    __atomic_store_n(&tf_pool.cgroup_limit, tf_cgroup_cpu_limit(), __ATOMIC_RELAXED);
+    __atomic_store_n(&tf_pool.cgroup_read_ns, now > 0 ? now : 1, __ATOMIC_RELAXED);
   }
-  return n;
+  return __atomic_load_n(&tf_pool.cgroup_limit, __ATOMIC_RELAXED);
+}
+
+/* CPUs in the calling thread's affinity mask (1 if it cannot be read). */
+static int tf_caller_cpu_count(void) {
+  if (tf_pool.mask_bytes == 0) return 1;
+  cpu_set_t local, *set = tf_pool.mask_bytes <= sizeof local ? &local : malloc(tf_pool.mask_bytes);
+  int count = set && sched_getaffinity(0, tf_pool.mask_bytes, set) == 0
+                  ? CPU_COUNT_S(tf_pool.mask_bytes, set) : 1;
+  if (set != &local) free(set);
+  return count > 0 ? count : 1;
+}
+
+/* min(requested (<= 0: all), cpus, cgroup limit), at least 1. */
+static int tf_threads_for(int requested, int cpus, int cgroup) {
+  int n = requested > 0 && requested < cpus ? requested : cpus;
+  if (cgroup < n) n = cgroup;
+  return n > 1 ? n : 1;
+}
+
+/* The threads a request of n (<= 0: one per CPU) gets now on the calling thread's mask and
+ * the cgroup limit; a request over them gets a one-line message naming `source` and the
+ * limit that applies, with its current size. */
+static int tf_clamp_threads(int n, const char* source) {
+  int cpus = tf_caller_cpu_count(), cgroup = tf_cgroup_limit(1);
+  int threads = tf_threads_for(n, cpus, cgroup);
+  if (n > threads) {
+    if (cpus <= cgroup)
+      fprintf(stderr, "tunefleet: %s asks for %d threads but the calling thread's CPU affinity "
+              "mask has %d CPU(s); using %d\n", source, n, cpus, threads);
+    else
+      fprintf(stderr, "tunefleet: %s asks for %d threads but the cgroup CPU quota allows %d "
+              "(quota / period, rounded up); using %d\n", source, n, cgroup, threads);
+  }
+  return threads;
 }
 
 static void tf_after_fork_in_child(void) {
@@ -201,20 +355,35 @@ static void tf_after_fork_in_child(void) {
   tf_in_parallel = 0;
 }
 
-/* Requires the lock. Reads the mask and TUNEFLEET_NUM_THREADS once. */
-static void tf_pool_init_locked(void) {
-  if (tf_pool.initialized) return;
-  tf_pool.initialized = 1;
-  tf_read_affinity();
-  tf_pool.num_threads = tf_pool.num_cpus;
+/* Run once: sizes the CPU sets (the smallest size sched_getaffinity accepts) and reads
+ * TUNEFLEET_NUM_THREADS. */
+static void tf_pool_init(void) {
+  for (int max_cpus = 1024; max_cpus <= (1 << 20); max_cpus *= 2) {
+    size_t size = CPU_ALLOC_SIZE(max_cpus);
+    cpu_set_t* set = CPU_ALLOC(max_cpus);
+    int ok = set != NULL && sched_getaffinity(0, size, set) == 0, err = errno;
+    CPU_FREE(set);
+    if (ok) {
+      tf_pool.mask = CPU_ALLOC(max_cpus);
+      tf_pool.scratch = CPU_ALLOC(max_cpus);
+      tf_pool.pin = CPU_ALLOC(max_cpus);
+      tf_pool.cpus = malloc(sizeof(int) * (size_t)max_cpus);
+      if (tf_pool.mask && tf_pool.scratch && tf_pool.pin && tf_pool.cpus) tf_pool.mask_bytes = size;
+      break;
+    }
+    if (set == NULL || err != EINVAL) break;
+  }
+  if (tf_pool.mask_bytes == 0) tf_pool.num_cpus = 1; /* unknown mask: one thread, unpinned */
   const char* env = getenv("TUNEFLEET_NUM_THREADS");
   if (env != NULL && *env != '\0') {
     char* end;
     long n = strtol(env, &end, 10);
-    if (*end != '\0' || n > INT_MAX || n < INT_MIN)
+    if (*end != '\0' || n > INT_MAX || n < INT_MIN) {
       fprintf(stderr, "tunefleet: ignoring TUNEFLEET_NUM_THREADS='%s' (not an integer)\n", env);
-    else
-      tf_pool.num_threads = tf_clamp_threads((int)n, "TUNEFLEET_NUM_THREADS");
+    } else {
+      tf_clamp_threads((int)n, "TUNEFLEET_NUM_THREADS");
+      tf_pool.requested = n > 0 ? (int)n : 0;
+    }
   }
   pthread_atfork(NULL, NULL, tf_after_fork_in_child);
 }
@@ -233,52 +402,95 @@ static void tf_pool_stop_locked(void) {
   tf_pool.shutdown = 0;
 }
 
-/* Requires the lock. Starts num_threads - 1 pinned workers if not running; if a
- * thread cannot be created the pool shrinks to what was started. */
-static void tf_pool_start_locked(void) {
-  int want = tf_pool.num_threads - 1;
-  if (tf_pool.num_workers == want) return;
+/* Requires the lock. Sets pin to the one CPU of worker `index` (1..) and returns its size
+ * in bytes, or 0 where the mask is unknown (workers unpinned). */
+static size_t tf_pin_set_locked(int index) {
+  if (tf_pool.mask_bytes == 0) return 0;
+  CPU_ZERO_S(tf_pool.mask_bytes, tf_pool.pin);
+  CPU_SET_S(tf_pool.cpus[index], tf_pool.mask_bytes, tf_pool.pin);
+  return tf_pool.mask_bytes;
+}
+
+/* Requires the lock and no job running. Stops the workers and starts threads - 1 new ones,
+ * worker i pinned to the i-th CPU of the mask; if a thread cannot be created the pool keeps
+ * what was started, and start_cap remembers it until the mask changes. */
+static void tf_pool_start_locked(int threads) {
   tf_pool_stop_locked();
-  if (want <= 0 || (tf_pool.workers = malloc(sizeof(pthread_t) * (size_t)want)) == NULL) {
-    tf_pool.num_threads = 1;
-    return;
+  int want = threads - 1;
+  if (want > 0 && (tf_pool.workers = malloc(sizeof(pthread_t) * (size_t)want)) == NULL) {
+    tf_pool.start_cap = 1;
+    want = 0;
   }
-  size_t set_size = tf_pool.cpus ? CPU_ALLOC_SIZE(tf_pool.cpus[tf_pool.num_cpus - 1] + 1) : 0;
-  cpu_set_t* set = tf_pool.cpus ? CPU_ALLOC(tf_pool.cpus[tf_pool.num_cpus - 1] + 1) : NULL;
   tf_pool.start_generation = tf_pool.generation;
   for (int i = 1; i <= want; ++i) {
     pthread_attr_t attr;
     pthread_attr_init(&attr);
-    if (set != NULL) {
-      CPU_ZERO_S(set_size, set);
-      CPU_SET_S(tf_pool.cpus[i], set_size, set);
-      pthread_attr_setaffinity_np(&attr, set_size, set);
-    }
+    size_t pin_bytes = tf_pin_set_locked(i);
+    if (pin_bytes != 0) pthread_attr_setaffinity_np(&attr, pin_bytes, tf_pool.pin);
     int err = pthread_create(&tf_pool.workers[i - 1], &attr, tf_worker_main, (void*)(intptr_t)i);
     pthread_attr_destroy(&attr);
     if (err != 0) {
       fprintf(stderr, "tunefleet: cannot start pool thread %d (%s); using %d threads\n", i,
               strerror(err), i);
-      tf_pool.num_threads = i;
+      tf_pool.start_cap = i;
       break;
     }
     tf_pool.num_workers = i;
   }
-  if (set != NULL) CPU_FREE(set);
+  __atomic_store_n(&tf_pool.num_threads, tf_pool.num_workers + 1, __ATOMIC_RELAXED);
+}
+
+/* Requires the lock and no job running. Pins the running workers to the CPUs of the mask
+ * (after the mask changed but not the thread count); a worker that cannot be moved stays. */
+static void tf_pool_repin_locked(void) {
+  for (int i = 1; i <= tf_pool.num_workers; ++i) {
+    size_t pin_bytes = tf_pin_set_locked(i);
+    if (pin_bytes != 0) pthread_setaffinity_np(tf_pool.workers[i - 1], pin_bytes, tf_pool.pin);
+  }
+}
+
+/* Requires the lock and no job running. Makes the pool follow the calling thread's affinity
+ * mask and the cgroup CPU limit: min(requested, CPUs of the mask, cgroup limit) threads,
+ * worker i pinned to the i-th CPU of the mask. */
+static void tf_pool_follow_locked(void) {
+  int mask_changed = 0;
+  if (tf_pool.mask_bytes != 0 && sched_getaffinity(0, tf_pool.mask_bytes, tf_pool.scratch) == 0 &&
+      (tf_pool.num_cpus == 0 || memcmp(tf_pool.scratch, tf_pool.mask, tf_pool.mask_bytes) != 0)) {
+    cpu_set_t* previous = tf_pool.mask;
+    tf_pool.mask = tf_pool.scratch;
+    tf_pool.scratch = previous;
+    int count = CPU_COUNT_S(tf_pool.mask_bytes, tf_pool.mask), k = 0;
+    for (int cpu = 0; k < count && (size_t)cpu < 8 * tf_pool.mask_bytes; ++cpu)
+      if (CPU_ISSET_S(cpu, tf_pool.mask_bytes, tf_pool.mask)) tf_pool.cpus[k++] = cpu;
+    tf_pool.num_cpus = k > 0 ? k : 1;
+    tf_pool.start_cap = INT_MAX;
+    mask_changed = 1;
+  }
+  int threads = tf_threads_for(__atomic_load_n(&tf_pool.requested, __ATOMIC_RELAXED),
+                               tf_pool.num_cpus, tf_cgroup_limit(0));
+  if (threads > tf_pool.start_cap) threads = tf_pool.start_cap;
+  if (threads - 1 != tf_pool.num_workers)
+    tf_pool_start_locked(threads);
+  else if (mask_changed)
+    tf_pool_repin_locked();
 }
 
 TF_HIDDEN void tf_parallel_for(int64_t extent, tf_parallel_fn fn, void* closure) {
   if (extent <= 0) return;
-  if (extent == 1 || tf_in_parallel || pthread_mutex_trylock(&tf_pool.lock) != 0) {
+  if (extent == 1 || tf_in_parallel) {
     fn(0, extent, closure);
     return;
   }
-  tf_pool_init_locked();
-  tf_pool_start_locked();
-  int chunks = tf_pool.num_threads < extent ? tf_pool.num_threads : (int)extent;
+  pthread_once(&tf_pool_once, tf_pool_init);
+  pthread_mutex_lock(&tf_pool.lock);
+  tf_in_parallel = 1;
+  tf_pool_follow_locked();
+  int threads = tf_pool.num_workers + 1;
+  int chunks = threads < extent ? threads : (int)extent;
   if (chunks <= 1) {
     pthread_mutex_unlock(&tf_pool.lock);
     fn(0, extent, closure);
+    tf_in_parallel = 0;
     return;
   }
   tf_pool.fn = fn;
@@ -288,33 +500,25 @@ TF_HIDDEN void tf_parallel_for(int64_t extent, tf_parallel_fn fn, void* closure)
   __atomic_store_n(&tf_pool.remaining, (uint32_t)tf_pool.num_workers, __ATOMIC_RELAXED);
   __atomic_add_fetch(&tf_pool.generation, 1, __ATOMIC_SEQ_CST);
   tf_wake(&tf_pool.generation, &tf_pool.worker_sleepers);
-  tf_in_parallel = 1;
   tf_run_chunk(0);
-  tf_in_parallel = 0;
   uint32_t left;
   while ((left = __atomic_load_n(&tf_pool.remaining, __ATOMIC_ACQUIRE)) != 0)
     tf_wait_while_equal(&tf_pool.remaining, left, &tf_pool.caller_sleepers);
+  tf_in_parallel = 0;
   pthread_mutex_unlock(&tf_pool.lock);
 }
 
 TF_EXPORT int tunefleet_set_num_threads(int n) {
-  pthread_mutex_lock(&tf_pool.lock);
-  tf_pool_init_locked();
-  int threads = tf_clamp_threads(n, "tunefleet_set_num_threads");
-  if (threads != tf_pool.num_threads) {
-    tf_pool_stop_locked();
-    tf_pool.num_threads = threads;
-  }
-  pthread_mutex_unlock(&tf_pool.lock);
-  return threads;
+  pthread_once(&tf_pool_once, tf_pool_init);
+  __atomic_store_n(&tf_pool.requested, n > 0 ? n : 0, __ATOMIC_RELAXED);
+  return tf_clamp_threads(n, "tunefleet_set_num_threads");
 }
 
 TF_EXPORT int tunefleet_get_num_threads(void) {
-  pthread_mutex_lock(&tf_pool.lock);
-  tf_pool_init_locked();
-  int n = tf_pool.num_threads;
-  pthread_mutex_unlock(&tf_pool.lock);
-  return n;
+  pthread_once(&tf_pool_once, tf_pool_init);
+  if (tf_in_parallel) return __atomic_load_n(&tf_pool.num_threads, __ATOMIC_RELAXED);
+  return tf_threads_for(__atomic_load_n(&tf_pool.requested, __ATOMIC_RELAXED),
+                        tf_caller_cpu_count(), tf_cgroup_limit(0));
 }
 
 /* Joins the workers before the library's code is unmapped (dlclose or exit). */

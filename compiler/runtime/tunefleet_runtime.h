@@ -100,10 +100,12 @@ extern "C" {
 typedef void (*tf_parallel_fn)(int64_t begin, int64_t end, void* closure);
 
 /* Runs fn over [0, extent) split into one contiguous static chunk per pool thread
- * (the calling thread runs chunk 0) and returns when all chunks are done. Runs
- * fn(0, extent, closure) inline when extent <= 1, when the pool has one thread,
- * when called from inside a parallel body (no nested parallelism), or when another
- * thread is using the pool. Errors set with tf_set_error inside fn stay in the
+ * (the calling thread runs chunk 0) and returns when all chunks are done. First the
+ * pool follows the calling thread's affinity mask and the cgroup CPU quota (see
+ * tunefleet_set_num_threads). Runs fn(0, extent, closure) inline when extent <= 1,
+ * when the pool has one thread, or when called from inside a parallel body (no nested
+ * parallelism). A call while another thread's parallel loop runs waits for it (the
+ * pool runs one loop at a time). Errors set with tf_set_error inside fn stay in the
  * thread that ran the chunk; fn cannot fail. */
 TF_HIDDEN void tf_parallel_for(int64_t extent, tf_parallel_fn fn, void* closure);
 
@@ -135,12 +137,26 @@ TF_HIDDEN int tf_check_disjoint(const char* kernel, const char* out, const void*
 
 /* ---- public API: exported from every artifact ---- */
 
-/* Sets the number of pool threads used by later parallel loops; n <= 0 means one
- * per CPU of the process's affinity mask, n larger than the mask is clamped (with
- * a one-line message on stderr). Returns the count now in effect. */
+/* The thread pool. Each parallel loop uses min(requested, CPUs in the calling thread's
+ * affinity mask, the cgroup CPU quota rounded up) threads, the caller included, worker i
+ * pinned to the i-th CPU of that mask. The mask is read before every parallel loop (one
+ * sched_getaffinity call), so a program that narrows or widens its mask after a first
+ * call (an MPI rank pinning itself) gets a pool resized and re-pinned at its next call;
+ * the quota (cgroup v2 cpu.max, v1 cpu.cfs_quota_us / cpu.cfs_period_us, of the process's
+ * cgroup and its ancestors) is re-read at most every 100 ms. Several application threads
+ * may call kernels at once: the pool runs one parallel loop at a time, the others wait
+ * (asleep) for it, so the pool never runs more threads than its CPUs and nothing waits
+ * on a thread that waits in turn; a parallel loop inside a parallel body runs inline. */
+
+/* Sets the requested number of pool threads (n <= 0: one per CPU of the mask),
+ * TUNEFLEET_NUM_THREADS being the initial request. Returns the count parallel loops
+ * called from this thread will use now: n clamped to the calling thread's mask and the
+ * cgroup quota, with a one-line message on stderr naming the limit and its current size
+ * when n is over it. The request is kept: a wider mask later gets up to n threads. */
 TF_EXPORT int tunefleet_set_num_threads(int n);
 
-/* The number of threads parallel loops will use. */
+/* The number of threads a parallel loop called from this thread would use now (its
+ * current affinity mask and cgroup quota); inside a parallel body, the running loop's. */
 TF_EXPORT int tunefleet_get_num_threads(void);
 
 /* The calling thread's last error text ("" if none). Valid until the thread's next error. */
