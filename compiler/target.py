@@ -2,12 +2,23 @@
 
 A target string is a kind followed by one option: ``cpu -isa=<isa>`` or
 ``cuda -arch=<sm_XY>``. ``str(Target.parse(s))`` is the canonical spelling.
+
+A kind alone (``cpu``, ``cuda``) means *the best target of the hosts that will run the
+code*: here, for the compiler and ``tunefleet tune``/``build``/``demo``, this machine
+(:meth:`Target.local`); on the service, the hosts of the task's device key.
+
+What a host can execute (:meth:`Target.runs_on`): a CPU whose best ISA is ``avx512``
+runs ``avx512``, ``avx2`` and ``generic`` code; ``avx2`` runs ``avx2`` and ``generic``;
+``neon`` runs ``neon`` and ``generic``; ``generic`` only ``generic``. A GPU runs code
+for exactly its own architecture (``sm_90`` code on an sm_90 device; no cubin is
+portable across architectures as we build them).
 """
 
 from __future__ import annotations
 
 import platform
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,12 +38,16 @@ _X86_ISA_FLAGS = (
     ("avx512", {"avx512f", "avx512vl", "avx512bw", "avx512dq", "fma", "avx2"}),
     ("avx2", {"avx2", "fma"}),
 )
+#: The CPU ISAs, the most capable of each family first.
+CPU_ISAS = tuple(_CPU_ISAS)
 _CUDA_ARCH = re.compile(r"sm_[1-9][0-9]{1,2}a?")
 #: CUDA architectures listed by list_targets(); any sm_<digits> is accepted.
 KNOWN_CUDA_ARCHS = ("sm_70", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a")
 #: The option naming the `isa` field in a target string, per kind.
 _OPTION = {"cpu": "isa", "cuda": "arch"}
 _DEFAULT_CPU_ISA = "generic"
+#: CPU ISAs by family, the most capable first: a host runs its best ISA and every later one.
+_ISA_LADDERS = (("avx512", "avx2", "generic"), ("neon", "generic"))
 #: CUDA vector loads are at most 128 bits.
 _CUDA_VECTOR_BYTES = 16
 
@@ -64,7 +79,11 @@ class Target:
 
     @classmethod
     def parse(cls, text: str) -> Target:
-        """Parses "cpu -isa=avx2", "cpu" (isa generic) or "cuda -arch=sm_90". Raises TargetError."""
+        """Parses "cpu -isa=avx2" or "cuda -arch=sm_90"; a kind alone ("cpu", "cuda") is this
+        machine's best target of that kind (:meth:`local`). Raises TargetError."""
+        kind = bare_kind(text)
+        if kind is not None:
+            return cls.local(kind)
         kind, *options = text.split() or [""]
         _check_kind(kind)
         option = _OPTION[kind]
@@ -76,9 +95,7 @@ class Target:
                     f"bad option {token!r} in target {text!r}; a {kind} target takes one "
                     f"-{option}=<value>")
             values[option] = value
-        if option not in values and kind == "cuda":
-            raise TargetError(f"target {text!r} needs -arch=<sm_XY>, e.g. cuda -arch=sm_90")
-        return cls(kind, values.get(option, _DEFAULT_CPU_ISA))
+        return cls(kind, values[option])
 
     def __str__(self) -> str:
         return f"{self.kind} -{_OPTION[self.kind]}={self.isa}"
@@ -89,11 +106,47 @@ class Target:
         neon on aarch64, else generic."""
         if platform.machine().lower() in ("aarch64", "arm64"):
             return cls("cpu", "neon")
-        flags = _cpuinfo_flags()
-        for isa, needed in _X86_ISA_FLAGS:
-            if needed <= flags:
-                return cls("cpu", isa)
-        return cls("cpu", _DEFAULT_CPU_ISA)
+        return cls("cpu", best_cpu_isa(_cpuinfo_flags()))
+
+    @classmethod
+    def local(cls, kind: str) -> Target:
+        """This machine's best target of `kind`: :meth:`host` for "cpu"; for "cuda" the
+        architecture of its GPU 0 (TargetError naming the reason when it has none)."""
+        _check_kind(kind)
+        if kind == "cpu":
+            return cls.host()
+        from .cuda_device import GpuNotFound, query
+
+        try:
+            return cls("cuda", query(0)["arch"])
+        except GpuNotFound as exc:
+            raise TargetError(f"target 'cuda' needs -arch=<sm_XY> here, e.g. cuda -arch=sm_90: no GPU on "
+                              f"this machine to take the architecture from ({exc})") from None
+
+    def runs_on(self, host: Target) -> bool:
+        """Whether a host whose best target is `host` executes code built for this target
+        (see the module docstring: a CPU runs its ISA and the lesser ones of its family, a
+        GPU exactly its architecture)."""
+        return self in host.executable()
+
+    def executable(self) -> list[Target]:
+        """The targets a host whose best target is this one executes, the best first:
+        avx512 -> [avx512, avx2, generic]; sm_90 -> [sm_90, sm_90a]."""
+        if self.kind == "cuda":  # sm_90a code (arch-specific features) runs on sm_90 devices only
+            base = self.isa.removesuffix("a")
+            return [self] + [Target("cuda", a) for a in (base, base + "a") if a != self.isa]
+        ladder = next((rung for rung in _ISA_LADDERS if self.isa in rung), (self.isa,))
+        return [Target("cpu", isa) for isa in ladder[ladder.index(self.isa):]]
+
+    @classmethod
+    def common_best(cls, hosts: Iterable[Target]) -> Target | None:
+        """The best target every one of `hosts` (their best targets) executes; None when
+        they share none (other kinds, or other GPU architectures) or there are no hosts."""
+        common: list[Target] | None = None
+        for host in hosts:
+            runs = host.executable()
+            common = runs if common is None else [t for t in common if t in runs]
+        return common[0] if common else None
 
     @property
     def vector_bytes(self) -> int:
@@ -117,6 +170,23 @@ def _check_kind(kind: str) -> None:
         raise TargetError(f"unknown target kind {kind!r}; allowed: {', '.join(_OPTION)}")
 
 
+def bare_kind(text: str) -> str | None:
+    """The kind when `text` names a target kind alone ("cpu", " cuda "), else None."""
+    words = text.split()
+    return words[0] if len(words) == 1 and words[0] in _OPTION else None
+
+
+def best_cpu_isa(flags: Iterable[str]) -> str:
+    """The best CPU ISA a CPU with these /proc/cpuinfo flags (x86 "flags", Arm "Features")
+    executes: avx512 needs avx512f/vl/bw/dq + fma + avx2, avx2 needs avx2 + fma, neon
+    asimd (or neon); else generic."""
+    have = set(flags)
+    for isa, needed in _X86_ISA_FLAGS:
+        if needed <= have:
+            return isa
+    return "neon" if have & {"asimd", "neon"} else _DEFAULT_CPU_ISA
+
+
 def _cpuinfo_flags() -> set[str]:
     """The first "flags" line of /proc/cpuinfo as a set (empty if unreadable)."""
     try:
@@ -131,10 +201,13 @@ def _cpuinfo_flags() -> set[str]:
 
 
 def list_targets() -> list[dict]:
-    """The target kinds and their allowed values, for GET /api/v1/targets."""
+    """The target kinds and their allowed values, for GET /api/v1/targets. Each kind's
+    `default` is the kind alone: the best target of the hosts that run the code."""
+    best = "the best {} of the hosts that run the code: a task's device key's hosts, or this machine"
     return [
-        {"kind": "cpu", "option": "isa", "values": list(_CPU_ISAS),
-         "default": str(Target("cpu", _DEFAULT_CPU_ISA)), "host": str(Target.host())},
-        {"kind": "cuda", "option": "arch", "values": list(KNOWN_CUDA_ARCHS),
+        {"kind": "cpu", "option": "isa", "values": list(_CPU_ISAS), "default": "cpu",
+         "default_means": best.format("ISA"), "example": "cpu -isa=avx2"},
+        {"kind": "cuda", "option": "arch", "values": list(KNOWN_CUDA_ARCHS), "default": "cuda",
+         "default_means": best.format("architecture"),
          "pattern": "sm_<major><minor>[a]", "example": "cuda -arch=sm_90"},
     ]

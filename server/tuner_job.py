@@ -52,8 +52,9 @@ from tunefleet.compiler.space import ConfigEntity
 from tunefleet.compiler.target import Target
 from tunefleet.server import queue
 from tunefleet.server.db.models import Task, TaskStatus, Trial, TrialStatus
+from tunefleet.server.errors import FieldError
+from tunefleet.server.services import pools, tuning
 from tunefleet.server.services import tasks as task_service
-from tunefleet.server.services import tuning
 from tunefleet.settings import Settings
 from tunefleet.tuner.features import Featurizer
 from tunefleet.tuner.measure import MeasureProtocol, MeasureResult
@@ -251,6 +252,8 @@ class _TaskRun:
                 return f"already {status}"
             if status is not TaskStatus.EXPORTING:
                 self._check()
+                if not self._resolve_target():
+                    return "failed: no target"
                 if not tuning.start(self.session, self.task_id):
                     return f"cannot start: task is {tuning.status(self.session, self.task_id)}"
                 self.started = self.session.get(Task, self.task_id, populate_existing=True).started_at
@@ -261,6 +264,18 @@ class _TaskRun:
             return self._export()
         except _Stop as stop:
             return str(stop)
+
+    def _resolve_target(self) -> bool:
+        """Resolve a target submitted as a kind alone while no host of the key was live (the
+        best target of its live hosts now, stored); False, with the task failed, when they
+        cannot give one."""
+        try:
+            self.target = pools.resolve_pending(self.session, self.session.get(Task, self.task_id),
+                                                self.settings.worker_lost_after_s)
+        except FieldError as exc:
+            tuning.fail(self.session, self.task_id, f"target: {exc.message}")
+            return False
+        return True
 
     def _check(self, force: bool = True) -> None:
         """Every CHECK_S (or now, with `force`): stop when the tuner shuts down, the lease is

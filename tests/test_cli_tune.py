@@ -13,10 +13,13 @@ from click.testing import CliRunner
 
 import tunefleet
 from tunefleet.cli import main
+from tunefleet.compiler.target import CPU_ISAS, Target
 from tunefleet.tuner import records
 
 TUNEFLEET = str(Path(sys.executable).parent / "tunefleet")
 TESTS = str(Path(__file__).parent)
+#: A CPU ISA this machine cannot execute (neon on x86, avx512 elsewhere): every trial would SIGILL.
+FOREIGN_ISA = next(isa for isa in CPU_ISAS if not Target("cpu", isa).runs_on(Target.host()))
 
 
 def cli(*args, env=None, timeout=300):
@@ -47,7 +50,8 @@ def test_bad_values_exit_2_with_one_line_naming_the_field(tmp_path):
     runner = CliRunner()  # in process: the same command, without a Python start-up per case
     for args, field in ((["matmul", "--M", "0"], "M:"), (["matmul", "--K", "x"], "K:"),
                         (["matmul", "--bogus", "1"], "bogus:"), (["nosuchop"], "op:"),
-                        (["matmul", "--cpus", "0-4096"], "--cpus:"), (["matmul", "--target", "tpu"], "--target:")):
+                        (["matmul", "--cpus", "0-4096"], "--cpus:"), (["matmul", "--target", "tpu"], "--target:"),
+                        (["matmul", "--target", f"cpu -isa={FOREIGN_ISA}"], "cannot execute")):
         run = runner.invoke(main, ["tune", *args, "--out", str(tmp_path)])
         assert run.exit_code == 2, (args, run.output)
         assert len(run.stderr.strip().splitlines()) == 1 and field in run.stderr, (args, run.stderr)

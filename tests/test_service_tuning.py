@@ -70,7 +70,7 @@ def test_device_key_defaults_to_the_only_live_pool_of_the_target_kind(api, token
     assert none.status_code == 422 and none.json()["detail"][0]["loc"] == ["body", "device_key"]
     assert "no worker has registered yet" in none.json()["detail"][0]["msg"]
 
-    register(api, tokens, "gpu", "cuda-h100", kind="cuda")  # not a pool for a cpu target
+    register(api, tokens, "gpu", "cuda-h100", kind="cuda", compute_capability="9.0")  # not a pool for cpu
     register(api, tokens, "w1", "cpu-a")
     assert submit().json()["device_key"] == "cpu-a"
 

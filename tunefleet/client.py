@@ -93,7 +93,7 @@ class Client:
         args: dict[str, Any] | None = None,
         *,
         device_key: str | None = None,
-        target: str = "cpu",
+        target: str | None = None,
         trials: int = 64,
         wall_time_s: float | None = None,
         early_stopping: int | None = None,
@@ -102,8 +102,10 @@ class Client:
     ) -> dict[str, Any]:
         """Submit a tuning task for operator `op` with `args` (for a tensor expression:
         `op="custom", args={"te": ...}`), measured on workers of `device_key` (default: the
-        only pool of live workers of the target's kind); returns the
-        task. Raises ServiceError naming the invalid field."""
+        only pool of live workers of the target's kind), generating code for `target`
+        (default, or a kind alone like "cpu": the best target the key's hosts execute; the
+        task's "target" says which); returns the task. Raises ServiceError naming the
+        invalid field (a target the key's hosts cannot execute is a 422 on `target`)."""
         body: dict[str, Any] = {
             "op": op,
             "args": args or {},

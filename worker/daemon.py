@@ -115,7 +115,11 @@ class WorkerDaemon:
                     raise RegistrationError(f"server {self.http.base_url} unreachable: {exc}") from exc
                 time.sleep(0.5)
         if response.is_error:
-            raise RegistrationError(f"registration refused: HTTP {response.status_code}: {response.text}")
+            try:
+                detail = response.json()["detail"]
+            except (ValueError, KeyError, TypeError):
+                detail = response.text
+            raise RegistrationError(f"registration refused (HTTP {response.status_code}): {detail}")
         self.worker_id = int(response.json()["id"])
         if self.context is not None:
             self.context.worker_id = self.worker_id

@@ -65,14 +65,17 @@ def limits(info: dict) -> DeviceLimits:
 
 def host_facts(cpus, info: dict) -> dict:
     """The registration facts of a GPU worker: the CPU host's facts (worker.host.host_facts)
-    plus kind "cuda", gpu_name, compute_capability, the nvcc version in the toolchain, and
-    the device's facts under "gpu" (SMs, memory, L2, limits, driver, clocks)."""
+    plus kind "cuda", gpu_name, compute_capability, its architecture `cuda_arch` (the
+    target its pool's tasks default to; the hosts of a device key must agree on it), the
+    nvcc version in the toolchain, and the device's facts under "gpu" (SMs, memory, L2,
+    limits, driver, clocks)."""
     from .host import host_facts as cpu_host_facts
 
     facts = cpu_host_facts(cpus)
     facts["kind"] = "cuda"
     facts["gpu_name"] = info["name"]
     facts["compute_capability"] = f"{info['major']}.{info['minor']}"
+    facts["cuda_arch"] = target(info).isa
     toolkit = info.get("toolkit") or {}
     if toolkit.get("nvcc_version"):
         facts.setdefault("toolchain", {})["nvcc"] = str(toolkit["nvcc_version"])

@@ -1,5 +1,10 @@
 """What a worker tells the server about its host: CPU model, ISA, cores, affinity, toolchain.
 
+`cpu_isa` is the best CPU ISA the host executes (``Target.host()``: avx512, avx2, neon or
+generic); the hosts of one device key must agree on it (the server refuses a host that
+does not), and a task's default target is the best its hosts execute. `isa` lists the raw
+/proc/cpuinfo flags behind it.
+
 The default device key comes from :func:`tunefleet.tuner.host.device_key`, so a worker and
 ``tunefleet tune`` on the same kind of host measuring on as many CPUs name the same pool.
 """
@@ -12,12 +17,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tunefleet.compiler.target import Target
 from tunefleet.tuner import host
 
 __all__ = ["ISA_FLAGS", "cpu_model_name", "isa", "host_facts", "default_name"]
 
 #: /proc/cpuinfo flags that change which code is fastest (reported in this order).
-ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
+ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni",
              "avx512_bf16", "amx_tile", "amx_bf16", "neon", "asimd", "sve")
 
 
@@ -49,7 +55,8 @@ def isa(cpuinfo: str | None = None) -> list[str]:
 
 def host_facts(cpus: Sequence[int]) -> dict[str, Any]:
     """The host facts a worker measuring on `cpus` registers with (see the server's
-    ``HostFacts``): kind "cpu", host name, CPU model, ISA, cores, affinity, toolchain."""
+    ``HostFacts``): kind "cpu", host name, CPU model, its best ISA (`cpu_isa`) and raw ISA
+    flags (`isa`), cores, affinity, toolchain."""
     from tunefleet.compiler.build import toolchain_versions
 
     tools = toolchain_versions()
@@ -57,6 +64,7 @@ def host_facts(cpus: Sequence[int]) -> dict[str, Any]:
         "kind": "cpu",
         "hostname": socket.gethostname(),
         "cpu_model": cpu_model_name(),
+        "cpu_isa": Target.host().isa,
         "isa": isa(),
         "cores": os.cpu_count(),
         "affinity": sorted(cpus),

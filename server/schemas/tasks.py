@@ -47,17 +47,25 @@ class Protocol(BaseModel):
 
 class TaskCreate(BaseModel):
     """A tuning request: an operator with its arguments (or `op="custom"` with
-    `args={"te": ...}`), the target to generate code for and the device key to measure on."""
+    `args={"te": ...}`), the target to generate code for (default: the best the device
+    key's hosts execute) and the device key to measure on."""
 
     model_config = ConfigDict(extra="forbid")
 
     op: str = Field(min_length=1, max_length=64, examples=["matmul"])
     args: dict[str, Any] = Field(default_factory=dict, examples=[{"M": 64, "N": 64, "K": 64}])
-    target: str = Field(min_length=1, max_length=256, examples=["cpu"])
+    target: str | None = Field(
+        default=None, min_length=1, max_length=256, examples=["cpu -isa=avx2", "cpu", "cuda -arch=sm_90"],
+        description="what code is generated for; omitted, or a kind alone ('cpu', 'cuda'): the best "
+        "target all live hosts of the device key execute (422 when they cannot execute a named one). "
+        "With no live host of the key yet, an omitted target is stored as its kind ('cpu') and "
+        "resolved to the hosts' best when the task starts",
+    )
     device_key: str | None = Field(
         default=None, min_length=1, max_length=64, pattern=DEVICE_KEY_PATTERN,
         description="pool of workers to measure on; omitted: the only pool of live workers of "
-        "the target's kind (422 listing the pools when there are none or several)",
+        "the target's kind, of any kind when no target is named (422 listing the pools when there "
+        "are none or several)",
     )
     budget: Budget = Field(default_factory=Budget)
     protocol: Protocol = Field(default_factory=Protocol)
@@ -76,7 +84,9 @@ class TaskOut(BaseModel):
     workload: dict[str, Any]
     workload_key: str
     flop: int
-    target: str
+    target: str = Field(description="the target code is generated for; a kind alone ('cpu') until the "
+                        "task starts when it was submitted without a target while no host of its device "
+                        "key was live")
     device_key: str
     budget: Budget
     protocol: Protocol

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from tunefleet.compiler import ops
 from tunefleet.compiler.ops import Workload, WorkloadError
-from tunefleet.compiler.target import Target, TargetError, list_targets
+from tunefleet.compiler.target import Target, TargetError, bare_kind, list_targets
 from tunefleet.server.errors import FieldError
+
+if TYPE_CHECKING:
+    from tunefleet.server.services.pools import Pool
 
 
 def operators() -> list[dict[str, Any]]:
@@ -15,9 +19,18 @@ def operators() -> list[dict[str, Any]]:
     return ops.list()
 
 
-def targets() -> list[dict[str, Any]]:
-    """Every target kind the compiler generates code for."""
-    return list_targets()
+def targets(live: Sequence[Pool] = ()) -> list[dict[str, Any]]:
+    """Every target kind the compiler generates code for, each with the `live` pools of its
+    kind: ``{"device_key", "hosts", "default", "supports"}`` (default: the best target
+    their hosts all execute)."""
+    kinds = list_targets()
+    for entry in kinds:
+        entry["pools"] = [
+            {"device_key": pool.device_key, "hosts": len(pool.hosts), "default": str(pool.best),
+             "supports": [str(t) for t in pool.supports]}
+            for pool in live if pool.best is not None and pool.best.kind == entry["kind"]
+        ]
+    return kinds
 
 
 def make_workload(op: str, args: dict[str, Any]) -> Workload:
@@ -30,12 +43,26 @@ def make_workload(op: str, args: dict[str, Any]) -> Workload:
         raise FieldError(loc, str(exc)) from exc
 
 
-def parse_target(target: str, workload: Workload) -> Target:
-    """The parsed target, checked to be one the workload's operator has a schedule
-    template for; errors locate `target`."""
+def requested_target(target: str | None) -> tuple[str | None, Target | None]:
+    """The kind and target a request names: (None, None) when omitted, (kind, None) for a
+    kind alone ("cpu": the best its device key's hosts execute, decided by
+    services.pools), else (kind, parsed target). Errors locate `target`."""
+    if target is None:
+        return None, None
+    kind = bare_kind(target)
+    if kind is not None:
+        return kind, None
     try:
         parsed = Target.parse(target)
-        workload.template(parsed.kind)
-    except (TargetError, WorkloadError) as exc:
+    except TargetError as exc:
         raise FieldError(("body", "target"), str(exc)) from exc
-    return parsed
+    return parsed.kind, parsed
+
+
+def check_template(workload: Workload, kind: str) -> None:
+    """FieldError on `target` when the workload's operator has no schedule template for
+    target `kind`."""
+    try:
+        workload.template(kind)
+    except WorkloadError as exc:
+        raise FieldError(("body", "target"), str(exc)) from exc

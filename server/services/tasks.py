@@ -66,15 +66,22 @@ def submit(session: Session, request: TaskCreate, lost_after_s: float = 30.0) ->
     """Validate `request` against the compiler and store it as a new task (committed).
 
     Without a device key, the task goes to the one pool of live workers (heartbeat within
-    `lost_after_s`) of the target's kind; with none or several such pools that is a 422 on
-    `device_key` listing them. With `reuse` and a stored best for the same workload, target
-    and device key, the task is `done` at once with that best's trial and artifact. Nothing
-    is written when the request is invalid.
+    `lost_after_s`) of the target's kind (any kind when no target is named); with none or
+    several such pools that is a 422 on `device_key` listing them. The target follows the
+    key's live hosts (services.pools.task_target): omitted or a kind alone, their best;
+    one they cannot execute is a 422 on `target`. With `reuse` and a stored best for the
+    same workload, target and device key, the task is `done` at once with that best's trial
+    and artifact. Nothing is written when the request is invalid.
     """
+    from tunefleet.server.services import pools
+
     workload = catalog.make_workload(request.op, request.args)
-    parsed = catalog.parse_target(request.target, workload)
-    target = str(parsed)
-    device_key = request.device_key or default_device_key(session, parsed.kind, lost_after_s)
+    kind, parsed = catalog.requested_target(request.target)
+    if kind is not None:
+        catalog.check_template(workload, kind)
+    device_key = request.device_key or default_device_key(session, kind, lost_after_s)
+    target = pools.task_target(session, device_key, kind, parsed, lost_after_s)
+    catalog.check_template(workload, target.split()[0])
     task = Task(
         op=workload.op,
         workload=workload.to_json(),
@@ -101,22 +108,24 @@ def submit(session: Session, request: TaskCreate, lost_after_s: float = 30.0) ->
     return task
 
 
-def default_device_key(session: Session, kind: str, lost_after_s: float) -> str:
-    """The device key of the only pool of live workers of target `kind`; FieldError on
-    `device_key` naming the live pools (or every known one, when none is live)."""
+def default_device_key(session: Session, kind: str | None, lost_after_s: float) -> str:
+    """The device key of the only pool of live workers of target `kind` (None: of any
+    kind); FieldError on `device_key` naming the live pools (or every known one, when none
+    is live)."""
     from tunefleet.server.services.tuning import live_device_keys
 
     live = live_device_keys(session, lost_after_s, kind)
+    workers = f"{kind} workers" if kind else "workers"
     if len(live) == 1:
         return live[0]
     if live:
         raise FieldError(("body", "device_key"),
-                         f"several pools of live {kind} workers: name one of {', '.join(live)}")
+                         f"several pools of live {workers}: name one of {', '.join(live)}")
     known = sorted(set(session.scalars(select(Worker.device_key))))
     session.commit()
     hint = f"known device keys: {', '.join(known)}" if known else "no worker has registered yet"
     raise FieldError(("body", "device_key"),
-                     f"no live {kind} worker to default to: start a worker or name a device key ({hint})")
+                     f"no live {workers[:-1]} to default to: start a worker or name a device key ({hint})")
 
 
 def _stored_best(session: Session, workload_key: str, target: str, device_key: str) -> BestRecord | None:

@@ -12,11 +12,15 @@ from tunefleet.server.db import utcnow
 from tunefleet.server.db.models import Task, Worker, WorkerState
 from tunefleet.server.errors import FieldError, NotFound
 from tunefleet.server.schemas.workers import WorkerHeartbeat, WorkerRegister
+from tunefleet.server.services import pools
 
 
-def register(session: Session, request: WorkerRegister) -> Worker:
+def register(session: Session, request: WorkerRegister, lost_after_s: float = 30.0) -> Worker:
     """Create the worker named in `request`, or refresh it when the name is known (a
-    restarted worker keeps its id); committed."""
+    restarted worker keeps its id); committed. Conflict, with nothing written, when the
+    device key's live hosts (heartbeat within `lost_after_s`) have another best target
+    (services.pools.check_agreement)."""
+    pools.check_agreement(session, request, lost_after_s)
     worker = session.scalars(select(Worker).where(Worker.name == request.name)).first()
     now = utcnow()
     if worker is None:

@@ -573,22 +573,16 @@
     replace(opSelect, names.map((n) => h("option", { value: n, text: `${n} — ${state.ops.get(n).family}` })));
     opSelect.value = state.ops.has("matmul") ? "matmul" : names[0];
 
+    // Left empty, the target is the best one the device key's hosts execute (the API decides).
     const targetOptions = (op) => {
       const out = [];
       for (const t of targets) {
         if (op && !op.targets.includes(t.kind)) continue;
-        if (t.host) out.push(t.host);
         out.push(t.kind);
+        for (const p of t.pools || []) out.push(p.default);
         for (const v of t.values || []) out.push(`${t.kind} -${t.option}=${v}`);
       }
       return [...new Set(out)];
-    };
-    const defaultTarget = (op) => {
-      for (const t of targets) {
-        if (op && !op.targets.includes(t.kind)) continue;
-        return t.host || t.default || t.example || t.kind;
-      }
-      return op && op.targets.length ? op.targets[0] : "cpu";
     };
 
     const renderArgs = () => {
@@ -599,7 +593,7 @@
       replace($("target-options"), targetOptions(op).map((t) => h("option", { value: t })));
       const target = $("target-input");
       const kind = target.value.trim().split(/\s+/)[0];
-      if (!target.value || (op && !op.targets.includes(kind))) target.value = defaultTarget(op);
+      if (target.value && op && !op.targets.includes(kind)) target.value = "";
       clearErrors(form);
     };
     opSelect.addEventListener("change", renderArgs);
@@ -641,11 +635,11 @@
         const [group, name] = field._spec.key.split(".");
         body[group][name] = result.value;
       }
-      body.target = $("target-input").value.trim();
+      const target = $("target-input").value.trim();
+      if (target) body.target = target;
       const deviceKey = $("device-key-input").value.trim();
       if (deviceKey) body.device_key = deviceKey;
       body.reuse = $("reuse-input").checked;
-      if (!body.target) { setFieldError(form, "target", "required"); invalid = true; }
       if (!deviceKey && deviceKeyRequired) { setFieldError(form, "device_key", "required"); invalid = true; }
       else if (deviceKey && !/^[A-Za-z0-9][A-Za-z0-9._-]*$/.test(deviceKey)) {
         setFieldError(form, "device_key", "letters, digits, '.', '_' and '-', starting with a letter or digit");

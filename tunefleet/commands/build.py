@@ -17,16 +17,8 @@ from .opargs import OP_ARGS_SETTINGS, ArgumentError, workload_from_cli
 
 
 def parse_target(text: str | None) -> Target:
-    """``--target``'s value (default: this host; a bare "cuda": this host's GPU's architecture).
-    Raises ArgumentError naming the option."""
-    if text is not None and text.split() == ["cuda"]:
-        from tunefleet.compiler.cuda_device import GpuNotFound, query
-
-        try:
-            return Target("cuda", query(0)["arch"])
-        except GpuNotFound as exc:
-            raise ArgumentError(f"--target cuda: no GPU here to take the architecture from ({exc}); "
-                                f"name it, e.g. 'cuda -arch=sm_90'") from None
+    """``--target``'s value; omitted or a kind alone ("cpu", "cuda"): this machine's best
+    target of that kind (Target.local). Raises ArgumentError naming the option."""
     try:
         return Target.parse(text) if text else Target.host()
     except TargetError as exc:
@@ -53,7 +45,8 @@ def _config(workload: ops.Workload, target: Target, text: str | None):
 @click.argument("op_args", nargs=-1, type=click.UNPROCESSED)
 @click.option("--workload", "workload_file", type=click.Path(dir_okay=False, path_type=Path),
               help="a workload JSON file {\"op\": ..., \"args\": {...}} instead of OP and its arguments")
-@click.option("--target", help="code generation target, e.g. 'cpu -isa=avx512' [default: this host]")
+@click.option("--target", help="code generation target, e.g. 'cpu -isa=avx512'; 'cpu' or 'cuda' alone: this "
+              "machine's best of that kind [default: cpu]")
 @click.option("--config", "config_text", metavar="JSON|FILE",
               help="the config to build ({\"knobs\": {...}}, as in a record file) [default: the operator's rule]")
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),

@@ -54,7 +54,6 @@ def demo_command(trials: int, out_dir: Path, port: int) -> None:
     Python and from a C++ program against numpy, prints a summary, stops the service."""
     from tunefleet.client import Client
     from tunefleet.compiler import ops
-    from tunefleet.compiler.target import Target
     from tunefleet.server.embedded import EmbeddedService, ServiceError
     from tunefleet.settings import Settings
 
@@ -66,7 +65,6 @@ def demo_command(trials: int, out_dir: Path, port: int) -> None:
         click.echo(f"(operator {SEED_OP} is not available in this build: tuning {FALLBACK_OP} 512³ instead)")
         op, args = FALLBACK_OP, FALLBACK_ARGS
     workload = ops.make_workload(op, args)
-    target = str(Target.host())
     settings = Settings(home=home, database_url=f"sqlite:///{home / 'tunefleet.db'}", redis_url=None,
                         artifact_dir=home / "artifacts", log_format="text")
 
@@ -79,8 +77,9 @@ def demo_command(trials: int, out_dir: Path, port: int) -> None:
     try:
         click.echo(f"    server {service.url}, worker on CPUs {service.cpus}, logs in {service.logs}")
         with Client(service.url, service.user_token, timeout_s=60) as client:
+            task = client.submit(op, args, trials=trials)  # target: the best the worker's host executes
+            target = task["target"]
             _step(f"tuning {_describe(op, args)} for {target}, {trials} trials")
-            task = client.submit(op, args, target=target, trials=trials)
             tuned_at = time.monotonic()
             task = client.wait(task["id"], progress=True)
             tuning_s = time.monotonic() - tuned_at
@@ -111,7 +110,7 @@ def demo_command(trials: int, out_dir: Path, port: int) -> None:
     click.secho(f"tunefleet demo {'passed' if ok else 'FAILED'} in {time.monotonic() - began:.0f} s", bold=True)
     rows = [
         ("workload", f"{_describe(op, args)} ({workload.flop / 1e6:.1f} MFLOP)"),
-        ("target", f"{target} on device key {task['device_key']}"),
+        ("target", f"{task['target']} on device key {task['device_key']}"),
         ("tuning", f"{task['trials_done']} trials ({summary}) in {tuning_s:.0f} s"),
         ("best", f"{task['best_gflops']:.1f} GFLOP/s, {task['best_latency_s'] * 1e3:.3f} ms (validated median)"),
         ("artifact", f"{folder}"),

@@ -74,7 +74,9 @@ def _show(task: dict[str, Any], as_json: bool) -> None:
               help="tensor-expression JSON file (with OP 'custom')")
 @click.option("--device-key", default=None,
               help="pool of measurement workers, e.g. cpu-epyc-2c [default: the only pool of live workers]")
-@click.option("--target", default="cpu", show_default=True, help="e.g. 'cpu -isa=avx2', 'cuda -arch=sm_90'")
+@click.option("--target", default=None,
+              help="e.g. 'cpu -isa=avx2', 'cuda -arch=sm_90' [default, or 'cpu'/'cuda' alone: the best target "
+              "the device key's hosts execute]")
 @click.option("--trials", type=int, default=64, show_default=True)
 @click.option("--wall-time", "wall_time_s", type=float, help="stop after this many seconds")
 @click.option("--early-stopping", type=int, help="stop after this many trials without a new best")
@@ -88,7 +90,7 @@ def submit_command(
     args: dict[str, Any],
     te_file: Path | None,
     device_key: str | None,
-    target: str,
+    target: str | None,
     trials: int,
     wall_time_s: float | None,
     early_stopping: int | None,

@@ -64,6 +64,21 @@ class _Display:
         return grid
 
 
+def _executable_here(target):
+    """`target` when this machine executes it; ArgumentError naming what it executes else (a
+    candidate for another ISA would die of SIGILL, every trial)."""
+    from tunefleet.compiler.target import Target, TargetError
+
+    try:
+        here = Target.local(target.kind)
+    except TargetError as exc:
+        raise ArgumentError(f"--target: {exc}") from None
+    if not target.runs_on(here):
+        raise ArgumentError(f"--target: this machine ({here}) cannot execute {target}; it runs "
+                            f"{', '.join(map(str, here.executable()))}")
+    return target
+
+
 def _cpus(text: str | None) -> list[int] | None:
     from tunefleet.tuner.host import parse_cpus
 
@@ -80,7 +95,8 @@ def _cpus(text: str | None) -> list[int] | None:
 @click.argument("op_args", nargs=-1, type=click.UNPROCESSED)
 @click.option("--workload", "workload_file", type=click.Path(dir_okay=False, path_type=Path),
               help="a workload JSON file {\"op\": ..., \"args\": {...}} instead of OP and its arguments")
-@click.option("--target", help="code generation target, e.g. 'cpu -isa=avx512' [default: this host]")
+@click.option("--target", help="code generation target this machine executes, e.g. 'cpu -isa=avx2'; 'cpu' or "
+              "'cuda' alone: its best of that kind [default: cpu]")
 @click.option("--trials", type=click.IntRange(min=1), default=64, show_default=True,
               help="distinct configs to measure (resumed ones count)")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True,
@@ -114,7 +130,7 @@ def tune_command(op, op_args, workload_file, target, trials, timeout, repeat, ou
     from tunefleet.tuner.tune import TuneError, tune
 
     workload = workload_from_cli(op, list(op_args), workload_file)
-    parsed = parse_target(target)
+    parsed = _executable_here(parse_target(target))
     cpus = _cpus(cpus_text)
     records_path = records_path or out / "records.jsonl"
     records_path.parent.mkdir(parents=True, exist_ok=True)

@@ -7,8 +7,9 @@ from typing import Any
 from fastapi import APIRouter
 
 from tunefleet.server.api.routes import API_PREFIX
+from tunefleet.server.deps import SessionDep, SettingsDep
 from tunefleet.server.schemas.catalog import OpOut
-from tunefleet.server.services import catalog
+from tunefleet.server.services import catalog, pools
 
 router = APIRouter(prefix=API_PREFIX, tags=["catalog"])
 
@@ -20,6 +21,8 @@ def list_ops() -> list[dict[str, Any]]:
 
 
 @router.get("/targets")
-def list_targets() -> list[dict[str, Any]]:
-    """Target kinds the compiler generates code for, with their options."""
-    return catalog.targets()
+def list_targets(session: SessionDep, settings: SettingsDep) -> list[dict[str, Any]]:
+    """Target kinds the compiler generates code for, with their options, and under `pools`
+    each device key with live workers of that kind: the best target its hosts execute (a
+    task's default there) and every target they support."""
+    return catalog.targets(pools.live_pools(session, settings.worker_lost_after_s))

@@ -29,7 +29,9 @@ def submit_task(
     body: TaskCreate, session: SessionDep, settings: SettingsDep, redis: RedisDep, _auth: UserAuth
 ) -> TaskOut:
     """Submit a tuning task; 422 names the invalid field (operator, argument, target...).
-    Without `device_key` it goes to the only pool of live workers of the target's kind."""
+    Without `device_key` it goes to the only pool of live workers of the target's kind.
+    Without a target (or with a kind alone, 'cpu') it gets the best target the key's live
+    hosts execute; a target they cannot execute is a 422 naming what they support."""
     task = tasks.submit(session, body, settings.worker_lost_after_s)
     if task.status == TaskStatus.QUEUED:
         queue.try_enqueue_tune(settings, redis, [task.id])

@@ -57,8 +57,9 @@ def register_worker(
     body: WorkerRegister, session: SessionDep, settings: SettingsDep, redis: RedisDep, _auth: WorkerAuth
 ) -> WorkerOut:
     """Register a worker (or refresh one of the same name); tasks waiting for a worker of
-    its device key are handed to the tuners."""
-    worker = workers.register(session, body)
+    its device key are handed to the tuners. 409 when the key's live hosts execute another
+    best target than this host (the hosts of a device key must agree)."""
+    worker = workers.register(session, body, settings.worker_lost_after_s)
     queue.try_enqueue_tune(settings, redis, tuning.waiting_tasks(session, worker.device_key))
     return _out(worker, settings.worker_lost_after_s)
 
