@@ -104,9 +104,9 @@ class Service:
         self.http = httpx.Client(base_url=self.url + "/api/v1", headers={"Authorization": f"Bearer {self.user}"},
                                  timeout=30)
 
-    def start(self, name: str, *args: str) -> None:
+    def start(self, name: str, *args: str, env: dict[str, str] | None = None) -> None:
         log = (self.root / f"{name}.log").open("w")
-        self.processes[name] = subprocess.Popen([*TUNEFLEET, *args], env=self.env, stdout=log,
+        self.processes[name] = subprocess.Popen([*TUNEFLEET, *args], env={**self.env, **(env or {})}, stdout=log,
                                                 stderr=subprocess.STDOUT)
 
     def start_server_and_tuner(self) -> None:
@@ -133,9 +133,10 @@ class Service:
         for i in range(n):
             name = f"worker{i}"
             if name not in self.processes:
-                self.start(name, "worker", "--redis", self.redis_url, "--server", self.url, "--token",
-                           self.worker_token, "--cpus", str(cpus[i % len(cpus)]), "--device-key", "bench",
-                           "--name", f"bench-{i}", "--heartbeat-s", "1")
+                self.start(name, "worker", "--redis", self.redis_url, "--server", self.url,
+                           "--cpus", str(cpus[i % len(cpus)]), "--device-key", "bench",
+                           "--name", f"bench-{i}", "--heartbeat-s", "1",
+                           env={"TUNEFLEET_WORKER_TOKEN": self.worker_token})
         for name in [p for p in self.processes if p.startswith("worker") and int(p[6:]) >= n]:
             self.stop(name)
         deadline = time.monotonic() + 120

@@ -84,8 +84,8 @@ class EmbeddedService:
             from tunefleet.tuner.host import format_cpus
 
             self._spawn("worker", "worker", "--redis", self.redis_url, "--server", self.url,
-                        "--token", self.worker_token, "--cpus", format_cpus(self.cpus),
-                        "--heartbeat-s", str(self.heartbeat_s))
+                        "--cpus", format_cpus(self.cpus), "--heartbeat-s", str(self.heartbeat_s),
+                        env={"TUNEFLEET_WORKER_TOKEN": self.worker_token})
             self._wait(self._worker_registered, 120, "worker", "register")
         except BaseException:
             self.stop()
@@ -147,13 +147,15 @@ class EmbeddedService:
             "TUNEFLEET_LOG_LEVEL": self.settings.log_level,
         }
 
-    def _spawn(self, name: str, *args: str) -> None:
+    def _spawn(self, name: str, *args: str, env: dict[str, str] | None = None) -> None:
+        """Start `tunefleet <args>` as child `name`, with `env` added to its environment
+        (secrets go there: never on a command line, where `ps` shows them)."""
         out = (self.logs / f"{name}.log").open("a")
         self._log_files.append(out)
         # A session of its own: a Ctrl-C in the terminal reaches only this process, which
         # then stops the children in order.
         self.processes[name] = subprocess.Popen(
-            [sys.executable, "-m", "tunefleet", *args], env=self._env(), stdout=out, stderr=subprocess.STDOUT,
+            [sys.executable, "-m", "tunefleet", *args], env={**self._env(), **(env or {})}, stdout=out, stderr=subprocess.STDOUT,
             start_new_session=True,
         )
 

@@ -57,11 +57,12 @@ class Service:
     #: Processes a SIGKILLed process left behind (its fork server, builders), ended at the end.
     orphans: list[int] = field(default_factory=list)
 
-    def _start(self, name: str, *args: str) -> subprocess.Popen:
+    def _start(self, name: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
         log = self.root / f"{name}.log"
         self.logs[name] = log
         with log.open("a") as out:
-            process = subprocess.Popen([TUNEFLEET, *args], env=self.env, stdout=out, stderr=subprocess.STDOUT)
+            process = subprocess.Popen([TUNEFLEET, *args], env={**self.env, **(env or {})}, stdout=out,
+                                       stderr=subprocess.STDOUT)
         self.processes[name] = process
         return process
 
@@ -81,9 +82,9 @@ class Service:
 
     def start_worker(self, name: str, cpus: str, device_key: str = "test-cpu") -> subprocess.Popen:
         return self._start(
-            name, "worker", "--redis", self.redis_url, "--server", self.url, "--token", self.worker_token,
+            name, "worker", "--redis", self.redis_url, "--server", self.url,
             "--cpus", cpus, "--device-key", device_key, "--name", f"test-{name}",
-            "--heartbeat-s", str(HEARTBEAT_S),
+            "--heartbeat-s", str(HEARTBEAT_S), env={"TUNEFLEET_WORKER_TOKEN": self.worker_token},
         )
 
     def alive(self, name: str) -> bool:

@@ -35,6 +35,17 @@ def start_up(home: Path, port: int, log: Path) -> tuple[subprocess.Popen, str]:
     return process, wait_for(token, 120, "tunefleet up to print its token", poll_s=0.2)
 
 
+def command_lines() -> list[str]:
+    """The command line of every process on this host, as `ps` shows them."""
+    lines = []
+    for entry in Path("/proc").iterdir():
+        try:
+            lines.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+        except OSError:  # not a process, or it ended meanwhile
+            continue
+    return lines
+
+
 def test_up_ctrl_c_mid_task_then_up_again_finishes_it(tmp_path: Path) -> None:
     home, port, log = tmp_path / "home", free_port(), tmp_path / "up.log"
     up, token = start_up(home, port, log)
@@ -44,6 +55,8 @@ def test_up_ctrl_c_mid_task_then_up_again_finishes_it(tmp_path: Path) -> None:
             task = client.submit("matmul", {"M": 64, "N": 48, "K": 64}, trials=10, protocol=PROTOCOL)
             assert task["device_key"].startswith("cpu-")  # the only live pool: this machine's
             wait_for(lambda: client.get(task["id"])["trials_done"] >= 3, 120, "three trials")
+        secrets = json.loads((home / "credentials.json").read_text()).values()
+        assert not [cmd for cmd in command_lines() if any(s in cmd for s in secrets)]  # what `ps` shows
         up.send_signal(signal.SIGINT)
         assert up.wait(timeout=120) == 0, log.read_text()[-3000:]
     finally:

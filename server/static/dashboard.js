@@ -1080,8 +1080,8 @@
         replace(body, h("div", { class: "empty", id: "workers-empty" },
           h("strong", { text: "No workers have registered yet." }),
           h("p", { text: "Tasks wait in the queue until a worker of their device key is up. Start one on a measurement host:" }),
-          h("pre", { class: "code", text: `tunefleet worker --redis redis://REDIS-HOST:6379/0 --server ${location.origin} \\\n    --token WORKER-TOKEN --device-key cpu-local` }),
-          h("p", {}, "A worker token comes from ", h("code", { text: "tunefleet token create --name HOST --scope worker" }), ".")));
+          h("pre", { class: "code", text: `TUNEFLEET_WORKER_TOKEN_FILE=~/.tunefleet-worker-token \\\n  tunefleet worker --redis redis://REDIS-HOST:6379/0 --server ${location.origin} --device-key cpu-local` }),
+          h("p", {}, "A worker token comes from ", h("code", { text: "tunefleet token create --name HOST --scope worker" }), "; keep it in a file only you can read (chmod 600), or in TUNEFLEET_WORKER_TOKEN — never on the command line.")));
         return;
       }
       replace(body, h("table", { class: "data cards", id: "workers-table" },

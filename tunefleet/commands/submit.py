@@ -10,16 +10,17 @@ from typing import Any
 import click
 
 from tunefleet.client import Client, ServiceError
+from tunefleet.credentials import token_file_option
 
 _url = click.option(
     "--url", envvar="TUNEFLEET_URL", default="http://127.0.0.1:8000", show_default=True,
     help="server URL [env TUNEFLEET_URL]",
 )
-_token = click.option("--token", envvar="TUNEFLEET_TOKEN", help="user token [env TUNEFLEET_TOKEN]")
+_token = token_file_option("TUNEFLEET_TOKEN", "a user token", required=False)
 
 
 def _client_command(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Add --url/--token, pass a Client, and turn service errors into CLI errors."""
+    """Add --url/--token-file, pass a Client, and turn service errors into CLI errors."""
 
     @_url
     @_token

@@ -41,8 +41,8 @@ def up_command(port: int | None, cpus: str | None) -> None:
     click.echo(
         f"tunefleet is up at {service.url}  (dashboard {service.url}/, API docs {service.url}/docs)\n"
         f"  user token: {service.user_token}\n"
-        f"  try:  tunefleet submit matmul -a M=512 -a N=512 -a K=512 --wait "
-        f"--url {service.url} --token {service.user_token}\n"
+        f"  try:  TUNEFLEET_TOKEN={service.user_token} tunefleet submit matmul -a M=512 -a N=512 -a K=512 "
+        f"--wait --url {service.url}\n"
         f"  logs: {service.logs}    Ctrl-C stops everything; nothing is lost."
     )
     failure = None

@@ -7,14 +7,16 @@ import os
 
 import click
 
+from tunefleet.credentials import token_file_option
+
 
 @click.command("worker")
 @click.option("--redis", "redis_url", envvar="TUNEFLEET_REDIS_URL", required=True,
               help="Redis URL of the service, e.g. redis://host:6379/0 [env TUNEFLEET_REDIS_URL]")
 @click.option("--server", "server_url", envvar="TUNEFLEET_URL", default="http://127.0.0.1:8000",
               show_default=True, help="the API server's URL [env TUNEFLEET_URL]")
-@click.option("--token", envvar="TUNEFLEET_WORKER_TOKEN", required=True,
-              help="a worker-scope token (`tunefleet token create --scope worker`) [env TUNEFLEET_WORKER_TOKEN]")
+@token_file_option("TUNEFLEET_WORKER_TOKEN", "a worker-scope token (`tunefleet token create --scope worker`)",
+                   required=True)
 @click.option("--device-key", default=None,
               help="pool of identical hosts this worker serves [default: cpu-<model>-<n>c of this host and CPUs]")
 @click.option("--cpus", default=None, help="CPUs to measure on, taskset syntax (e.g. 2-3) [default: all allowed]")
