@@ -159,6 +159,21 @@ def entry_points_source(name: str, args: Sequence[ArgSpec]) -> str:
     return "\n".join(lines)
 
 
+def thread_api_source(name: str) -> str:
+    """C source: `<name>_set_num_threads(int)` and `<name>_get_num_threads(void)`, exported,
+    calling the library's own runtime (the link binds them locally, build.LINK_FLAGS). Where
+    several tunefleet libraries are linked into one program, `tunefleet_set_num_threads`
+    reaches the first one loaded; these reach the pool of library `name`.
+    Raises ValueError if `name` is not a C identifier."""
+    if not _C_IDENTIFIER.fullmatch(name):
+        raise ValueError(f"kernel name {name!r} is not a C identifier")
+    return "\n".join([
+        f"TF_EXPORT int {name}_set_num_threads(int n) {{ return tunefleet_set_num_threads(n); }}",
+        f"TF_EXPORT int {name}_get_num_threads(void) {{ return tunefleet_get_num_threads(); }}",
+        "",
+    ])
+
+
 def checked_prologue(checked: str, args: Sequence[ArgSpec]) -> list[str]:
     """Body lines opening `<checked>(DLTensor** args, int num_args)`: the expected shapes,
     the `data` array of unpacked pointers, and the argument-count check."""
@@ -258,18 +273,7 @@ def header_text(name: str, args: Sequence[ArgSpec], *, doc: str) -> str:
         "/* The kernel with its pointers in an array, in call order (for tunefleet_timer). */",
         f"int {name}_packed(void** args);",
         "",
-        "/* Sets the requested number of pool threads (n <= 0: one per CPU of the mask) and",
-        " * returns the count parallel loops called from this thread will use now: n clamped to",
-        " * the calling thread's affinity mask and the cgroup CPU quota, with a message on",
-        " * stderr naming the limit and its current size when n is over it. The request is",
-        " * kept: a wider mask later gets up to n threads. */",
-        "int tunefleet_set_num_threads(int n);",
-        "",
-        "/* The number of threads a parallel loop called from this thread would use now. */",
-        "int tunefleet_get_num_threads(void);",
-        "",
-        "/* The calling thread's last error message (\"\" if none). */",
-        "const char* tunefleet_last_error(void);",
+        *runtime_api_declarations(name),
         "",
         "/* Times fn(args): a warm-up call, then `repeat` repeats of `number` calls (number grows",
         " * until a repeat lasts min_repeat_ms), cooldown_ms sleep between repeats, optional",
@@ -285,6 +289,32 @@ def header_text(name: str, args: Sequence[ArgSpec], *, doc: str) -> str:
         f"#endif /* {guard} */",
         "",
     ])
+
+
+def runtime_api_declarations(name: str) -> list[str]:
+    """Header lines declaring the runtime API of library `name`: the thread-count functions
+    (process-wide and `<name>_`-prefixed, see thread_api_source) and tunefleet_last_error."""
+    return [
+        "/* Sets the requested number of pool threads (n <= 0: one per CPU of the mask) and",
+        " * returns the count parallel loops called from this thread will use now: n clamped to",
+        " * the calling thread's affinity mask and the cgroup CPU quota, with a message on",
+        " * stderr naming the limit and its current size when n is over it. The request is",
+        " * kept: a wider mask later gets up to n threads. */",
+        "int tunefleet_set_num_threads(int n);",
+        "",
+        "/* The number of threads a parallel loop called from this thread would use now. */",
+        "int tunefleet_get_num_threads(void);",
+        "",
+        "/* The same for this library's pool alone. Each tunefleet library has its own pool; in a",
+        " * program that links several, tunefleet_set_num_threads reaches the first one loaded",
+        f" * and these reach {name}'s. */",
+        f"int {name}_set_num_threads(int n);",
+        f"int {name}_get_num_threads(void);",
+        "",
+        "/* The calling thread's last error message (\"\" if none): one per thread for all",
+        " * tunefleet libraries linked into a program, so it names the last failure of any. */",
+        "const char* tunefleet_last_error(void);",
+    ]
 
 
 def dlpack_declarations() -> str:

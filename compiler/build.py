@@ -12,7 +12,9 @@ per compiler, flags and runtime source (:func:`runtime_object`, in the build cac
 of compiling it again for every tuning candidate: the same code with the same flags, in two
 objects instead of one. The runtime's symbols are hidden either way (``-fvisibility=hidden``,
 ``TF_HIDDEN``), so only the ``TF_EXPORT`` API and the kernel's entry points are exported, and
-two libraries loaded into one process never share runtime state.
+two libraries loaded into one process never share runtime state but the thread-local error
+text (one per thread for all of them, so ``tunefleet_last_error()`` of any of them reports
+the last error; see tunefleet_runtime.c).
 """
 
 from __future__ import annotations
@@ -37,8 +39,12 @@ RUNTIME_DIR = Path(__file__).resolve().parent / "runtime"
 BASE_FLAGS = ("-O3", "-std=gnu11", "-fPIC", "-fvisibility=hidden", "-pthread",
               "-Werror=implicit-function-declaration")
 #: Link flags of every library. The link must resolve every symbol, so a missing
-#: micro-kernel fails the build, not the first call.
-LINK_FLAGS = ("-shared", "-Wl,--no-undefined")
+#: micro-kernel fails the build, not the first call. -Bsymbolic-functions binds a library's
+#: calls of its own exported functions (the `<name>_set_num_threads` wrappers calling
+#: `tunefleet_set_num_threads`, a dispatcher calling its targets' kernels) to its own
+#: definitions, so several tunefleet libraries linked into one program never call into each
+#: other; data (the shared error text, see tunefleet_runtime.c) is still bound process-wide.
+LINK_FLAGS = ("-shared", "-Wl,--no-undefined", "-Wl,-Bsymbolic-functions")
 LIBS = ("-lm",)
 #: Defined when a unit is compiled to be linked with runtime_object(): the unit's own copy
 #: of the runtime implementation is left out.

@@ -482,13 +482,13 @@ def workload_kernel(workload, config, target: Target, *, name: str | None = None
                     limits: DeviceLimits | None = None) -> CudaKernelSource:
     """The verified kernel source of `config` of `workload` (no nvcc): for batch compile checks."""
     sch, tensors = workload.template(target.kind)(config, workload, target)
-    name = name or workload.kernel_name()
+    name = name or workload.kernel_name(target)
     g = lower_and_verify(sch, tensors, target, name, limits)
     return kernel_source(g, arg_specs(tensors, workload.layouts(), workload.tensors()))
 
 
 def build_cuda_workload(workload, config, target: Target, limits: DeviceLimits | None = None) -> CudaBuiltKernel:
-    """Build `config` of `workload` for a cuda `target` as kernel `workload.kernel_name()`."""
+    """Build `config` of `workload` for a cuda `target` as kernel `workload.kernel_name(target)`."""
     part = workload_kernel(workload, config, target, limits=limits)
     unit = cuda_unit([part])
     so = compile_cuda_shared(unit, target, name=part.name)

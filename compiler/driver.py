@@ -9,7 +9,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .abi import ArgSpec, arg_specs, entry_points_source
+from .abi import ArgSpec, arg_specs, entry_points_source, thread_api_source
 from .build import compile_shared
 from .codegen.c import generate_c
 from .ir import PrimFunc
@@ -60,7 +60,7 @@ def build_func(func: PrimFunc, specs: Sequence[ArgSpec], target: Target) -> Buil
 
     Raises BuildError (compiler message attached) if gcc rejects the source.
     """
-    source = generate_c(func) + "\n" + entry_points_source(func.name, specs)
+    source = "\n".join([generate_c(func), entry_points_source(func.name, specs), thread_api_source(func.name)])
     so = compile_shared([source], target, name=func.name, extra_sources=func.extern_sources)
     unit = so.with_suffix(".c").read_text()
     return BuiltKernel(func.name, so, unit, list(specs), func, list(func.extern_sources))
@@ -90,7 +90,7 @@ def build(sch: Schedule, args: Sequence[Tensor], target: Target, name: str,
 
 def build_workload(workload, config, target: Target) -> BuiltKernel:
     """Build `workload` (a compiler.ops Workload) with `config` (a ConfigEntity of its space)
-    for `target`, as kernel `workload.kernel_name()`.
+    for `target`, as kernel `workload.kernel_name(target)`.
 
     Raises ScheduleError / BuildError; WorkloadError when the target kind has no template.
     A cuda target gives a CudaBuiltKernel (`compiler.cuda_build.build_cuda_workload`).
@@ -100,4 +100,4 @@ def build_workload(workload, config, target: Target) -> BuiltKernel:
 
         return build_cuda_workload(workload, config, target)
     sch, tensors = workload.template(target.kind)(config, workload, target)
-    return build(sch, tensors, target, workload.kernel_name(), workload.layouts(), reference=workload.tensors())
+    return build(sch, tensors, target, workload.kernel_name(target), workload.layouts(), reference=workload.tensors())

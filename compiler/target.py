@@ -149,6 +149,12 @@ class Target:
         return common[0] if common else None
 
     @property
+    def name_suffix(self) -> str:
+        """The part of a kernel's symbol and library names that says what it was built for:
+        the cpu ISA (``avx2``) or the cuda architecture without its underscore (``sm90``)."""
+        return self.isa.replace("_", "")
+
+    @property
     def vector_bytes(self) -> int:
         """Bytes in one vector register (cuda: bytes of the widest vector load)."""
         return _CPU_ISAS[self.isa][0] if self.kind == "cpu" else _CUDA_VECTOR_BYTES

@@ -460,7 +460,7 @@ def config_features(workload: ops.Workload, target: Target, config: ConfigEntity
     try:
         sch, args = workload.template(target.kind)(config, workload, target)
         lowering = _Lowering(sch, args)
-        func = lowering.run(workload.kernel_name())
+        func = lowering.run(workload.kernel_name(target))
     except ScheduleError:
         return _invalid()
     limits = limits_for(target) if target.kind == "cuda" else None

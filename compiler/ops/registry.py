@@ -207,9 +207,14 @@ class Workload:
     def layouts(self) -> dict[str, str]:
         return self.opdef.layouts(self.args) if self.opdef.layouts else {}
 
-    def kernel_name(self) -> str:
-        """A C identifier naming the kernel: operator and key prefix."""
-        return f"{self.op}_{self.key[:12]}"
+    def kernel_name(self, target=None) -> str:
+        """A C identifier naming the kernel: operator, key prefix and, for a build for
+        `target` (a compiler.target.Target), its name suffix (``matmul_<key>_avx2``,
+        ``matmul_<key>_sm90``), so that builds of one workload for two targets have
+        different symbol and library names and link into one program. Without a target:
+        the workload's own name (``matmul_<key>``), e.g. a multi-target library's dispatcher."""
+        base = f"{self.op}_{self.key[:12]}"
+        return base if target is None else f"{base}_{target.name_suffix}"
 
     def __repr__(self):
         return f"Workload({self.canonical})"

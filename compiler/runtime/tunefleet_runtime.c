@@ -39,16 +39,22 @@
 
 /* ------------------------------------------------------------------ errors */
 
-static __thread char tf_error_text[TF_ERROR_BYTES];
+/* Exported on purpose, unlike everything else of the runtime: where several tunefleet
+ * libraries are linked into one program, the dynamic linker binds every library's references
+ * to this symbol to one definition (the first loaded), so tunefleet_last_error() of any of
+ * them returns the error any of them set last on this thread. Part of the ABI: its size
+ * (TF_ERROR_BYTES) never changes. Two libraries opened with dlopen(RTLD_LOCAL), as Python's
+ * ctypes does, keep one each (tunefleet.load reads each library's own). */
+TF_EXPORT __thread char tunefleet_error_text[TF_ERROR_BYTES];
 
 TF_HIDDEN void tf_set_error(const char* fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(tf_error_text, sizeof tf_error_text, fmt, ap);
+  vsnprintf(tunefleet_error_text, sizeof tunefleet_error_text, fmt, ap);
   va_end(ap);
 }
 
-TF_EXPORT const char* tunefleet_last_error(void) { return tf_error_text; }
+TF_EXPORT const char* tunefleet_last_error(void) { return tunefleet_error_text; }
 
 /* ---------------------------------------------------------------- memory */
 
@@ -635,7 +641,7 @@ static int tf_call_n(int (*fn)(void**), void** args, int number) {
   for (int i = 0; i < number; ++i) {
     int rc = fn(args);
     if (rc != 0) {
-      if (tf_error_text[0] == '\0') tf_set_error("tunefleet_timer: the timed function returned %d", rc);
+      if (tunefleet_error_text[0] == '\0') tf_set_error("tunefleet_timer: the timed function returned %d", rc);
       return rc;
     }
   }
@@ -661,7 +667,7 @@ TF_EXPORT int tunefleet_timer(int (*fn)(void** args), void** args, int number, i
                  min_repeat_ms, cooldown_ms);
     return -1;
   }
-  tf_error_text[0] = '\0';
+  tunefleet_error_text[0] = '\0';
   int rc = tf_call_n(fn, args, 1); /* warm-up */
   for (int r = 0; rc == 0 && r < repeat; ++r) {
     if (r > 0 && cooldown_ms > 0) tf_sleep_ms(cooldown_ms);

@@ -63,4 +63,4 @@ def build_command(op: str | None, op_args: tuple[str, ...], workload_file: Path 
         path = build_artifact(workload, parsed, config, out)
     except (ScheduleError, BuildError) as exc:
         raise click.ClickException(f"the config does not build: {exc}") from None
-    click.echo(f"{workload.kernel_name()}: wrote {path}")
+    click.echo(f"{workload.kernel_name(parsed)}: wrote {path}")
