@@ -3,6 +3,14 @@
 #   service (default, the last stage): server, tuner and CPU measurement worker (gcc for
 #                      candidate builds)
 # Build: docker build -t tunefleet .   /   docker build --target gpu-worker -t tunefleet-gpu .
+# Each image installs tunefleet's wheel (built once, in the `wheel` stage) non-editably, as a
+# user and tests/test_wheel.py do, with the extras its processes need.
+
+FROM python:3.11-slim-bookworm AS wheel
+WORKDIR /src
+# the source tree, less what .dockerignore leaves out (tests, benchmarks, virtual environments)
+COPY . .
+RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
 FROM nvidia/cuda:12.6.3-devel-ubuntu24.04 AS gpu-worker
 RUN apt-get update \
@@ -10,16 +18,9 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PATH=/opt/venv/bin:$PATH \
     TUNEFLEET_HOME=/data TUNEFLEET_LOG_FORMAT=json
-WORKDIR /src
-COPY pyproject.toml ./
-COPY tunefleet ./tunefleet
-COPY compiler ./compiler
-COPY tuner ./tuner
-COPY worker ./worker
-COPY server ./server
-COPY migrations ./migrations
+COPY --from=wheel /wheels /wheels
 # A worker host needs the compiler and the worker only: no SQL, XGBoost or web framework.
-RUN python3 -m venv /opt/venv && pip install --no-cache-dir '.[worker]' && rm -rf /src
+RUN python3 -m venv /opt/venv && pip install --no-cache-dir "$(echo /wheels/tunefleet-*.whl)[worker]"
 RUN useradd --create-home --uid 1001 tunefleet && mkdir /data && chown tunefleet /data
 USER tunefleet
 WORKDIR /data
@@ -31,15 +32,8 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
     TUNEFLEET_HOME=/data TUNEFLEET_HOST=0.0.0.0 TUNEFLEET_LOG_FORMAT=json
-WORKDIR /src
-COPY pyproject.toml ./
-COPY tunefleet ./tunefleet
-COPY compiler ./compiler
-COPY tuner ./tuner
-COPY worker ./worker
-COPY server ./server
-COPY migrations ./migrations
-RUN pip install --no-cache-dir '.[all]' && rm -rf /src
+COPY --from=wheel /wheels /wheels
+RUN pip install --no-cache-dir "$(echo /wheels/tunefleet-*.whl)[all]"
 RUN useradd --create-home --uid 1000 tunefleet && mkdir /data && chown tunefleet /data
 USER tunefleet
 WORKDIR /data

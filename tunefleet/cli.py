@@ -8,24 +8,65 @@ import importlib
 
 import click
 
-# command name -> "module:attribute" under tunefleet.commands
-COMMANDS: dict[str, str] = {}
+# command name -> ("module:attribute" under tunefleet.commands, the extra it needs or None)
+COMMANDS: dict[str, tuple[str, str | None]] = {}
 
 
-def register(name: str, target: str) -> None:
-    """Register a lazily imported command (`target` is "module:attribute" in tunefleet.commands)."""
-    COMMANDS[name] = target
+def register(name: str, target: str, extra: str | None = None) -> None:
+    """Register a lazily imported command: `target` is "module:attribute" in tunefleet.commands,
+    `extra` the optional dependency group (pyproject's optional-dependencies) that holds
+    everything the command needs beyond the base install (None: the base install suffices)."""
+    COMMANDS[name] = (target, extra)
+
+
+def missing_extra(name: str, exc: ModuleNotFoundError) -> click.ClickException:
+    """The one-line error for command `name` failing to import a module of its extra.
+    Re-raises `exc` when the command needs no extra or a tunefleet module is missing (a broken
+    install, not a missing extra)."""
+    extra = COMMANDS[name][1]
+    if extra is None or (exc.name or "tunefleet").partition(".")[0] == "tunefleet":
+        raise exc
+    return click.ClickException(f"tunefleet {name} needs the '{extra}' extra (no module named {exc.name!r}): "
+                                f"pip install 'tunefleet[{extra}]'")
+
+
+def _unavailable(name: str, error: click.ClickException) -> click.Command:
+    """Stands in for command `name` whose module cannot be imported: listed in the help, and
+    fails with `error` whatever its arguments (--help included)."""
+
+    def fail(args: tuple[str, ...]) -> None:
+        raise error
+
+    extra = COMMANDS[name][1]
+    return click.Command(name, callback=fail, help=f"(not installed: pip install 'tunefleet[{extra}]')",
+                         params=[click.Argument(["args"], nargs=-1, type=click.UNPROCESSED)],
+                         context_settings={"ignore_unknown_options": True, "help_option_names": []})
 
 
 class LazyGroup(click.Group):
+    """Imports a command's module when the command is run or its help is shown. A command whose
+    extra is not installed is still listed, and running it fails with one line naming the
+    extra to install."""
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name not in COMMANDS:
             return None
-        module, attr = COMMANDS[name].split(":")
-        return getattr(importlib.import_module(f"tunefleet.commands.{module}"), attr)
+        module, attr = COMMANDS[name][0].split(":")
+        try:
+            return getattr(importlib.import_module(f"tunefleet.commands.{module}"), attr)
+        except ModuleNotFoundError as exc:
+            return _unavailable(name, missing_extra(name, exc))
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except ModuleNotFoundError as exc:  # imported when the command runs
+            if ctx.invoked_subcommand is None:
+                raise
+            raise missing_extra(ctx.invoked_subcommand, exc) from None
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -36,16 +77,15 @@ def main() -> None:
 
 register("ops", "ops:ops_command")
 register("build", "build:build_command")
-register("db", "db:db_group")
-register("token", "token:token_group")
-register("server", "server:server_command")
-register("submit", "submit:submit_command")
-register("status", "submit:status_command")
-register("wait", "submit:wait_command")
-register("download", "submit:download_command")
-register("tuner", "tuner:tuner_command")
-register("worker", "worker:worker_command")
-register("up", "up:up_command")
-register("demo", "demo:demo_command")
-
-register("tune", "tune:tune_command")
+register("tune", "tune:tune_command", "tuner")
+register("db", "db:db_group", "server")
+register("token", "token:token_group", "server")
+register("server", "server:server_command", "server")
+register("submit", "submit:submit_command", "client")
+register("status", "submit:status_command", "client")
+register("wait", "submit:wait_command", "client")
+register("download", "submit:download_command", "client")
+register("worker", "worker:worker_command", "worker")
+register("tuner", "tuner:tuner_command", "all")
+register("up", "up:up_command", "all")
+register("demo", "demo:demo_command", "all")
