@@ -198,10 +198,13 @@ def disjoint_checks(checked: str, args: Sequence[ArgSpec]) -> list[str]:
             if out.is_output and (not other.is_output or j > i)]
 
 
-def header_text(name: str, args: Sequence[ArgSpec], *, doc: str) -> str:
+def header_text(name: str, args: Sequence[ArgSpec], *, doc: str, dispatch: Sequence[str] = ()) -> str:
     """The artifact's public header `<name>.h`: prototypes of `<name>`, `<name>_checked`,
     `<name>_packed` and the runtime API, argument shapes/dtypes/layouts, DLPack declarations,
-    and a usage example. `doc` (free text, e.g. workload, target, rebuild command) opens it."""
+    and a usage example. `doc` (free text, e.g. workload, target, rebuild command) opens it.
+    `dispatch`: the ISAs of a multi-target library (compiler.multitarget), the most capable
+    first: the header then says how `<name>` chooses one and declares `<name>_isa` and the
+    kernels `<name>_<isa>`."""
     prototype = kernel_prototype(name, args)
     guard = f"TUNEFLEET_KERNEL_{name.upper()}_H_"
     doc_lines = [f" * {line}".rstrip() for line in doc.replace("*/", "* /").splitlines()]
@@ -232,6 +235,7 @@ def header_text(name: str, args: Sequence[ArgSpec], *, doc: str) -> str:
         " * wait for it, asleep, so the pool never runs more threads than its CPUs and no call",
         " * can deadlock (a parallel loop inside a running one runs inline). Environment",
         " * variable TUNEFLEET_NUM_THREADS sets the initial request.",
+        *dispatch_doc(name, dispatch),
         " *",
         " * Example (C or C++):",
         " *   #include <stdio.h>",
@@ -273,6 +277,7 @@ def header_text(name: str, args: Sequence[ArgSpec], *, doc: str) -> str:
         "/* The kernel with its pointers in an array, in call order (for tunefleet_timer). */",
         f"int {name}_packed(void** args);",
         "",
+        *dispatch_declarations(name, args, dispatch),
         *runtime_api_declarations(name),
         "",
         "/* Times fn(args): a warm-up call, then `repeat` repeats of `number` calls (number grows",
@@ -289,6 +294,43 @@ def header_text(name: str, args: Sequence[ArgSpec], *, doc: str) -> str:
         f"#endif /* {guard} */",
         "",
     ])
+
+
+def dispatch_doc(name: str, isas: Sequence[str]) -> list[str]:
+    """Header comment lines on how multi-target library `name` chooses between `isas` ([] for
+    a single-target library)."""
+    if not isas:
+        return []
+    return [
+        " *",
+        f" * Multi-target: this library holds the kernel built for {', '.join(isas)}.",
+        " * When it is loaded it chooses, once, the most capable of them this CPU supports",
+        " * (cpuid), or the one the environment variable TUNEFLEET_ISA names (e.g.",
+        " * TUNEFLEET_ISA=avx2; read at load time). Code for an ISA the CPU lacks is never run:",
+        " * if TUNEFLEET_ISA names an ISA that is not inside or that this CPU does not support,",
+        " * or the CPU supports none of those inside, the kernel returns -1 and",
+        f" * {name}_isa() NULL, with the reason in tunefleet_last_error().",
+        f" * {name}_isa() names the ISA chosen; {name}_<isa>() are the kernels of each ISA.",
+    ]
+
+
+def dispatch_declarations(name: str, args: Sequence[ArgSpec], isas: Sequence[str]) -> list[str]:
+    """Header lines declaring `<name>_isa` and the kernel of each of `isas` of multi-target
+    library `name` ([] for a single-target library)."""
+    if not isas:
+        return []
+    lines = [
+        "/* The ISA the kernel runs (e.g. \"avx2\"), chosen once at load time; NULL when none",
+        " * could be chosen (tunefleet_last_error() says why). */",
+        f"const char* {name}_isa(void);",
+        "",
+        "/* The kernel built for one ISA, called directly, and its checked entry point: only on a",
+        " * CPU that supports that ISA (elsewhere it dies of an illegal instruction). */",
+    ]
+    for isa in isas:
+        lines += [f"{kernel_prototype(f'{name}_{isa}', args)};",
+                  f"int {name}_{isa}_checked(DLTensor** args, int num_args);"]
+    return lines + [""]
 
 
 def runtime_api_declarations(name: str) -> list[str]:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from tunefleet.compiler.abi import ABI_VERSION, ArgSpec, header_text
 from tunefleet.compiler.build import build_info
+from tunefleet.compiler.target import Target
 
 MANIFEST = "manifest.json"
 
@@ -29,12 +30,15 @@ def write_artifact(out_dir: str | os.PathLike, *, name: str, source: str,
                    so_path: str | os.PathLike, args: Sequence[ArgSpec], manifest: dict) -> Path:
     """Writes the artifact of kernel `name` into `out_dir` (created if needed) and returns it.
 
-    source: the translation unit `so_path` was built from (compile_shared leaves it beside
-    the library as `<name>.c`). so_path: a library built by compile_shared with this `name`.
+    source: the translation unit `so_path` was built from (compile_shared and
+    build_multi_target leave it beside the library as `<name>.c`). so_path: a library built by
+    one of them with this `name`.
     args: the kernel's arguments in call order. manifest: caller fields (e.g. workload,
     target, device_key, config, latency_s, gflops); manifest.json holds them plus name,
     abi_version, target and flags of the build, libs, toolchain, build_command (rebuilds
-    `<name>.so` from `<name>.c` in the artifact directory), so_sha256 and args.
+    `<name>.so` from `<name>.c` in the artifact directory), so_sha256 and args; for a
+    multi-target library (compiler.multitarget) also build_targets, the targets inside, the
+    most capable first, and a header that documents the dispatch.
     Raises ValueError if so_path was built under another name.
     """
     info = build_info(so_path)
@@ -53,6 +57,7 @@ def write_artifact(out_dir: str | os.PathLike, *, name: str, source: str,
         "name": name,
         "abi_version": ABI_VERSION,
         "build_target": info["target"],
+        **({"build_targets": info["targets"]} if "targets" in info else {}),
         "flags": info["flags"],
         "libs": info["libs"],
         "toolchain": info["toolchain"],
@@ -65,7 +70,8 @@ def write_artifact(out_dir: str | os.PathLike, *, name: str, source: str,
 
         header = cuda_header_text(name, args, doc=_header_doc(full, "cu"))
     else:
-        header = header_text(name, args, doc=_header_doc(full))
+        isas = [Target.parse(t).isa for t in info.get("targets", ())]  # a multi-target library
+        header = header_text(name, args, doc=_header_doc(full), dispatch=isas)
     (out / f"{name}.h").write_text(header)
     (out / MANIFEST).write_text(json.dumps(full, indent=2, sort_keys=True) + "\n")
     return out

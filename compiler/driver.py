@@ -99,5 +99,14 @@ def build_workload(workload, config, target: Target) -> BuiltKernel:
         from .cuda_build import build_cuda_workload
 
         return build_cuda_workload(workload, config, target)
+    return build_func(*lower_workload(workload, config, target), target)
+
+
+def lower_workload(workload, config, target: Target) -> tuple[PrimFunc, list[ArgSpec]]:
+    """`workload` (a compiler.ops Workload) with `config` lowered for a cpu `target` as kernel
+    `workload.kernel_name(target)`, and its ABI argument specs (the operator's shapes).
+    Raises ScheduleError for a config whose schedule does not lower."""
     sch, tensors = workload.template(target.kind)(config, workload, target)
-    return build(sch, tensors, target, workload.kernel_name(target), workload.layouts(), reference=workload.tensors())
+    func = lower(sch, tensors, workload.kernel_name(target), lanes=target.lanes("float32"))
+    func.extern_sources = list(dict.fromkeys(func.extern_sources))
+    return func, arg_specs(tensors, workload.layouts(), workload.tensors())

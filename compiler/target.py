@@ -171,6 +171,21 @@ class Target:
         return list(_CPU_ISAS[self.isa][1]) if self.kind == "cpu" else []
 
 
+#: The CPU ISAs a multi-target library dispatches between at load time (compiler.multitarget),
+#: the most capable first: the x86 ladder, whose features cpuid reports.
+DISPATCH_ISAS = _ISA_LADDERS[0]
+
+
+def cpu_features(isa: str) -> tuple[str, ...]:
+    """The x86 CPU features code built for `isa` (one of DISPATCH_ISAS) executes on, named as
+    /proc/cpuinfo and GCC's ``__builtin_cpu_supports`` name them: all the extensions of its
+    cflags; () for generic. Raises TargetError for another ISA."""
+    if isa not in DISPATCH_ISAS:
+        raise TargetError(f"cpu isa {isa!r} cannot be dispatched to at load time; allowed: "
+                          f"{', '.join(DISPATCH_ISAS)}")
+    return tuple(sorted(dict(_X86_ISA_FLAGS).get(isa, ())))
+
+
 def _check_kind(kind: str) -> None:
     if kind not in _OPTION:
         raise TargetError(f"unknown target kind {kind!r}; allowed: {', '.join(_OPTION)}")

@@ -11,6 +11,7 @@ import numpy as np
 
 from tunefleet.compiler.abi import ABI_VERSION, ArgSpec
 from tunefleet.compiler.artifact import read_manifest
+from tunefleet.compiler.target import Target
 
 
 def load(path: str | os.PathLike) -> Kernel:
@@ -79,6 +80,21 @@ class Kernel:
         the calling thread's affinity mask and the cgroup CPU quota, with a message on stderr
         naming the limit. The request is kept; the pool follows later changes of the mask."""
         return self._lib.tunefleet_set_num_threads(n)
+
+    @property
+    def isa(self) -> str:
+        """The CPU ISA the kernel runs: of a multi-target library (manifest ``build_targets``),
+        the one it chose when loaded (the best this CPU supports, or $TUNEFLEET_ISA); else the
+        ISA it was built for. Raises RuntimeError with the library's reason when a
+        multi-target library could choose none (then every call raises it too)."""
+        if "build_targets" not in self.manifest:
+            return Target.parse(self.manifest["build_target"]).isa
+        chosen = getattr(self._lib, f"{self.name}_isa")
+        chosen.restype = ctypes.c_char_p
+        isa = chosen()
+        if isa is None:
+            raise RuntimeError(self._lib.tunefleet_last_error().decode(errors="replace"))
+        return isa.decode()
 
     @property
     def num_threads(self) -> int:

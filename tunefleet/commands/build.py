@@ -11,7 +11,7 @@ from tunefleet.compiler import ops
 from tunefleet.compiler.build import BuildError
 from tunefleet.compiler.schedule import ScheduleError
 from tunefleet.compiler.space import ConfigError
-from tunefleet.compiler.target import Target, TargetError
+from tunefleet.compiler.target import DISPATCH_ISAS, Target, TargetError, cpu_features
 
 from .opargs import OP_ARGS_SETTINGS, ArgumentError, workload_from_cli
 
@@ -49,14 +49,25 @@ def _config(workload: ops.Workload, target: Target, text: str | None):
               "machine's best of that kind [default: cpu]")
 @click.option("--config", "config_text", metavar="JSON|FILE",
               help="the config to build ({\"knobs\": {...}}, as in a record file) [default: the operator's rule]")
+@click.option("--targets", "targets_text", metavar="ISA,ISA",
+              help="CPU ISAs (of avx512, avx2, generic) built into ONE library that runs the best "
+              "this CPU supports, chosen when it is loaded (TUNEFLEET_ISA=<isa> forces one)")
+@click.option("--records", "records_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="with --targets: a record file (as `tunefleet tune` writes); each ISA gets its best "
+              "record there [default: the operator's rule]")
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="artifact directory to write (.so, .h, .c, manifest.json)")
 def build_command(op: str | None, op_args: tuple[str, ...], workload_file: Path | None, target: str | None,
-                  config_text: str | None, out: Path) -> None:
-    """Build OP with its arguments (e.g. `tunefleet build matmul --M 512 --N 512 --K 512 --out k/`)."""
+                  config_text: str | None, targets_text: str | None, records_path: Path | None, out: Path) -> None:
+    """Build OP with its arguments (e.g. `tunefleet build matmul --M 512 --N 512 --K 512 --out k/`).
+
+    With --targets (e.g. `--targets avx2,avx512`), one library holding a kernel per ISA."""
     from tunefleet.tuner.apply import build_artifact
 
     workload = workload_from_cli(op, list(op_args), workload_file)
+    if targets_text is not None or records_path is not None:
+        _build_multi_target(workload, targets_text, records_path, target, config_text, out)
+        return
     parsed = parse_target(target)
     config = _config(workload, parsed, config_text)
     try:
@@ -64,3 +75,32 @@ def build_command(op: str | None, op_args: tuple[str, ...], workload_file: Path 
     except (ScheduleError, BuildError) as exc:
         raise click.ClickException(f"the config does not build: {exc}") from None
     click.echo(f"{workload.kernel_name(parsed)}: wrote {path}")
+
+
+def _build_multi_target(workload: ops.Workload, targets_text: str | None, records_path: Path | None,
+                        target: str | None, config_text: str | None, out: Path) -> None:
+    """`build --targets`: one multi-target library (tuner.apply.build_multi_target_artifact)."""
+    from tunefleet.tuner import records
+    from tunefleet.tuner.apply import build_multi_target_artifact
+
+    if targets_text is None:
+        raise ArgumentError("--records: only with --targets (a single target builds --config)")
+    if target is not None or config_text is not None:
+        raise ArgumentError("--targets: not with --target or --config (each ISA builds its best record "
+                            "from --records, else the operator's rule)")
+    isas = [isa.strip() for isa in targets_text.split(",") if isa.strip()]
+    try:
+        for isa in isas:
+            cpu_features(isa)
+        if not isas:
+            raise TargetError(f"name at least one ISA of {', '.join(DISPATCH_ISAS)}, e.g. avx2,avx512")
+        found = records.load(records_path) if records_path is not None else []
+    except TargetError as exc:
+        raise ArgumentError(f"--targets: {exc}") from None
+    except (OSError, ValueError) as exc:
+        raise ArgumentError(f"--records: {exc}") from None
+    try:
+        path = build_multi_target_artifact(workload, isas, out, found)
+    except (ScheduleError, BuildError, ConfigError) as exc:
+        raise click.ClickException(f"a config does not build: {exc}") from None
+    click.echo(f"{workload.kernel_name()} ({', '.join(isas)}): wrote {path}")
