@@ -5,6 +5,8 @@ runs the tuner's search loop (the same strategy, cost model and features as ``tu
 tune``: :class:`~tunefleet.tuner.search.ModelGuidedSearch` with ``tune.SEARCH_SETTINGS``)
 with measurement dispatched to the workers instead of the local runner:
 
+0. **Target.** A task submitted as a kind alone while no host of its key was live gets the
+   best target of the key's live hosts now (services.pools.resolve_pending), or fails.
 1. **Resume.** Trials already in SQL are fed to the search (the cost model is refit from
    them; their configs are never proposed again); trials dispatched but not measured are
    adopted: their RQ job (id ``measure-<task id>-<config index>``) is awaited, or enqueued again if Redis
@@ -15,8 +17,10 @@ with measurement dispatched to the workers instead of the local runner:
    config index), and records each result in SQL the moment it returns, then lets the
    search learn from it. Measure jobs carry ``Retry(max=1)``: a job whose worker dies is
    retried once by RQ (on another worker, as the dead one is gone), then recorded
-   ``worker_lost``. Every ``CHECK_S`` it rereads the task: a cancel stops dispatch at once
-   (queued jobs are cancelled, unmeasured trials dropped). With no live worker left the
+   ``worker_lost``. A trial answered ``unsupported_target`` (the key's hosts changed since
+   submission and cannot execute the task's target) fails the task at once. Every
+   ``CHECK_S`` it rereads the task: a cancel stops dispatch at once (queued jobs are
+   cancelled, unmeasured trials dropped). With no live worker left the
    task goes back to ``waiting_for_worker`` and the job ends; it resumes when a worker
    registers. The search ends on the trial budget, the wall-time budget (counted from the
    task's first start), early stopping, or an exhausted config space.
@@ -428,6 +432,11 @@ class _TaskRun:
             del self.in_flight[job_id]
             done.append((flight.config, result))
         tuning.mark_running(self.session, started)
+        unsupported = next((r for _, r in done if r.status == TrialStatus.UNSUPPORTED_TARGET), None)
+        if unsupported is not None:  # every trial would answer the same: fail now, not after the budget
+            tuning.fail(self.session, self.task_id, f"unsupported_target: {unsupported.error}")
+            self._drop_in_flight()
+            raise _Stop("failed: unsupported target")
         return done
 
     def _drop_in_flight(self) -> None:

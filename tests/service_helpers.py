@@ -196,7 +196,7 @@ CPUS = sorted(os.sched_getaffinity(0))
 #: The two test workers' CPUs: different ones whenever the machine allows.
 CPU_A, CPU_B = str(CPUS[0]), str(CPUS[1 % len(CPUS)])
 MATMUL = {"M": 64, "N": 64, "K": 64}
-FINAL_TRIAL = {"ok", "compile_error", "runtime_error", "wrong_answer", "timeout", "worker_lost"}
+FINAL_TRIAL = {"ok", "compile_error", "runtime_error", "wrong_answer", "timeout", "worker_lost", "unsupported_target"}
 
 
 def start_service(root: Path, database_url: str, redis_url: str) -> Service:

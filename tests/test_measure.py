@@ -93,6 +93,7 @@ def test_result_validation_names_the_field(kwargs, field):
 
 
 def test_statuses_are_the_documented_ones():
-    assert STATUSES == ("ok", "compile_error", "runtime_error", "wrong_answer", "timeout", "worker_lost")
+    assert STATUSES == ("ok", "compile_error", "runtime_error", "wrong_answer", "timeout", "worker_lost",
+                        "unsupported_target")
     for s in STATUSES[1:]:
         assert not MeasureResult(s).ok

@@ -29,7 +29,9 @@ __all__ = [
     "MeasureResult",
 ]
 
-STATUSES = ("ok", "compile_error", "runtime_error", "wrong_answer", "timeout", "worker_lost")
+#: What a trial gave. ``unsupported_target``: the measuring host cannot execute the trial's
+#: target (e.g. avx512 code on an AVX2 host); nothing was built or run.
+STATUSES = ("ok", "compile_error", "runtime_error", "wrong_answer", "timeout", "worker_lost", "unsupported_target")
 
 
 def canonical_json(obj: Any) -> str:

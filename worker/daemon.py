@@ -26,6 +26,7 @@ from collections.abc import Sequence
 import httpx
 from redis import Redis
 
+from tunefleet.compiler.target import Target
 from tunefleet.tuner import host
 from tunefleet.tuner.runner import LocalMeasurer
 
@@ -159,7 +160,8 @@ class WorkerDaemon:
         else:
             measurer = LocalMeasurer(cpus=self.cpus, host=self.name)
         assert self.worker_id is not None
-        self.context = jobs.WorkerContext(self.worker_id, self.name, self.device_key, measurer, self.http)
+        self.context = jobs.WorkerContext(self.worker_id, self.name, self.device_key, measurer, self.http,
+                                          host_target=self.gpu.target if self.gpu else Target.host())
         jobs.bind(self.context)
         beats = threading.Thread(target=self._heartbeats, name="server-heartbeat", daemon=True)
         beats.start()

@@ -7,7 +7,10 @@ own process (:class:`~tunefleet.worker.rqworker.HeartbeatWorker`) with the conte
 its server registration and an HTTP client for uploads.
 
 A job returns plain JSON. A failed candidate is a result (``compile_error``, ``timeout``...),
-not an exception; a job raises only when the worker itself cannot do it.
+not an exception; a job raises only when the worker itself cannot do it. A trial for a
+target the worker's host cannot execute (:meth:`Target.runs_on` its best target, e.g.
+avx512 code on an AVX2 host) is answered ``unsupported_target`` at once, with nothing
+built or run: never a SIGILL per trial.
 """
 
 from __future__ import annotations
@@ -25,13 +28,14 @@ from typing import Any
 import httpx
 
 from tunefleet.compiler.build import COMPILE_TIMEOUT_S
+from tunefleet.compiler.target import Target, TargetError
 from tunefleet.tuner.apply import build_artifact
 from tunefleet.tuner.measure import MeasureInput, MeasureProtocol, MeasureResult
 from tunefleet.tuner.resolve import resolve
 from tunefleet.tuner.runner import STARTUP_TIMEOUT_S, LocalMeasurer
 
-__all__ = ["WorkerContext", "ExportError", "bind", "current", "measure", "export", "measure_timeout_s",
-           "export_timeout_s", "validation_protocol"]
+__all__ = ["WorkerContext", "ExportError", "bind", "current", "unsupported", "measure", "export",
+           "measure_timeout_s", "export_timeout_s", "validation_protocol"]
 
 log = logging.getLogger(__name__)
 
@@ -39,14 +43,16 @@ log = logging.getLogger(__name__)
 @dataclasses.dataclass
 class WorkerContext:
     """What a worker's jobs use: its registration (`worker_id`, `name`, `device_key`), its
-    `measurer`, an HTTP client on the server's API with the worker token (`http`), and the
-    task it is working on (reported by the daemon's heartbeats)."""
+    `measurer`, an HTTP client on the server's API with the worker token (`http`), the best
+    target its host executes (`host_target`: Target.host(), or its GPU's architecture), and
+    the task it is working on (reported by the daemon's heartbeats)."""
 
     worker_id: int
     name: str
     device_key: str
     measurer: LocalMeasurer
     http: httpx.Client
+    host_target: Target = dataclasses.field(default_factory=Target.host)
     current_task_id: int | None = None
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 
@@ -107,13 +113,31 @@ class _Working:
             self.context.current_task_id = None
 
 
+def unsupported(context: WorkerContext, target: str) -> str | None:
+    """Why this worker's host cannot execute `target` (None when it can, or when the target
+    does not parse: the builder reports that as a compile error)."""
+    try:
+        parsed = Target.parse(target)
+    except TargetError:
+        return None
+    if parsed.runs_on(context.host_target):
+        return None
+    return (f"worker {context.name} of device key {context.device_key} executes {context.host_target} at best "
+            f"and cannot run {parsed} code; its host runs {', '.join(map(str, context.host_target.executable()))}")
+
+
 def measure(task_id: int, trial_id: int, workload: dict, target: str, config: dict, protocol: dict) -> dict:
     """Build, check and time one candidate config; returns ``{"result": MeasureResult JSON,
-    "worker_id": ..., "worker": name}``."""
+    "worker_id": ..., "worker": name}``. A target the host cannot execute gives an
+    ``unsupported_target`` result without a build."""
     context = current()
     with _Working(context, task_id):
-        inp = MeasureInput(workload, target, config)
-        result = context.measurer.measure_batch([inp], MeasureProtocol.from_json(protocol))[0]
+        reason = unsupported(context, target)
+        if reason is not None:
+            result = MeasureResult("unsupported_target", error=reason, host=context.name)
+        else:
+            inp = MeasureInput(workload, target, config)
+            result = context.measurer.measure_batch([inp], MeasureProtocol.from_json(protocol))[0]
     log.info(
         "measured trial %s of task %s: %s", trial_id, task_id, result.status,
         extra={"event": "measured", "task_id": task_id, "trial_id": trial_id, "status": result.status,
@@ -136,9 +160,13 @@ def export(
     artifact, upload it to the server's artifact store (checked by sha256 there) and
     return ``{"trial_id", "result", "artifact": ArtifactOut JSON, "validation": [...]}``.
 
-    Raises ExportError when no candidate measures correctly again or the upload fails.
+    Raises ExportError when the host cannot execute `target`, no candidate measures
+    correctly again or the upload fails.
     """
     context = current()
+    reason = unsupported(context, target)
+    if reason is not None:
+        raise ExportError(f"unsupported_target: {reason}")
     longer = validation_protocol(MeasureProtocol.from_json(protocol), validation_repeat)
     with _Working(context, task_id):
         inputs = [MeasureInput(workload, target, c["config"]) for c in candidates]

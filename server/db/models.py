@@ -51,6 +51,7 @@ class TrialStatus(enum.StrEnum):
     WRONG_ANSWER = "wrong_answer"
     TIMEOUT = "timeout"
     WORKER_LOST = "worker_lost"
+    UNSUPPORTED_TARGET = "unsupported_target"
 
 
 class WorkerState(enum.StrEnum):

@@ -11,8 +11,10 @@
   const API = "/api/v1";
   const FINAL = new Set(["done", "failed", "cancelled"]);
   const TOKEN_KEY = "tunefleet.token";
-  const TRIAL_STATUSES = ["ok", "compile_error", "runtime_error", "wrong_answer", "timeout", "worker_lost", "queued", "running"];
-  const FAILED_TRIAL = new Set(["compile_error", "runtime_error", "wrong_answer", "timeout", "worker_lost"]);
+  const TRIAL_STATUSES = ["ok", "compile_error", "runtime_error", "wrong_answer", "timeout", "worker_lost",
+    "unsupported_target", "queued", "running"];
+  const FAILED_TRIAL = new Set(["compile_error", "runtime_error", "wrong_answer", "timeout", "worker_lost",
+    "unsupported_target"]);
   const POLL_ACTIVE_MS = 1500;
   const POLL_IDLE_MS = 10000;
   const POLL_WORKERS_MS = 3000;
