@@ -12,9 +12,11 @@ Contents of an artifact directory for kernel `<name>`:
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import shutil
+import tarfile
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -75,6 +77,16 @@ def write_artifact(out_dir: str | os.PathLike, *, name: str, source: str,
     (out / f"{name}.h").write_text(header)
     (out / MANIFEST).write_text(json.dumps(full, indent=2, sort_keys=True) + "\n")
     return out
+
+
+def pack_artifact(artifact_dir: str | os.PathLike) -> bytes:
+    """The artifact directory as a tar.gz (what the server stores and serves): its files under
+    one folder named after the kernel (`<name>/<name>.so`, ...)."""
+    folder = Path(artifact_dir)
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        tar.add(folder, arcname=read_manifest(folder)["name"])
+    return buffer.getvalue()
 
 
 def read_manifest(artifact_dir: str | os.PathLike) -> dict:

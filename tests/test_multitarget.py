@@ -19,7 +19,12 @@ from tunefleet.cli import main
 from tunefleet.compiler import ops
 from tunefleet.compiler.artifact import read_manifest
 from tunefleet.compiler.target import DISPATCH_ISAS, Target
-from tunefleet.tuner.apply import build_multi_target_artifact
+from tunefleet.tuner.apply import build_multi_target_artifact as build_from_best
+
+
+def build_multi_target_artifact(workload, isas, out_dir):
+    """The multi-target artifact of `workload`'s default configs for `isas`."""
+    return build_from_best(workload, dict.fromkeys(isas), out_dir)
 
 SHAPE = {"M": 24, "N": 56, "K": 40}
 # An extern micro-kernel is compiled into every ISA's part: its symbol must not clash.
@@ -203,3 +208,28 @@ def test_build_targets_from_the_command_line(cache, tmp_path):
         result = CliRunner().invoke(main, ["build", "matmul", "--M", "8", "--N", "16", "--K", "8", *bad,
                                            "--out", str(tmp_path / "bad")])
         assert result.exit_code == 2 and message in result.output, result.output
+
+
+def test_build_targets_takes_each_isas_best_record(cache, tmp_path):
+    from tunefleet.tuner import records
+    from tunefleet.tuner.measure import MeasureInput, MeasureResult
+    from tunefleet.tuner.records import Record, Toolchain
+
+    workload = ops.make_workload("matmul", {"M": 8, "N": 16, "K": 8})
+    avx2 = Target("cpu", "avx2")
+    configs = ops.config_space(workload, avx2).random(np.random.default_rng(2), 2)
+    path = tmp_path / "records.jsonl"
+    for config, seconds in zip(configs, (2e-6, 1e-6)):  # the second is the best
+        records.append(path, Record.of(MeasureInput(workload.to_json(), str(avx2), config.to_json()),
+                                       MeasureResult("ok", [seconds] * 3), "cpu-test", Toolchain("gcc", "12")))
+    result = CliRunner().invoke(main, ["build", "matmul", "--M", "8", "--N", "16", "--K", "8", "--targets",
+                                       "generic,avx2", "--records", str(path), "--out", str(tmp_path / "k")])
+    assert result.exit_code == 0, result.output
+    by_target = {t["target"]: t for t in read_manifest(tmp_path / "k")["targets"]}
+    assert by_target["cpu -isa=avx2"]["source"] == "best record"
+    assert by_target["cpu -isa=avx2"]["config"] == configs[1].to_json()
+    assert by_target["cpu -isa=avx2"]["latency_s"] == 1e-6 and by_target["cpu -isa=avx2"]["device_key"] == "cpu-test"
+    assert by_target["cpu -isa=generic"]["source"] == "default config"
+    result = CliRunner().invoke(main, ["build", "matmul", "--M", "8", "--N", "16", "--K", "8", "--records", str(path),
+                                       "--out", str(tmp_path / "bad")])
+    assert result.exit_code == 2 and "--records: only with --targets" in result.output

@@ -14,10 +14,14 @@ import json
 import tarfile
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
+
+#: Seconds a multi-target download may take: the server builds it on request.
+MULTI_TARGET_TIMEOUT_S = 600.0
 
 if TYPE_CHECKING:
     from tunefleet.load import Kernel
@@ -161,15 +165,20 @@ class Client:
                     raise TimeoutError(f"task {task_id} still {task['status']} after {timeout_s}s")
                 time.sleep(poll_s)
 
-    def download(self, task_id: int, out_dir: str | Path) -> Path:
+    def download(self, task_id: int, out_dir: str | Path, targets: Sequence[str] | None = None) -> Path:
         """Download the task's artifact into `out_dir` and return the folder holding its
         manifest.json. The archive is checked against the server's sha256 and the shared
-        library against the manifest's; IntegrityError on a mismatch."""
+        library against the manifest's; IntegrityError on a mismatch. With `targets` (CPU ISAs,
+        e.g. ["avx2", "avx512"]): ONE library of the task's workload for all of them that runs
+        the best the CPU supports (GET /tasks/{id}/artifact/multi-target, built on request)."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
+        path, params, timeout = f"/tasks/{task_id}/artifact", {}, httpx.USE_CLIENT_DEFAULT
+        if targets is not None:  # the server compiles each ISA's kernel before it answers
+            path, params, timeout = f"{path}/multi-target", {"targets": ",".join(targets)}, MULTI_TARGET_TIMEOUT_S
         with tempfile.TemporaryDirectory(dir=out) as tmp:
             archive = Path(tmp) / "artifact.tar.gz"
-            with self._http.stream("GET", f"/tasks/{task_id}/artifact") as response:
+            with self._http.stream("GET", path, params=params, timeout=timeout) as response:
                 if response.is_error:
                     response.read()
                     raise ServiceError(response.status_code, response.json().get("detail"))

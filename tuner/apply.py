@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from tunefleet.compiler import ops
@@ -17,7 +17,7 @@ from . import records as records_mod
 from .measure import workload_key
 from .records import Record
 
-__all__ = ["build_artifact", "apply_best", "build_multi_target_artifact"]
+__all__ = ["build_artifact", "apply_best", "best_of_records", "build_multi_target_artifact"]
 
 
 def build_artifact(workload: ops.Workload, target: Target, config: ConfigEntity, out_dir: str | os.PathLike,
@@ -34,40 +34,49 @@ def build_artifact(workload: ops.Workload, target: Target, config: ConfigEntity,
                           manifest=fields)
 
 
-def build_multi_target_artifact(workload: ops.Workload, isas: Iterable[str], out_dir: str | os.PathLike,
-                                records: Iterable[Record] = (), device_key: str | None = None,
+def build_multi_target_artifact(workload: ops.Workload, best: Mapping[str, dict | None], out_dir: str | os.PathLike,
                                 manifest: dict | None = None) -> Path:
-    """Build ONE library of ``workload`` for the CPU ISAs ``isas`` (of target.DISPATCH_ISAS),
+    """Build ONE library of ``workload`` for the CPU ISAs of ``best`` (of target.DISPATCH_ISAS),
     choosing between them at load time (compiler.multitarget), into an artifact in ``out_dir``.
 
-    Each ISA gets its best record among ``records`` (``records.best``, restricted to
-    ``device_key`` when given), else the operator's default config. The manifest's
-    ``targets`` lists, the most capable first, each ``target``, its ``kernel`` name, the
-    ``config``, where it came from (``source``: "best record" or "default config") and, for a
-    record, its ``device_key``, ``latency_s`` (median, seconds) and ``gflops``; plus
-    ``manifest``'s fields. Raises TargetError for an ISA that cannot be dispatched to,
-    ScheduleError / BuildError / ConfigError when a config does not build.
+    ``best[isa]``: the best record of that ISA as ``{"config": config JSON, "device_key",
+    "latency_s" (median, seconds), "gflops"}``, or None for the operator's default config (see
+    best_of_records). The manifest's ``targets`` lists, the most capable first, each ``target``,
+    its ``kernel`` name, the ``config``, where it came from (``source``: "best record" or
+    "default config") and a record's other fields; plus ``manifest``'s fields. Raises
+    TargetError for an ISA that cannot be dispatched to, ScheduleError / BuildError /
+    ConfigError when a config does not build.
     """
-    records = list(records)
-    key = workload_key(workload.to_json())
     configs, entries = {}, {}
-    for isa in dict.fromkeys(isas):
+    for isa, record in best.items():
         target = Target("cpu", isa)
-        found = records_mod.best(records, key, str(target), device_key)
-        space = ops.config_space(workload, target)
         entry = {"target": str(target), "kernel": workload.kernel_name(target)}
-        if found is None:
+        if record is None:
             configs[isa] = ops.default_config(workload, target)
             entry["source"] = "default config"
         else:
-            configs[isa] = space.from_json(found.config)
-            entry.update(source="best record", device_key=found.device_key, latency_s=found.result.median,
-                         gflops=found.result.gflops(workload.flop))
+            configs[isa] = ops.config_space(workload, target).from_json(record["config"])
+            entry.update({k: v for k, v in record.items() if k != "config"}, source="best record")
         entries[isa] = {**entry, "config": configs[isa].to_json()}
     built = build_multi_target(workload, configs)
     fields = {"workload": workload.to_json(), "targets": [entries[isa] for isa in built.isas], **(manifest or {})}
     return write_artifact(out_dir, name=built.name, source=built.source, so_path=built.so_path, args=built.args,
                           manifest=fields)
+
+
+def best_of_records(records: Iterable[Record], workload: ops.Workload, isas: Iterable[str],
+                    device_key: str | None = None) -> dict[str, dict | None]:
+    """{isa: the best record (``records.best``, restricted to ``device_key`` when given) of
+    ``workload`` for ``cpu -isa=<isa>`` in build_multi_target_artifact's form, or None}."""
+    records = list(records)
+    key = workload_key(workload.to_json())
+    best = {}
+    for isa in dict.fromkeys(isas):
+        found = records_mod.best(records, key, str(Target("cpu", isa)), device_key)
+        best[isa] = None if found is None else {
+            "config": found.config, "device_key": found.device_key, "latency_s": found.result.median,
+            "gflops": found.result.gflops(workload.flop)}
+    return best
 
 
 def apply_best(records: Iterable[Record] | str | os.PathLike, workload: ops.Workload, target: Target | str,

@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import io
 import logging
-import tarfile
 import tempfile
 import threading
 from pathlib import Path
@@ -27,6 +25,7 @@ from typing import Any
 
 import httpx
 
+from tunefleet.compiler.artifact import pack_artifact, read_manifest
 from tunefleet.compiler.build import COMPILE_TIMEOUT_S
 from tunefleet.compiler.target import Target, TargetError
 from tunefleet.tuner.apply import build_artifact
@@ -206,11 +205,7 @@ def _build_archive(task_id: int, workload: dict, target: str, device_key: str, c
     }
     with tempfile.TemporaryDirectory(prefix="tunefleet-export-") as tmp:
         folder = build_artifact(wl, tgt, cfg, Path(tmp) / "artifact", manifest)
-        name = next(folder.glob("*.so")).stem
-        buffer = io.BytesIO()
-        with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-            tar.add(folder, arcname=name)
-    return buffer.getvalue(), name
+        return pack_artifact(folder), read_manifest(folder)["name"]
 
 
 def _upload(http: httpx.Client, archive: bytes) -> dict[str, Any]:

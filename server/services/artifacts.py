@@ -1,17 +1,26 @@
-"""Artifacts: recording uploads and finding a task's artifact."""
+"""Artifacts: recording uploads, finding a task's artifact, building a multi-target one."""
 
 from __future__ import annotations
 
+import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from tunefleet.compiler import ops
+from tunefleet.compiler.artifact import pack_artifact
+from tunefleet.compiler.build import BuildError
+from tunefleet.compiler.schedule import ScheduleError
+from tunefleet.compiler.space import ConfigError
+from tunefleet.compiler.target import DISPATCH_ISAS, Target, TargetError, cpu_features
 from tunefleet.server.artifact_store import ArtifactStore
-from tunefleet.server.db.models import Artifact
-from tunefleet.server.errors import NotFound
+from tunefleet.server.db.models import Artifact, BestRecord, Trial
+from tunefleet.server.errors import Conflict, FieldError, NotFound
 from tunefleet.server.services import tasks
+from tunefleet.tuner.apply import build_multi_target_artifact
 
 
 def store_upload(session: Session, store: ArtifactStore, staged: Path, sha256: str) -> Artifact:
@@ -39,3 +48,50 @@ def of_task(session: Session, task_id: int) -> Artifact:
     if task.artifact is None:
         raise NotFound(f"task {task_id} has no artifact yet (status {task.status})")
     return task.artifact
+
+
+def multi_target(session: Session, task_id: int, isas: Sequence[str]) -> tuple[bytes, str]:
+    """A tar.gz of ONE library of the task's workload for the CPU ISAs `isas` (of
+    target.DISPATCH_ISAS) that picks the best the CPU supports when loaded (compiler.multitarget),
+    and its kernel name. Each ISA gets the fastest best record stored for the workload and
+    `cpu -isa=<isa>` on any device key, else the operator's default config.
+
+    Builds here, with the server's compiler, nothing stored. NotFound for an unknown task;
+    FieldError (query `targets`) for no ISA or one that cannot be dispatched to, and for a
+    workload carrying extern C sources (compiled only on workers, in their sandbox); Conflict
+    when a stored config no longer builds.
+    """
+    task = tasks.get(session, task_id)
+    try:
+        if not isas:
+            raise TargetError(f"name at least one ISA of {', '.join(DISPATCH_ISAS)}, e.g. avx2,avx512")
+        for isa in isas:
+            cpu_features(isa)
+    except TargetError as exc:
+        raise FieldError(("query", "targets"), str(exc)) from None
+    workload = ops.Workload.from_json(task.workload)
+    if workload.args.get("micro_kernel") is not None:
+        raise FieldError(("query", "targets"), f"task {task_id}'s workload carries an extern C micro-kernel, which "
+                         "only workers compile (in their sandbox): build it with `tunefleet build --targets`")
+    best = {isa: _best_record(session, task.workload_key, str(Target("cpu", isa))) for isa in dict.fromkeys(isas)}
+    with tempfile.TemporaryDirectory(prefix="tunefleet-multi-target-") as tmp:
+        try:
+            folder = build_multi_target_artifact(workload, best, Path(tmp) / "artifact", {"task_id": task_id})
+        except (ScheduleError, BuildError, ConfigError) as exc:
+            raise Conflict(f"task {task_id}: a stored config does not build for every target: {exc}") from None
+        return pack_artifact(folder), workload.kernel_name()
+
+
+def _best_record(session: Session, workload_key: str, target: str) -> dict | None:
+    """The fastest best record of the workload on `target` (any device key) in
+    tuner.apply.build_multi_target_artifact's form, or None."""
+    row = session.execute(
+        select(BestRecord, Trial.config).join(Trial, Trial.id == BestRecord.trial_id)
+        .where(BestRecord.workload_key == workload_key, BestRecord.target == target)
+        .order_by(BestRecord.latency_s, BestRecord.id).limit(1)
+    ).first()
+    if row is None:
+        return None
+    record, config = row
+    return {"config": config, "device_key": record.device_key, "latency_s": record.latency_s,
+            "gflops": record.gflops}

@@ -81,7 +81,7 @@ def _build_multi_target(workload: ops.Workload, targets_text: str | None, record
                         target: str | None, config_text: str | None, out: Path) -> None:
     """`build --targets`: one multi-target library (tuner.apply.build_multi_target_artifact)."""
     from tunefleet.tuner import records
-    from tunefleet.tuner.apply import build_multi_target_artifact
+    from tunefleet.tuner.apply import best_of_records, build_multi_target_artifact
 
     if targets_text is None:
         raise ArgumentError("--records: only with --targets (a single target builds --config)")
@@ -100,7 +100,7 @@ def _build_multi_target(workload: ops.Workload, targets_text: str | None, record
     except (OSError, ValueError) as exc:
         raise ArgumentError(f"--records: {exc}") from None
     try:
-        path = build_multi_target_artifact(workload, isas, out, found)
+        path = build_multi_target_artifact(workload, best_of_records(found, workload, isas), out)
     except (ScheduleError, BuildError, ConfigError) as exc:
         raise click.ClickException(f"a config does not build: {exc}") from None
     click.echo(f"{workload.kernel_name()} ({', '.join(isas)}): wrote {path}")

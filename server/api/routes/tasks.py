@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Path, Query, Request, status
@@ -139,6 +140,29 @@ def download_shared_library(
         data,
         media_type="application/octet-stream",
         headers={"Content-Disposition": f'attachment; filename="{name}"'},
+    )
+
+
+@router.get(
+    "/{task_id}/artifact/multi-target",
+    response_class=Response,
+    responses={200: {"content": {"application/gzip": {}}}},
+)
+def download_multi_target_artifact(
+    task_id: TaskId, session: SessionDep, _auth: UserAuth,
+    targets: Annotated[str, Query(description="CPU ISAs, comma-separated, e.g. avx2,avx512")],
+) -> Response:
+    """ONE library of the task's workload for several CPU ISAs, choosing the best the CPU
+    supports when it is loaded (TUNEFLEET_ISA forces one), as a tar.gz like /artifact: each
+    ISA's fastest stored best record, else the default config. Built on request (seconds);
+    422 naming `targets` for an ISA that cannot be dispatched to."""
+    isas = [isa.strip() for isa in targets.split(",") if isa.strip()]
+    data, name = artifacts.multi_target(session, task_id, isas)
+    return Response(
+        data,
+        media_type="application/gzip",
+        headers={"Content-Disposition": f'attachment; filename="{name}.tar.gz"',
+                 "X-Content-SHA256": hashlib.sha256(data).hexdigest()},
     )
 
 

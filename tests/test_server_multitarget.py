@@ -1,0 +1,69 @@
+"""GET /api/v1/tasks/{id}/artifact/multi-target: one library of a task's workload for several
+CPU ISAs, each from its stored best record (else the default config), built with gcc and
+checked against numpy on the path this host picks."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+from fastapi.testclient import TestClient
+
+import tunefleet
+from tunefleet.client import Client
+from tunefleet.compiler import ops
+from tunefleet.compiler.target import DISPATCH_ISAS, Target
+from tunefleet.server.db.models import Artifact, BestRecord, Trial
+
+from test_server_tasks import field_error, submit
+
+ARGS = {"M": 32, "N": 16, "K": 8}
+
+
+def _store_best(db, task: dict, target: Target, config: dict, latency_s: float) -> None:
+    trial = Trial(task_id=task["id"], config_index=0, config=config, status="ok", costs=[latency_s] * 3,
+                  latency_s=latency_s, attempts=1)
+    artifact = Artifact(sha256=hashlib.sha256(str(target).encode()).hexdigest(), size=1, path="x/y.tar.gz")
+    db.add_all([trial, artifact])
+    db.flush()
+    db.add(BestRecord(workload_key=task["workload_key"], target=str(target), device_key="cpu-fast",
+                      trial_id=trial.id, artifact_id=artifact.id, latency_s=latency_s,
+                      gflops=task["flop"] / latency_s / 1e9))
+    db.commit()
+
+
+def test_a_tasks_multi_target_artifact_holds_each_isas_best_record(api, tokens, db, tmp_path) -> None:
+    task = submit(api, tokens)
+    workload = ops.make_workload("matmul", ARGS)
+    avx2 = Target("cpu", "avx2")
+    config = ops.config_space(workload, avx2).random(np.random.default_rng(4), 1)[0].to_json()
+    _store_best(db, task, avx2, config, 2e-6)
+    client = Client(token="unused")  # the Python client, talking to the app in this process
+    client._http.close()
+    client._http = TestClient(api.app, base_url="http://testserver/api/v1", headers=tokens["user"])
+    folder = client.download(task["id"], tmp_path / "download", targets=DISPATCH_ISAS)  # checks both sha256
+    kernel = tunefleet.load(folder)
+    by_target = {t["target"]: t for t in kernel.manifest["targets"]}
+    assert list(by_target) == [f"cpu -isa={isa}" for isa in DISPATCH_ISAS]
+    assert by_target[str(avx2)]["source"] == "best record" and by_target[str(avx2)]["config"] == config
+    assert by_target[str(avx2)]["device_key"] == "cpu-fast"
+    assert by_target["cpu -isa=generic"]["source"] == "default config"
+    assert kernel.isa == Target.host().isa
+    inputs = ops.random_inputs(workload.tensors(), np.random.default_rng(1))
+    np.testing.assert_allclose(kernel(*inputs), workload.reference(*inputs)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_bad_targets_are_422_naming_the_field(api, tokens) -> None:
+    task = submit(api, tokens)
+    url = f"/api/v1/tasks/{task['id']}/artifact/multi-target"
+    for targets in ("avx2,neon", ",", "avx9"):
+        response = api.get(url, params={"targets": targets}, headers=tokens["user"])
+        assert field_error(response) == [["query", "targets"]], targets
+    micro = submit(api, tokens, args={**ARGS, "micro_kernel": {
+        "func": "mk", "source": "void mk(void) {}", "mr": 2, "nr": 8}})
+    response = api.get(f"/api/v1/tasks/{micro['id']}/artifact/multi-target", params={"targets": "avx2"},
+                       headers=tokens["user"])
+    assert field_error(response) == [["query", "targets"]] and "micro-kernel" in response.text
+    assert api.get("/api/v1/tasks/999999/artifact/multi-target", params={"targets": "avx2"},
+                   headers=tokens["user"]).status_code == 404
+    assert api.get(url, params={"targets": "avx2"}).status_code == 401
