@@ -228,7 +228,7 @@ def header_text(name: str, args: Sequence[ArgSpec], *, doc: str, dispatch: Seque
         " * Threads: parallel loops use a thread pool of min(requested, CPUs of the calling",
         " * thread's affinity mask, cgroup CPU quota rounded up) threads, one pinned per CPU of",
         " * that mask. The mask is checked before every parallel loop (one sched_getaffinity",
-        " * call), the quota (cgroup v2 cpu.max, v1 cpu.cfs_quota_us) at most every 100 ms, so",
+        " * call), the quota (cgroup v2 cpu.max, v1 cpu.cfs_quota_us) at most once a second, so",
         " * a program that narrows or widens its mask after a first call (an MPI rank pinning",
         " * itself) gets a pool resized and re-pinned at its next call. Several threads may call",
         " * kernels at once: the pool runs one parallel loop at a time and the other callers",

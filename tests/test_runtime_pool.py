@@ -171,7 +171,7 @@ def threads_seen():
     return len(set(tids.tolist()))
 one = {{"api": k.num_threads, "seen": threads_seen(), "set2": k.set_num_threads(2)}}
 open({quota!r}, "w").write(str(2 * {period}))
-time.sleep(0.3)  # past the runtime's 100 ms between reads of the quota
+time.sleep(1.2)  # past the runtime's second between reads of the quota
 two = {{"api": k.num_threads, "seen": threads_seen()}}
 print(json.dumps({{"one": one, "two": two}}))
 """

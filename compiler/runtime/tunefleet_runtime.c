@@ -241,10 +241,13 @@ static int tf_cgroup_cpu_limit(void) {
  * loop reads the calling thread's affinity mask (one sched_getaffinity call, compared with
  * memcmp) and, when it changed, re-pins or resizes the pool. The cgroup CPU quota has no
  * cheap change signal (cpu.max raises no inotify event), so it is re-read when the last
- * read is TF_CGROUP_RECHECK_NS old (CLOCK_MONOTONIC_COARSE, a vDSO read of a few ns): its
- * cost is then at most one read per 100 ms whatever the call rate, and a quota changed by
- * an operator (docker update, a Kubernetes resize) takes effect within 100 ms. */
-#define TF_CGROUP_RECHECK_NS 100000000
+ * read is TF_CGROUP_RECHECK_NS old (CLOCK_MONOTONIC_COARSE, a vDSO read of a few ns). A read
+ * costs 70-350 us (bench/pool_mask.py: /proc/self/mountinfo, /proc/self/cgroup and the
+ * quota files, on a VM where a syscall costs ~0.7 us), so once a second bounds it to
+ * <= 0.04% of a core whatever the call rate; a quota changed by an operator (docker update,
+ * a Kubernetes resize) takes effect within a second, as Go's runtime (1.25) does for
+ * GOMAXPROCS. */
+#define TF_CGROUP_RECHECK_NS 1000000000
 
 static struct {
   pthread_mutex_t lock;  /* held by the thread running a parallel loop or resizing the pool */

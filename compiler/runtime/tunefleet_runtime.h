@@ -143,7 +143,7 @@ TF_HIDDEN int tf_check_disjoint(const char* kernel, const char* out, const void*
  * sched_getaffinity call), so a program that narrows or widens its mask after a first
  * call (an MPI rank pinning itself) gets a pool resized and re-pinned at its next call;
  * the quota (cgroup v2 cpu.max, v1 cpu.cfs_quota_us / cpu.cfs_period_us, of the process's
- * cgroup and its ancestors) is re-read at most every 100 ms. Several application threads
+ * cgroup and its ancestors) is re-read at most once a second. Several application threads
  * may call kernels at once: the pool runs one parallel loop at a time, the others wait
  * (asleep) for it, so the pool never runs more threads than its CPUs and nothing waits
  * on a thread that waits in turn; a parallel loop inside a parallel body runs inline. */
