@@ -181,6 +181,11 @@ def test_cli_submit_status_wait_download(live: LiveServer, db, tmp_path: Path) -
     assert downloaded.returncode == 0, downloaded.stderr
     assert Path(downloaded.stdout.strip(), "manifest.json").is_file()
 
+    multi = live.cli("download", str(task["id"]), "--targets", "generic,avx2", "-o", str(tmp_path / "multi"))
+    assert multi.returncode == 0, multi.stderr
+    manifest = json.loads(Path(multi.stdout.strip(), "manifest.json").read_text())
+    assert manifest["build_targets"] == ["cpu -isa=avx2", "cpu -isa=generic"] and manifest["task_id"] == task["id"]
+
 
 def test_logs_are_json_lines(live: LiveServer) -> None:
     httpx.get(f"{live.url}/api/v1/tasks")
