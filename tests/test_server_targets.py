@@ -64,6 +64,8 @@ def test_a_host_without_cpu_isa_gets_it_from_its_raw_flags(api, tokens) -> None:
     assert register(api, tokens, "old", "cpu-x", old).json()["host"]["cpu_isa"] == "avx512"
     bad = register(api, tokens, "bad", "cpu-x", {**AVX2, "cpu_isa": "sse9"})
     assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["body", "host", "cpu_isa"]
+    gpu = register(api, tokens, "gpu", "cuda-x", {**AVX2, "kind": "cuda"})
+    assert gpu.status_code == 422 and "cuda_arch" in gpu.json()["detail"][0]["msg"]
 
 
 @pytest.mark.parametrize("target", [None, "cpu", " cpu "])

@@ -45,20 +45,17 @@ class HostFacts(BaseModel):
     def _derive_targets(self) -> HostFacts:
         if self.cpu_isa is None:
             self.cpu_isa = best_cpu_isa(self.isa)
-        if self.kind == "cuda" and self.cuda_arch is None:
-            if self.compute_capability is None:
-                raise ValueError("a cuda host reports its cuda_arch (e.g. sm_90) or compute_capability")
+        if self.kind == "cuda" and self.cuda_arch is None and self.compute_capability is not None:
             self.cuda_arch = "sm_" + self.compute_capability.replace(".", "")
         return self
 
     @property
-    def target(self) -> Target:
-        """The best target this host executes."""
+    def target(self) -> Target | None:
+        """The best target this host executes; None for a cuda host that reported no
+        architecture (registration requires one; a row stored before that may lack it)."""
         if self.kind == "cuda":
-            assert self.cuda_arch is not None
-            return Target("cuda", self.cuda_arch)
-        assert self.cpu_isa is not None
-        return Target("cpu", self.cpu_isa)
+            return Target("cuda", self.cuda_arch) if self.cuda_arch else None
+        return Target("cpu", self.cpu_isa or best_cpu_isa(self.isa))
 
 
 class WorkerRegister(BaseModel):
@@ -69,6 +66,12 @@ class WorkerRegister(BaseModel):
     name: str = Field(min_length=1, max_length=128)
     device_key: str = Field(min_length=1, max_length=64, pattern=DEVICE_KEY_PATTERN)
     host: HostFacts = Field(default_factory=HostFacts)
+
+    @model_validator(mode="after")
+    def _cuda_host_names_its_arch(self) -> WorkerRegister:
+        if self.host.target is None:
+            raise ValueError("host: a cuda host reports its cuda_arch (e.g. sm_90) or compute_capability")
+        return self
 
 
 class WorkerHeartbeat(BaseModel):

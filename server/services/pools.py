@@ -61,13 +61,12 @@ class Pool:
         return f"its live hosts ({hosts}) support {supported}"
 
 
-def _target(worker: Worker) -> Target:
-    return HostFacts.model_validate(worker.host or {}).target
-
-
 def live_pool(session: Session, device_key: str, lost_after_s: float) -> Pool:
-    """The live workers of `device_key` and their best targets."""
-    return Pool(device_key, {w.name: _target(w) for w in live_workers(session, device_key, lost_after_s)})
+    """The live workers of `device_key` and their best targets (a worker whose host facts
+    name none, stored before registration required it, is left out)."""
+    hosts = {w.name: HostFacts.model_validate(w.host or {}).target
+             for w in live_workers(session, device_key, lost_after_s)}
+    return Pool(device_key, {name: target for name, target in hosts.items() if target is not None})
 
 
 def live_pools(session: Session, lost_after_s: float) -> list[Pool]:
@@ -80,6 +79,7 @@ def check_agreement(session: Session, request: WorkerRegister, lost_after_s: flo
     worker of the same name: a restart) have another best target than the registering
     host; the message names both hosts, both targets and the device key."""
     mine = request.host.target
+    assert mine is not None  # WorkerRegister requires it
     pool = live_pool(session, request.device_key, lost_after_s)
     others = {name: t for name, t in pool.hosts.items() if name != request.name and t != mine}
     if others:
