@@ -190,3 +190,38 @@ def test_load_gives_a_gpu_kernel(artifact):
     else:
         (ref,) = WORKLOAD.reference(*inputs)
         assert np.allclose(kernel(*inputs), ref, rtol=1e-4, atol=1e-4)
+
+
+@needs_nvcc
+def test_gpu_and_cpu_artifacts_linked_into_one_program_share_the_error_text(artifact, tmp_path, monkeypatch):
+    built, out = artifact
+    gpu = built.name
+    monkeypatch.setenv("TUNEFLEET_CACHE_DIR", str(tmp_path / "cache"))
+    cpu_target = Target("cpu", "generic")
+    cpu_built = build_workload(WORKLOAD, ops.default_config(WORKLOAD, cpu_target), cpu_target)
+    cpu_out = write_artifact(tmp_path / "cpu", name=cpu_built.name, source=cpu_built.source,
+                             so_path=cpu_built.so_path, args=cpu_built.args, manifest={})
+    cpu = cpu_built.name
+    assert gpu.removesuffix("_sm90") == cpu.removesuffix("_generic")  # one workload, two targets
+    (tmp_path / "main.cpp").write_text(f"""
+#include <stdio.h>
+#include "{gpu}.h"
+#include "{cpu}.h"
+int main() {{
+  /* tunefleet_last_error() binds to the GPU library (linked first); the CPU one sets the error */
+  if ({cpu}_checked(NULL, 4) == 0) return 1;
+  printf("%s\\n", tunefleet_last_error());
+  if ({gpu}_checked(NULL, 4) == 0) return 2;
+  printf("%s\\n", tunefleet_last_error());
+  return 0;
+}}
+""")
+    gxx = shutil.which("g++") or shutil.which("c++")
+    subprocess.run([gxx, "-std=c++17", "-Werror", "main.cpp", f"-I{out}", f"-I{cpu_out}", f"-L{out}", f"-L{cpu_out}",
+                    f"-l:{gpu}.so", f"-l:{cpu}.so", f"-Wl,-rpath,{out}:{cpu_out}", "-o", "main"],
+                   cwd=tmp_path, check=True, capture_output=True)
+    run = subprocess.run(["./main"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    cpu_error, gpu_error = run.stdout.splitlines()
+    assert cpu_error.startswith(f"{cpu}_checked: expected 4 arguments") and "args is NULL" in cpu_error
+    assert gpu_error.startswith(f"{gpu}_checked: expected 4 arguments") and "args is NULL" in gpu_error

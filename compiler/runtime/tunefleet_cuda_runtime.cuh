@@ -34,18 +34,22 @@ extern "C" {
 
 /* ---------------------------------------------------------------- errors */
 
-static __thread char tf_error[1024];
+/* Exported on purpose, as in the C runtime (tunefleet_runtime.c, same name and size): where
+ * several tunefleet libraries, CPU or GPU, are linked into one program, the dynamic linker
+ * binds them all to one definition, so tunefleet_last_error() of any of them returns the error
+ * any of them set last on this thread. Its size never changes. */
+TF_EXPORT __thread char tunefleet_error_text[1024];
 
 TF_HIDDEN void tf_set_error(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 TF_HIDDEN void tf_set_error(const char* fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(tf_error, sizeof tf_error, fmt, ap);
+  vsnprintf(tunefleet_error_text, sizeof tunefleet_error_text, fmt, ap);
   va_end(ap);
 }
 
 /* The calling thread's last error text ("" if none). */
-TF_EXPORT const char* tunefleet_last_error(void) { return tf_error; }
+TF_EXPORT const char* tunefleet_last_error(void) { return tunefleet_error_text; }
 
 /* 0 if e is cudaSuccess, else -1 with "<what>: <CUDA error name>: <text>" as the error. */
 TF_HIDDEN int tf_cuda_ok(cudaError_t e, const char* what) {
