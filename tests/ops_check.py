@@ -4,7 +4,9 @@ random inputs and compare with the operator's numpy reference.
     cases = sample(workload, n=20, seed=1)              # [(workload, config)], default first
     assert not failures(cases)                           # [] when every build matches
 
-Builds run in threads (gcc is a subprocess, so they overlap); kernels run one at a time.
+Both take a `target` (default: this host's best); code for a target this host cannot
+execute is built only. Builds run in threads (gcc is a subprocess, so they overlap); kernels
+run one at a time.
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ RTOL = {"float32": 1e-4, "float64": 1e-10}
 THREADS = 3
 
 
-def sample(workload, n: int, seed: int, *, default: bool = True) -> list:
-    """The default config (when `default`) and `n` distinct random configs of the workload's space."""
-    space = ops.config_space(workload, TARGET)
-    configs = [ops.default_config(workload, TARGET)] if default else []
+def sample(workload, n: int, seed: int, *, default: bool = True, target: Target = TARGET) -> list:
+    """The default config (when `default`) and `n` distinct random configs of the workload's
+    space for `target`."""
+    space = ops.config_space(workload, target)
+    configs = [ops.default_config(workload, target)] if default else []
     configs += [c for c in space.random(np.random.default_rng(seed), n) if c not in configs]
     return [(workload, c) for c in configs]
 
@@ -37,10 +40,12 @@ def relative_error(out: np.ndarray, ref: np.ndarray) -> float:
     return float(np.abs(out.astype(np.float64) - ref).max() / max(np.abs(ref).max(), 1e-6))
 
 
-def _check(case, seed: int, built) -> str | None:
+def _check(case, seed: int, built, target: Target) -> str | None:
     workload, config = case
     if isinstance(built, Exception):
         return f"{workload.args} {config.to_json()['knobs']}: {type(built).__name__}: {built}"
+    if not target.runs_on(TARGET):
+        return None  # built by gcc; running it here would SIGILL
     inputs = ops.random_inputs(workload.tensors(), np.random.default_rng(seed))
     outs = built.run(*inputs)
     for out, ref in zip(outs, workload.reference(*inputs)):
@@ -50,15 +55,16 @@ def _check(case, seed: int, built) -> str | None:
     return None
 
 
-def _build(case):
+def _build(case, target: Target):
     try:
-        return build_workload(case[0], case[1], TARGET)
+        return build_workload(case[0], case[1], target)
     except Exception as e:  # reported with the case
         return e
 
 
-def failures(cases: list, seed: int = 0) -> list[str]:
-    """Descriptions of the cases whose build fails or whose output differs from the reference."""
+def failures(cases: list, seed: int = 0, target: Target = TARGET) -> list[str]:
+    """Descriptions of the cases whose build for `target` fails or whose output differs from
+    the reference (compared only where this host executes `target`)."""
     with ThreadPoolExecutor(THREADS) as pool:
-        built = list(pool.map(_build, cases))
-    return [msg for case, b in zip(cases, built) if (msg := _check(case, seed, b)) is not None]
+        built = list(pool.map(lambda case: _build(case, target), cases))
+    return [msg for case, b in zip(cases, built) if (msg := _check(case, seed, b, target)) is not None]

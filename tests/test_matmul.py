@@ -8,7 +8,7 @@ import pytest
 
 from tunefleet.compiler import ops
 from tunefleet.compiler.driver import build_workload
-from tunefleet.compiler.target import Target
+from tunefleet.compiler.target import CPU_ISAS, Target
 
 TARGET = Target.host()
 SHAPES = [(1, 1, 1), (17, 33, 65), (127, 255, 129), (512, 512, 512)]
@@ -58,14 +58,25 @@ def test_float64():
     assert err < 1e-12
 
 
+#: vector registers of each CPU ISA (x86-64: 16 ymm/xmm, 32 zmm with AVX-512; Armv8: 32)
+VECTOR_REGISTERS = {"avx512": 32, "avx2": 16, "generic": 16, "neon": 32}
+
+
+@pytest.mark.parametrize("isa", CPU_ISAS)
 @pytest.mark.parametrize("N", [1024, 40, 5])
-def test_default_register_tile_fits_the_vector_registers(N):
+def test_default_register_tile_fits_the_vector_registers(N, isa):
+    """For every ISA (a config rule, nothing built): the mr x nr/lanes accumulators, the
+    nr/lanes vectors of B and A's broadcast fit the ISA's vector registers, with at least 6
+    accumulators to cover the FMA latency."""
+    target = Target("cpu", isa)
     w = ops.make_workload("matmul", {"M": 1024, "N": N, "K": 1024})
-    knobs = ops.default_config(w, TARGET).to_json()["knobs"]
-    lanes = TARGET.lanes("float32")
-    accumulators = knobs["mr"] * -(-knobs["nr"] // lanes)
+    knobs = ops.default_config(w, target).to_json()["knobs"]
+    lanes = target.lanes("float32")
+    vectors = -(-knobs["nr"] // lanes)
+    accumulators = knobs["mr"] * vectors
     # B packed when larger than half the L2 (N 1024), or when blocks of columns do not divide N
-    assert knobs["pack_b"] is (N == 1024 or N % (knobs["nr"] * knobs["bn"]) != 0) and 6 <= accumulators <= 24
+    assert knobs["pack_b"] is (N == 1024 or N % (knobs["nr"] * knobs["bn"]) != 0)
+    assert 6 <= accumulators and accumulators + vectors + 1 <= VECTOR_REGISTERS[isa]
     assert knobs["nr"] <= max(N, lanes)
 
 
