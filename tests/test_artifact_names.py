@@ -108,8 +108,9 @@ def test_two_targets_link_into_one_c_program(two_artifacts, tmp_path):
 def test_two_targets_load_into_one_process(two_artifacts):
     kernels = [tunefleet.load(d) for d in two_artifacts.values()]
     x, y = _inputs()
-    for kernel in kernels:
+    for isa, kernel in zip(two_artifacts, kernels):
         np.testing.assert_allclose(kernel(x, y), x @ y, rtol=1e-4, atol=1e-4)
+        assert kernel.isa == isa
     assert len({k.name for k in kernels}) == 2
     before = kernels[1].num_threads
     assert kernels[0].set_num_threads(1) == 1 == kernels[0].num_threads
