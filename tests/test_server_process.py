@@ -162,12 +162,15 @@ def test_cli_submit_status_wait_download(live: LiveServer, db, tmp_path: Path) -
     assert submitted.returncode == 0, submitted.stderr
     task = json.loads(submitted.stdout)
     assert task["workload"]["args"]["epilogue"] == "relu" and task["budget"]["trials"] == 4
+    assert task["target"] == "cpu"  # no target and no live host of cpu-test: chosen when the task starts
 
     status = live.cli("status", str(task["id"]))
     assert f"task {task['id']}: queued" in status.stdout and "trials 0/4" in status.stdout
     listing = live.cli("status", "--device-key", "cpu-test")
     assert "1 of 1 tasks" in listing.stdout
 
+    pending = live.cli("submit", "matmul", "-a", "M=8", "-a", "N=8", "-a", "K=8", "--device-key", "cpu-test")
+    assert "the best cpu target of cpu-test's hosts" in pending.stdout, pending.stdout
     bad = live.cli("submit", "matmul", "-a", "M=0", "--device-key", "cpu-test")
     assert bad.returncode != 0 and "args.M" in bad.stderr
 

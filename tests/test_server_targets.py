@@ -12,6 +12,7 @@ import pytest
 
 from tunefleet.compiler.target import Target
 from tunefleet.server.db.models import Task, Worker
+from tunefleet.server.errors import FieldError
 from tunefleet.server.services import pools
 
 MATMUL = {"op": "matmul", "args": {"M": 32, "N": 16, "K": 8}}
@@ -110,6 +111,11 @@ def test_with_no_live_host_the_target_is_the_kind_until_the_tuner_resolves_it(ap
     db.expire_all()
     assert db.get(Task, pending["id"]).target == "cpu -isa=avx2"
     assert api.get(f"/api/v1/tasks/{pending['id']}").json()["target"] == "cpu -isa=avx2"
+    # hosts of another kind than the pending target's cannot resolve it: the tuner fails the task
+    other = submit(api, tokens, target="cpu", device_key="cuda-later").json()
+    register(api, tokens, "h100-later", "cuda-later", {**AVX2, "kind": "cuda", "cuda_arch": "sm_90"})
+    with pytest.raises(FieldError, match="a cpu target cannot run on device key 'cuda-later'"):
+        pools.resolve_pending(db, db.get(Task, other["id"]), settings.worker_lost_after_s)
     # a key that only ever had GPU workers resolves an omitted target to its kind, cuda
     register(api, tokens, "h100", "cuda-gone", {**AVX2, "kind": "cuda", "cuda_arch": "sm_90"})
     silence(db, settings, "h100")

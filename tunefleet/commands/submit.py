@@ -106,6 +106,9 @@ def submit_command(
         op, args, device_key=device_key, target=target, trials=trials,
         wall_time_s=wall_time_s, early_stopping=early_stopping, reuse=reuse,
     )
+    if len(task["target"].split()) == 1 and not as_json:  # a kind alone: no host of the key is live yet
+        click.echo(f"target: the best {task['target']} target of {task['device_key']}'s hosts, chosen when "
+                   f"one is live and the task starts")
     if wait_:
         task = client.wait(task["id"], progress=not as_json)
     _show(task, as_json)
