@@ -227,6 +227,9 @@ def test_load_calls_the_kernel_on_numpy_arrays(artifact):
     out = np.empty((M, N), np.float32)
     assert kernel(a, b, out=out) is out
     np.testing.assert_array_equal(out, a @ b)
+    positional = np.empty((M, N), np.float32)  # the outputs after the inputs, as in the C ABI
+    assert kernel(a, b, positional) is positional
+    np.testing.assert_array_equal(positional, a @ b)
     assert kernel.manifest["name"] == "matmul" and kernel.num_threads >= 1
     assert "matmul(A: float32[16, 64], B: float32[64, 32])" in repr(kernel)
 
@@ -262,7 +265,16 @@ def test_load_accepts_dlpack_objects(artifact):
     (lambda a, b: ((a, b), {"out": b[:M]}), ValueError,
      "argument 'C': output overlaps argument 'B'"),
     (lambda a, b: ((a, [0.0]), {}), ValueError, "argument 'B': expected a numpy array"),
-    (lambda a, b: ((a,), {}), TypeError, "matmul takes 2 inputs (A, B), got 1"),
+    (lambda a, b: ((a,), {}), TypeError,
+     "matmul takes 2 inputs (A, B), optionally followed by its 1 output(s) (C); got 1 arguments"),
+    (lambda a, b: ((a, b, np.empty((M, N), np.float32), b), {}), TypeError, "got 4 arguments"),
+    (lambda a, b: ((a, b, np.empty((M, N), np.float32)), {"out": np.empty((M, N), np.float32)}), TypeError,
+     "got 3 arguments (outputs go positionally or in out=, not both)"),
+    (lambda a, b: ((a, b, np.empty((M, N + 1), np.float32)), {}), ValueError,
+     f"argument 'C': expected shape [{M}, {N}], got [{M}, {N + 1}]"),
+    (lambda a, b: ((a, b, np.empty((M, N), np.float64)), {}), ValueError,
+     "argument 'C': expected dtype float32, got float64"),
+    (lambda a, b: ((a, b, a[:, :N]), {}), ValueError, "argument 'C': expected a C-contiguous"),
 ])
 def test_load_validates_arguments(artifact, make, error, message):
     kernel = tunefleet.load(artifact)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -19,9 +20,10 @@ import pytest
 import numpy as np
 from server_helpers import artifact_files, real_artifact, tarball
 
-from tunefleet.client import Client, IntegrityError, ServiceError
+from tunefleet.client import Client, IntegrityError, ServerUnreachable, ServiceError
 from tunefleet.server.db.models import Task, TokenScope
-from tunefleet.server.services import tokens
+from tunefleet.server.services import tokens, tuning
+from tunefleet.tuner.measure import MeasureResult
 
 TUNEFLEET = str(Path(sys.executable).with_name("tunefleet"))
 MATMUL = {"M": 32, "N": 16, "K": 8}
@@ -188,6 +190,51 @@ def test_cli_submit_status_wait_download(live: LiveServer, db, tmp_path: Path) -
     assert multi.returncode == 0, multi.stderr
     manifest = json.loads(Path(multi.stdout.strip(), "manifest.json").read_text())
     assert manifest["build_targets"] == ["cpu -isa=avx2", "cpu -isa=generic"] and manifest["task_id"] == task["id"]
+
+
+def test_submit_wait_prints_progress_lines_when_not_on_a_terminal(live: LiveServer, db) -> None:
+    """stdout is a pipe: a plain line per change of status or best (no progress bar, no
+    terminal escapes), then the task's summary."""
+    env = {**live.env, "TUNEFLEET_URL": live.url, "TUNEFLEET_TOKEN": live.user_token}
+    waiting = subprocess.Popen([TUNEFLEET, "submit", "matmul", "-a", "M=32", "-a", "N=16", "-a", "K=8",
+                                "--device-key", "cpu-test", "--trials", "4", "--wait"],
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = waiting.stdout.readline()
+        if first.startswith("target: "):  # no host of cpu-test is live: its target is chosen later
+            first = waiting.stdout.readline()
+        task_id = int(re.fullmatch(r"task (\d+) queued: trials 0/4, best -\n", first)[1])
+        # the tuner's side, through its service functions: start, one measured trial
+        tuning.start(db, task_id)
+        (trial,) = tuning.add_trials(db, task_id, [(0, {"index": 0, "knobs": {}})])
+        tuning.record_result(db, trial.id, MeasureResult("ok", [2e-6]), attempts=1, worker_id=None)
+        lines = [waiting.stdout.readline()]  # a poll may have seen the task running before its trial
+        if "trials 0/4" in lines[-1]:
+            lines.append(waiting.stdout.readline())
+        assert lines[-1] == f"task {task_id} running: trials 1/4, best 4.1 GFLOP/s\n"
+        assert lines[:-1] in ([], [f"task {task_id} running: trials 0/4, best -\n"])
+        with Client(live.url, live.user_token) as client:
+            client.cancel(task_id)
+        rest, errors = waiting.communicate(timeout=60)
+    finally:
+        waiting.kill()
+    assert waiting.returncode == 0, errors
+    progress, summary = rest.splitlines()
+    assert progress == f"task {task_id} cancelled: trials 1/4, best 4.1 GFLOP/s"
+    assert summary.startswith(f"task {task_id}: cancelled  matmul on cpu-test")
+    assert not {"\x1b", "\r"} & set(first + "".join(lines) + rest)
+
+
+def test_client_commands_without_a_server_say_so_in_one_line(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    for args in (["submit", "matmul", "-a", "M=8", "-a", "N=8", "-a", "K=8"], ["wait", "1"]):
+        done = subprocess.run([TUNEFLEET, *args, "--url", url], capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "TUNEFLEET_HOME": str(tmp_path)})
+        assert done.returncode == 1 and done.stdout == "" and "Traceback" not in done.stderr
+        (line,) = done.stderr.splitlines()
+        assert line.startswith(f"Error: cannot reach the tunefleet server at {url}: ") and "TUNEFLEET_URL" in line
+    with Client(url) as client, pytest.raises(ServerUnreachable, match=f"cannot reach the tunefleet server at {url}"):
+        client.get(1)
 
 
 def test_logs_are_json_lines(live: LiveServer) -> None:

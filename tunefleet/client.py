@@ -9,12 +9,13 @@ tuned kernel and call it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import tarfile
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +43,15 @@ class IntegrityError(RuntimeError):
     """A downloaded artifact does not match its published sha256."""
 
 
+class ServerUnreachable(ConnectionError):
+    """No tunefleet server answered at `url` (connection refused, unknown host, timeout);
+    the message names the URL and the reason."""
+
+    def __init__(self, url: str, reason: Exception) -> None:
+        super().__init__(f"cannot reach the tunefleet server at {url}: {reason or type(reason).__name__}")
+        self.url = url
+
+
 def format_detail(detail: Any) -> str:
     """A 422 body's field errors as 'args.M: message; ...', anything else as text."""
     if isinstance(detail, list):
@@ -63,10 +73,12 @@ def _sha256(path: Path) -> str:
 
 class Client:
     """A connection to a tunefleet server at `url`, authenticating with a `user` token
-    (needed to submit, cancel and download; reads need none)."""
+    (needed to submit, cancel and download; reads need none). Every request raises
+    ServerUnreachable when no server answers at `url`, ServiceError when it refuses."""
 
     def __init__(self, url: str = "http://127.0.0.1:8000", token: str | None = None, timeout_s: float = 30.0) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.url = url.rstrip("/")
         self._http = httpx.Client(
             base_url=url.rstrip("/") + "/api/v1", headers=headers, timeout=timeout_s
         )
@@ -81,8 +93,17 @@ class Client:
     def __exit__(self, *_exc: object) -> None:
         self.close()
 
+    @contextlib.contextmanager
+    def _reaching(self) -> Iterator[None]:
+        """Turns httpx's transport errors into ServerUnreachable naming the server's URL."""
+        try:
+            yield
+        except httpx.TransportError as exc:
+            raise ServerUnreachable(self.url, exc) from exc
+
     def _request(self, method: str, path: str, **kwargs: Any) -> Any:
-        response = self._http.request(method, path, **kwargs)
+        with self._reaching():
+            response = self._http.request(method, path, **kwargs)
         if response.is_error:
             try:
                 detail = response.json().get("detail", response.text)
@@ -153,7 +174,9 @@ class Client:
         timeout_s: float | None = None,
     ) -> dict[str, Any]:
         """Poll until the task is done, failed or cancelled and return it; with `progress`,
-        show a progress bar of trials against the budget. TimeoutError after `timeout_s`."""
+        show a progress bar of trials against the budget on a terminal, else print a line per
+        change of status or best ("task 7 running: trials 12/64, best 85.2 GFLOP/s").
+        TimeoutError after `timeout_s`."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         with _ProgressView(enabled=progress) as view:
             while True:
@@ -178,7 +201,7 @@ class Client:
             path, params, timeout = f"{path}/multi-target", {"targets": ",".join(targets)}, MULTI_TARGET_TIMEOUT_S
         with tempfile.TemporaryDirectory(dir=out) as tmp:
             archive = Path(tmp) / "artifact.tar.gz"
-            with self._http.stream("GET", path, params=params, timeout=timeout) as response:
+            with self._reaching(), self._http.stream("GET", path, params=params, timeout=timeout) as response:
                 if response.is_error:
                     response.read()
                     raise ServiceError(response.status_code, response.json().get("detail"))
@@ -214,13 +237,22 @@ def _check_manifest(root: Path) -> None:
 
 
 class _ProgressView:
-    """A rich progress bar of a task's trials; does nothing when disabled."""
+    """A task's progress while waiting: a rich progress bar on a terminal; elsewhere (a pipe,
+    a log file, CI) a plain line whenever the status or the best changes, and at most every
+    LINE_EVERY_S seconds while only the trial count moves. Does nothing when disabled."""
+
+    LINE_EVERY_S = 10.0
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
+        self.progress = None
+        self.last: tuple | None = None
+        self.last_line_at = 0.0
 
     def __enter__(self) -> _ProgressView:
-        if self.enabled:
+        from rich.console import Console
+
+        if self.enabled and Console().is_terminal:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
             self.progress = Progress(
@@ -238,15 +270,18 @@ class _ProgressView:
         if not self.enabled:
             return
         best = f"{task['best_gflops']:.1f} GFLOP/s" if task["best_gflops"] else "-"
-        self.progress.update(
-            self.bar,
-            total=task["budget"]["trials"],
-            completed=task["trials_done"],
-            number=task["id"],
-            status=task["status"],
-            best=best,
-        )
+        if self.progress is not None:
+            self.progress.update(self.bar, total=task["budget"]["trials"], completed=task["trials_done"],
+                                 number=task["id"], status=task["status"], best=best)
+            return
+        state = (task["status"], best, task["trials_done"])
+        now = time.monotonic()
+        if self.last is None or state[:2] != self.last[:2] or (
+                state != self.last and now - self.last_line_at >= self.LINE_EVERY_S):
+            print(f"task {task['id']} {task['status']}: trials {task['trials_done']}/{task['budget']['trials']}, "
+                  f"best {best}", flush=True)
+            self.last, self.last_line_at = state, now
 
     def __exit__(self, *_exc: object) -> None:
-        if self.enabled:
+        if self.progress is not None:
             self.progress.stop()

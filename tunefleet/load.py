@@ -37,14 +37,16 @@ def load(path: str | os.PathLike) -> Kernel:
 
 
 class Kernel:
-    """A loaded kernel: ``kernel(*inputs, out=None)`` returns the output array (a tuple if
-    there are several).
+    """A loaded kernel: ``kernel(*inputs)`` returns the output array (a tuple if there are
+    several), allocated for the call. The outputs may be given instead, positionally after
+    the inputs as in the C ABI (``kernel(a, b, c)``), or as ``out=`` (the array, or a sequence
+    of arrays); then they are written and returned.
 
     Arguments are numpy arrays or objects with ``__dlpack__`` (CPU), matching the manifest's
-    dtype and shape exactly, C-contiguous; outputs are allocated when `out` is not given
-    (else `out` is the array, or a sequence of arrays, to write) and must be writeable and
-    must not overlap other arguments. Mismatches raise ValueError naming the argument; a
-    nonzero return of the kernel raises RuntimeError with the runtime's error text.
+    dtype and shape exactly, C-contiguous; outputs must be writeable and must not overlap
+    other arguments. A wrong number of arguments raises TypeError naming the inputs and
+    outputs; a mismatched argument ValueError naming it and what is expected; a nonzero
+    return of the kernel RuntimeError with the runtime's error text.
     """
 
     def __init__(self, so_path: str | os.PathLike, manifest: dict) -> None:
@@ -68,8 +70,8 @@ class Kernel:
         outs = ", ".join(f"{a.name}: {a.dtype}{list(a.shape)}" for a in self.args if a.is_output)
         return f"<tunefleet.Kernel {self.name}({sig}) -> ({outs})>"
 
-    def __call__(self, *inputs, out=None):
-        arrays = self._arrays(inputs, out)
+    def __call__(self, *arrays, out=None):
+        arrays = self._arrays(arrays, out)
         self._check(self._fn(*[a.ctypes.data for a in arrays]))
         outputs = arrays[len(self._inputs):]
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
@@ -111,11 +113,7 @@ class Kernel:
         between repeats, a flush of the caches before each repeat if flush_cache. Returns
         float64 seconds per call, shape (repeat,). Raises like __call__.
         """
-        if len(arrays) == len(self.args):
-            inputs, out = arrays[:len(self._inputs)], arrays[len(self._inputs):]
-        else:
-            inputs, out = arrays, None
-        buffers = self._arrays(inputs, out)
+        buffers = self._arrays(arrays, None)
         pointers = (ctypes.c_void_p * len(buffers))(*[a.ctypes.data for a in buffers])
         seconds = np.empty(repeat, dtype=np.float64)
         self._check(self._lib.tunefleet_timer(
@@ -128,13 +126,20 @@ class Kernel:
             error = self._lib.tunefleet_last_error().decode(errors="replace")
             raise RuntimeError(f"{self.name} failed (code {rc}): {error}")
 
-    def _arrays(self, inputs: Sequence, out) -> list[np.ndarray]:
-        """Validated arrays of all arguments in call order, outputs allocated if out is None."""
+    def _arrays(self, given: Sequence, out) -> list[np.ndarray]:
+        """Validated arrays of all arguments in call order, from the positional arguments
+        `given` (the inputs, or all arguments as in the C ABI) and `out`; outputs allocated
+        when neither gives them."""
         outputs = [a for a in self.args if a.is_output]
-        if len(inputs) != len(self._inputs):
-            raise TypeError(f"{self.name} takes {len(self._inputs)} inputs "
-                            f"({', '.join(a.name for a in self._inputs)}), got {len(inputs)}")
-        arrays = [_as_array(spec, x, writeable=False) for spec, x in zip(self._inputs, inputs)]
+        n = len(self._inputs)
+        if len(given) == len(self.args) and out is None:
+            given, out = given[:n], list(given[n:])
+        elif len(given) != n:
+            both = " (outputs go positionally or in out=, not both)" if len(given) == len(self.args) else ""
+            raise TypeError(f"{self.name} takes {n} inputs ({', '.join(a.name for a in self._inputs)}), "
+                            f"optionally followed by its {len(outputs)} output(s) "
+                            f"({', '.join(a.name for a in outputs)}); got {len(given)} arguments{both}")
+        arrays = [_as_array(spec, x, writeable=False) for spec, x in zip(self._inputs, given)]
         if out is None:
             return arrays + [np.empty(a.shape, dtype=a.dtype) for a in outputs]
         out = list(out) if isinstance(out, list | tuple) else [out]

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from tunefleet.client import Client, ServiceError
+from tunefleet.client import Client, ServerUnreachable, ServiceError
 from tunefleet.credentials import token_file_option
 
 _url = click.option(
@@ -20,7 +20,8 @@ _token = token_file_option("TUNEFLEET_TOKEN", "a user token", required=False)
 
 
 def _client_command(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Add --url/--token-file, pass a Client, and turn service errors into CLI errors."""
+    """Add --url/--token-file, pass a Client, and turn service errors into CLI errors (one
+    line, exit 1): the server's refusal, or no server at the URL."""
 
     @_url
     @_token
@@ -31,6 +32,9 @@ def _client_command(func: Callable[..., Any]) -> Callable[..., Any]:
                 return ctx.invoke(func, client, **kwargs)
             except ServiceError as exc:
                 raise click.ClickException(str(exc)) from exc
+            except ServerUnreachable as exc:
+                raise click.ClickException(f"{exc} (is it running? `tunefleet up` starts one here; "
+                                           f"--url or TUNEFLEET_URL names another)") from None
 
     wrapper.__doc__ = func.__doc__
     return wrapper
