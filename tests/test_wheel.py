@@ -129,9 +129,14 @@ def test_the_wheel_holds_every_package_and_every_file_the_code_reads(wheel: Path
 
 def test_a_worker_host_installs_the_wheel_and_measures_a_candidate(worker_host, tmp_path: Path) -> None:
     env = worker_host
-    probe = _run(env, "python", "-c", "import importlib.util, json, tunefleet; print(json.dumps("
-                 "[tunefleet.__file__, [m for m in %r if importlib.util.find_spec(m)]]))" % (NOT_ON_A_WORKER,),
-                 cwd=tmp_path)
+    # every module of the worker package and what `tunefleet worker` imports when it runs
+    probe = _run(env, "python", "-c", f"""
+import importlib, importlib.util, json, pkgutil, tunefleet, tunefleet.worker
+for m in pkgutil.walk_packages(tunefleet.worker.__path__, "tunefleet.worker."):
+    importlib.import_module(m.name)
+import tunefleet.commands.worker, tunefleet.server.logs, tunefleet.tuner.host
+print(json.dumps([tunefleet.__file__, [m for m in {NOT_ON_A_WORKER!r} if importlib.util.find_spec(m)]]))
+""", cwd=tmp_path)
     assert probe.returncode == 0, probe.stderr
     location, present = json.loads(probe.stdout)
     assert "site-packages" in location and not location.startswith(str(ROOT)), location
