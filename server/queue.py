@@ -47,12 +47,15 @@ log = logging.getLogger(__name__)
 
 __all__ = ["TUNE_QUEUE", "SERIALIZER", "measure_queue", "measure_queue_name", "connect", "LazyConnection",
            "redis_url",
-           "tune_queue", "TaskLease", "lease_held", "enqueue_tune", "try_enqueue_tune", "reconcile"]
+           "tune_queue", "TaskLease", "lease_held", "enqueue_tune", "try_enqueue_tune", "reconcile",
+           "count_restarts", "restarts"]
 
 TUNE_QUEUE = "tune"
 #: Redis key holding the id of the newest ``tune`` job enqueued for a task.
 _TUNE_JOB_KEY = "tunefleet:task:{task_id}:tune-job"
 _LEASE_KEY = "tunefleet:task:{task_id}:lease"
+#: Redis hash: process name -> times its supervisor restarted it.
+_RESTARTS_KEY = "tunefleet:restarts"
 #: RQ statuses of a ``tune`` job that will still run.
 _PENDING = {JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.DEFERRED}
 
@@ -212,3 +215,16 @@ def reconcile(session: Session, connection: Redis, settings: Settings) -> list[i
         if enqueue_tune(connection, task_id, settings.lease_s) is not None:
             enqueued.append(task_id)
     return enqueued
+
+
+def count_restarts(connection: Redis, counts: dict[str, int]) -> None:
+    """Add `counts` (process name -> restarts) to the service's restart counters."""
+    with connection.pipeline() as pipe:
+        for process, n in counts.items():
+            pipe.hincrby(_RESTARTS_KEY, process, n)
+        pipe.execute()
+
+
+def restarts(connection: Redis) -> dict[str, int]:
+    """Process name -> how often its supervisor restarted it (since Redis's data began)."""
+    return {k.decode(): int(v) for k, v in connection.hgetall(_RESTARTS_KEY).items()}

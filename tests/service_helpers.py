@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -68,7 +69,7 @@ class Service:
 
     def start_server(self) -> None:
         self._start("server", "server")
-        wait_for(self._healthy, 60, "the server to answer /healthz")
+        wait_for(self._healthy, 120, "the server to answer /healthz")
 
     def _healthy(self) -> bool:
         assert self.processes["server"].poll() is None, self.logs["server"].read_text()
@@ -272,18 +273,50 @@ def running(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def unparented(pids: list[int]) -> list[str]:
-    """Those of `pids` that still run although their parent is gone (reparented to PID 1 or a
-    subreaper that is not in `pids`' tree), as "pid: command line" for a message."""
-    out = []
-    for pid in pids:
-        if not running(pid):
-            continue
-        try:
-            ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except (OSError, IndexError, ValueError):
-            continue
-        if ppid not in pids:
-            out.append(f"{pid} (parent {ppid}): {cmdline.strip()}")
-    return out
+def start_up(home: Path, port: int, log: Path, *args: str, env: dict[str, str] | None = None
+             ) -> tuple[subprocess.Popen, str]:
+    """`tunefleet up --port PORT *args` on `home` (embedded Redis and SQLite unless `env`, the
+    TUNEFLEET_ variables to set, says otherwise), its output in `log`; returns the process and
+    the user token it printed once it is up."""
+    extra = env or {}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEFLEET_")}
+    env.update(TUNEFLEET_HOME=str(home), TUNEFLEET_LOG_FORMAT="json", **extra)
+    with log.open("w") as out:
+        process = subprocess.Popen([TUNEFLEET, "up", "--port", str(port), *args], env=env, stdout=out,
+                                   stderr=subprocess.STDOUT)
+
+    def token() -> str | None:
+        assert process.poll() is None, log.read_text()
+        found = re.findall(r"user token: (\S+)", log.read_text())
+        return found[-1] if found else None
+
+    return process, wait_for(token, 120, "tunefleet up to print its token", poll_s=0.2)
+
+
+#: How each process that `tunefleet up` supervises shows in its command line.
+UP_CHILDREN = {"worker": "tunefleet worker", "tuner": "tunefleet tuner", "server": "tunefleet server",
+               "redis": "redis-server"}
+
+
+def cmdline(pid: int) -> str:
+    """The command line of process `pid` ("" when it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def parent(pid: int) -> int:
+    """The parent of process `pid` (0 when it is gone)."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def up_child(up_pid: int, name: str) -> int | None:
+    """The pid of the process `name` (a key of UP_CHILDREN) that `tunefleet up` (`up_pid`) runs,
+    if it runs (not its helpers, whose command line is their parent's)."""
+    found = [p for p in descendants(up_pid) if UP_CHILDREN[name] in cmdline(p) and running(p)
+             and UP_CHILDREN[name] not in cmdline(parent(p))]
+    return found[0] if found else None

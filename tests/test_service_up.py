@@ -5,34 +5,16 @@ it, and a second `tunefleet up` that finishes it without measuring anything twic
 from __future__ import annotations
 
 import json
-import os
-import re
 import signal
 import sqlite3
-import subprocess
 from pathlib import Path
 
 import pytest
-from service_helpers import FINAL_TRIAL, PROTOCOL, TUNEFLEET, free_port, wait_for
+from service_helpers import FINAL_TRIAL, PROTOCOL, free_port, start_up, wait_for
 
 from tunefleet.client import Client
 
 pytestmark = pytest.mark.timeout(300)
-
-
-def start_up(home: Path, port: int, log: Path) -> tuple[subprocess.Popen, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEFLEET_")}
-    env.update(TUNEFLEET_HOME=str(home), TUNEFLEET_LOG_FORMAT="json")
-    with log.open("w") as out:
-        process = subprocess.Popen([TUNEFLEET, "up", "--port", str(port)], env=env, stdout=out,
-                                   stderr=subprocess.STDOUT)
-
-    def token() -> str | None:
-        assert process.poll() is None, log.read_text()
-        found = re.findall(r"user token: (\S+)", log.read_text())
-        return found[-1] if found else None
-
-    return process, wait_for(token, 120, "tunefleet up to print its token", poll_s=0.2)
 
 
 def command_lines() -> list[str]:

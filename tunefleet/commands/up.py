@@ -15,7 +15,9 @@ def up_command(port: int | None, cpus: str | None) -> None:
     """Run server, tuner and worker here: the API on 127.0.0.1:8000, SQLite and the artifact
     store under TUNEFLEET_HOME (default ~/.tunefleet), a private Redis unless
     TUNEFLEET_REDIS_URL is set, one worker pinned to the available CPUs. Prints the URL and a
-    user token; Ctrl-C stops everything, and the next `tunefleet up` resumes unfinished tasks."""
+    user token. A process that dies is restarted (the reason is printed); one that keeps
+    dying as it starts stops the service (exit status 1). Ctrl-C or SIGTERM stops
+    everything, and the next `tunefleet up` resumes unfinished tasks."""
     from tunefleet.server.embedded import EmbeddedService, ServiceError
     from tunefleet.settings import Settings
     from tunefleet.tuner.host import parse_cpus
@@ -47,7 +49,12 @@ def up_command(port: int | None, cpus: str | None) -> None:
     )
     failure = None
     try:
-        while (failure := service.failed()) is None:
+        while True:
+            events, failure = service.watch()
+            for event in events:
+                click.echo(f"tunefleet: {event}", err=True)
+            if failure is not None:
+                break
             time.sleep(0.5)
         click.echo(f"tunefleet: {failure}; stopping", err=True)
     except KeyboardInterrupt:
