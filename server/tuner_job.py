@@ -22,7 +22,8 @@ with measurement dispatched to the workers instead of the local runner:
    ``CHECK_S`` it rereads the task: a cancel stops dispatch at once (queued jobs are
    cancelled, unmeasured trials dropped). With no live worker left the
    task goes back to ``waiting_for_worker`` and the job ends; it resumes when a worker
-   registers. The search ends on the trial budget, the wall-time budget (counted from the
+   registers. While the SQL database is away, the loop keeps its jobs in flight and its
+   search, and goes on once the database answers again. The search ends on the trial budget, the wall-time budget (counted from the
    task's first start), early stopping, or an exhausted config space.
 3. **Export.** The ``VALIDATE_TOP`` fastest correct trials (by fastest repeat, as
    ``tunefleet tune`` picks them) go to an export job (id
@@ -65,9 +66,10 @@ from tunefleet.tuner.measure import MeasureProtocol, MeasureResult
 from tunefleet.tuner.search import EarlyStopping, SearchStrategy
 from tunefleet.tuner.tune import make_strategy
 from tunefleet.worker import jobs as worker_jobs
+from tunefleet.worker import redisconn
 
-__all__ = ["PER_WORKER_DEPTH", "VALIDATE_TOP", "CHECK_S", "TunerContext", "bind", "current", "run_task",
-           "make_search"]
+__all__ = ["PER_WORKER_DEPTH", "VALIDATE_TOP", "CHECK_S", "RIDE_OUT_S", "TunerContext", "bind", "current",
+           "run_task", "make_search"]
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +81,9 @@ VALIDATE_TOP = 3
 CHECK_S = 1.0
 #: Measure and export jobs are retried once when they fail or their worker dies.
 RETRIES = 1
+#: Seconds the tuner's Redis commands are retried through an outage before it gives up and
+#: exits (for its supervisor to restart it).
+RIDE_OUT_S = 900.0
 _RESULT_TTL_S = 7 * 86_400  # results outlive any tuner restart
 _UNFINISHED = {TrialStatus.QUEUED, TrialStatus.RUNNING}
 
@@ -87,13 +92,17 @@ _UNFINISHED = {TrialStatus.QUEUED, TrialStatus.RUNNING}
 class TunerContext:
     """What tune jobs use in a tuner process: settings, database sessions, the Redis
     connection, and `stopping`, set on a warm shutdown. `poll_s`: the longest wait for a
-    result while proposals may be due (results themselves wake the loop at once)."""
+    result while proposals may be due (results themselves wake the loop at once).
+    `outages`, `sql_outages`: what the Redis connection and the database went through
+    (:mod:`tunefleet.worker.redisconn`)."""
 
     settings: Settings
     sessions: sessionmaker[Session]
     redis: Redis
     stopping: threading.Event
     poll_s: float = 0.05
+    outages: redisconn.Outages = dataclasses.field(default_factory=redisconn.Outages)
+    sql_outages: redisconn.Outages = dataclasses.field(default_factory=lambda: redisconn.Outages("SQL database"))
 
 
 _context: TunerContext | None = None
@@ -284,7 +293,10 @@ class _TaskRun:
     def _check(self, force: bool = True) -> None:
         """Every CHECK_S (or now, with `force`): stop when the tuner shuts down, the lease is
         lost, the task was cancelled, or no live worker is left; let RQ find jobs of dead
-        workers."""
+        workers, except during and shortly after a Redis outage, when every job's heartbeat
+        in Redis is stale until its worker has reconnected: a job that is still being measured
+        is not retried (measured twice); likewise workers are not taken for dead just after a
+        database outage, when their heartbeats could not be stored."""
         now = time.monotonic()
         if self.context.stopping.is_set():
             tuning.requeue(self.session, self.task_id)
@@ -298,8 +310,11 @@ class _TaskRun:
         if status in (TaskStatus.CANCELLED, TaskStatus.FAILED, TaskStatus.DONE):
             self._drop_in_flight()
             raise _Stop(f"task {status}: dispatch stopped")
-        StartedJobRegistry(self.queue.name, connection=self.redis, serializer=queue.SERIALIZER).cleanup()
-        self.live = len(tuning.live_workers(self.session, self.device_key, self.settings.worker_lost_after_s))
+        if not self.context.outages.recovering(self.settings.worker_lost_after_s + redisconn.BACKOFF_CAP_S):
+            StartedJobRegistry(self.queue.name, connection=self.redis, serializer=queue.SERIALIZER).cleanup()
+        live = len(tuning.live_workers(self.session, self.device_key, self.settings.worker_lost_after_s))
+        if live or not self.context.sql_outages.recovering(self.settings.worker_lost_after_s):
+            self.live = live  # (the workers' heartbeats are stale just after a database outage)
         if self.live == 0:
             if status is TaskStatus.EXPORTING:
                 raise _Stop("no live worker to export on: task stays exporting until one registers")
@@ -332,32 +347,38 @@ class _TaskRun:
         planner.start()
         try:
             while True:
-                self._check(force=False)
-                planner.check()
-                if not reason and wall and self.started and _elapsed_s(self.started) >= wall:
-                    reason = "wall_time"
-                done = self._collect()
-                if done:
-                    planner.learn(done)
-                    if stopper and stopper.update(r for _, r in done) and not reason:
-                        reason = "early_stopping"
-                dispatched = 0
-                if not reason:
-                    capacity = PER_WORKER_DEPTH * self.live
-                    planner.keep_ready(min(capacity, budget - total))
-                    room = min(capacity - len(self.in_flight), budget - total)
-                    batch = planner.take(room) if room > 0 else []
-                    self._dispatch(batch)
-                    dispatched = len(batch)
-                    total += dispatched
-                    if total >= budget:
-                        reason = "budget"
-                    elif planner.exhausted and not planner.ready:
-                        reason = "space_exhausted"
-                if reason and not self.in_flight:
-                    return reason
-                if not done and not dispatched:
-                    self._wait_for_results(short=not reason and len(self.in_flight) < PER_WORKER_DEPTH * self.live)
+                try:
+                    self._check(force=False)
+                    planner.check()
+                    if not reason and wall and self.started and _elapsed_s(self.started) >= wall:
+                        reason = "wall_time"
+                    done = self._collect()
+                    if done:
+                        planner.learn(done)
+                        if stopper and stopper.update(r for _, r in done) and not reason:
+                            reason = "early_stopping"
+                    dispatched = 0
+                    if not reason:
+                        capacity = PER_WORKER_DEPTH * self.live
+                        planner.keep_ready(min(capacity, budget - total))
+                        room = min(capacity - len(self.in_flight), budget - total)
+                        batch = planner.take(room) if room > 0 else []
+                        self._dispatch(batch)
+                        dispatched = len(batch)
+                        total += dispatched
+                        if total >= budget:
+                            reason = "budget"
+                        elif planner.exhausted and not planner.ready:
+                            reason = "space_exhausted"
+                    if reason and not self.in_flight:
+                        return reason
+                    if not done and not dispatched:
+                        self._wait_for_results(short=not reason and len(self.in_flight) < PER_WORKER_DEPTH * self.live)
+                except OperationalError:
+                    # the database is away (the engine's outage log says so once): the jobs
+                    # in flight and the search stay as they are; the next round tries again
+                    self.session.rollback()
+                    time.sleep(CHECK_S)
         finally:
             planner.stop()
 
@@ -553,12 +574,17 @@ def serve(settings: Settings, *, burst: bool = False, heartbeat_s: float = 5.0) 
     import os
     import socket
 
-    from tunefleet.server.db import make_engine, make_sessionmaker
+    from tunefleet.server.db import follow_outages, make_engine, make_sessionmaker
     from tunefleet.worker.rqworker import HeartbeatWorker
 
     engine = make_engine(settings.database_url)
     sessions = make_sessionmaker(engine)
-    connection = queue.connect(settings)
+    outages, sql_outages = redisconn.Outages(), redisconn.Outages("SQL database")
+    follow_outages(engine, sql_outages)
+    connection = queue.connect(settings, ride_out_s=RIDE_OUT_S, outages=outages)
+    process = f"tuner@{socket.gethostname()}"
+    redisconn.count_reconnects(lambda: connection, outages, process, "redis")
+    redisconn.count_reconnects(lambda: connection, sql_outages, process, "sql")
     worker = HeartbeatWorker(
         [queue.tune_queue(connection)],
         connection=connection,
@@ -566,16 +592,19 @@ def serve(settings: Settings, *, burst: bool = False, heartbeat_s: float = 5.0) 
         serializer=queue.SERIALIZER,
         heartbeat_s=heartbeat_s,
     )
-    bind(TunerContext(settings, sessions, connection, worker.stopping))
+    bind(TunerContext(settings, sessions, connection, worker.stopping, outages=outages, sql_outages=sql_outages))
     sweeping = threading.Event()
 
     def sweep() -> None:
         while True:
             try:
                 with sessions() as session:
-                    enqueued = queue.reconcile(session, connection, settings)
+                    enqueued = queue.reconcile(session, connection, settings,
+                                               mark_lost=not sql_outages.recovering(settings.worker_lost_after_s))
                 if enqueued:
                     log.info("reconcile: enqueued tasks %s", enqueued)
+            except OperationalError:  # the database is away: logged once by sql_outages
+                pass
             except Exception:  # a sweep must never take the tuner down; the next one retries
                 log.exception("reconcile sweep failed")
             if sweeping.wait(settings.reconcile_s):
@@ -592,3 +621,4 @@ def serve(settings: Settings, *, burst: bool = False, heartbeat_s: float = 5.0) 
         sweeper.join(timeout=10)
         bind(None)
         engine.dispose()
+        queue.disconnect(connection)

