@@ -12,11 +12,12 @@ from tunefleet import __version__
 from tunefleet.server.api import include_routes
 from tunefleet.server.artifact_store import ArtifactStore
 from tunefleet.server.dashboard import mount_dashboard
-from tunefleet.server.db import make_engine, make_sessionmaker
+from tunefleet.server.db import follow_outages, make_engine, make_sessionmaker
 from tunefleet.server.errors import install_error_handlers
-from tunefleet.server.metrics import MetricsMiddleware, StoreCollector
-from tunefleet.server.queue import LazyConnection
+from tunefleet.server.metrics import MetricsMiddleware, QueueCollector, StoreCollector
+from tunefleet.server.queue import LazyConnection, server_name
 from tunefleet.settings import Settings
+from tunefleet.worker.redisconn import Outages, count_reconnects
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -27,6 +28,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     engine = make_engine(settings.database_url)
     redis = LazyConnection(settings)
+    sql_outages = Outages("SQL database")
+    follow_outages(engine, sql_outages)
+    count_reconnects(redis.get, sql_outages, server_name(), "sql")
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -43,6 +47,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     sessions = make_sessionmaker(engine)
     registry = CollectorRegistry()
     registry.register(StoreCollector(sessions, settings.worker_lost_after_s))
+    registry.register(QueueCollector(redis))
     app.state.settings = settings
     app.state.sessionmaker = sessions
     app.state.artifact_store = ArtifactStore(settings.artifacts)

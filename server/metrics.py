@@ -1,5 +1,7 @@
-"""Prometheus metrics: HTTP traffic, counted as it passes, and the store's contents
-(tasks, trials, workers, artifacts), read from SQL at each scrape."""
+"""Prometheus metrics: HTTP traffic, counted as it passes; the store's contents (tasks,
+trials, workers, artifacts), read from SQL at each scrape; and from Redis at each scrape, the
+queues' depths, the restarts of the service's processes and their reconnections to Redis and
+SQL after outages."""
 
 from __future__ import annotations
 
@@ -10,14 +12,18 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from redis.exceptions import RedisError
+from rq import Queue
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tunefleet.server.db import utcnow
+from tunefleet.server import queue
 from tunefleet.server.db.models import Artifact, Task, TaskStatus, Trial, TrialStatus, Worker, WorkerState
+from tunefleet.worker import redisconn
 
 
 class StoreCollector(Collector):
@@ -52,6 +58,40 @@ class StoreCollector(Collector):
             )
             stored.add_metric([], session.scalar(select(func.coalesce(func.sum(Artifact.size), 0))))
             yield stored
+
+
+class QueueCollector(Collector):
+    """From Redis: jobs waiting in each queue (``tune``, ``measure:<device key>``), restarts
+    of each process by its supervisor, and each process's reconnections to Redis and to SQL.
+    None of these while Redis is down (the scrape still answers)."""
+
+    def __init__(self, redis: queue.LazyConnection) -> None:
+        self.redis = redis
+
+    def collect(self) -> Iterator[Metric]:
+        connection = self.redis.get()
+        if connection is None:
+            return
+        try:
+            depths = {q.name: q.count for q in Queue.all(connection=connection, serializer=queue.SERIALIZER)}
+            restarts = queue.restarts(connection)
+            reconnects = redisconn.reconnects(connection)
+        except RedisError:
+            return
+        jobs = GaugeMetricFamily("tunefleet_queue_jobs", "Jobs waiting in each RQ queue.", labels=["queue"])
+        for name, n in sorted(depths.items()):
+            jobs.add_metric([name], n)
+        yield jobs
+        restarted = CounterMetricFamily("tunefleet_process_restarts", "Times a process of the service died and "
+                                        "was restarted by its supervisor (tunefleet up).", labels=["process"])
+        for name, n in sorted(restarts.items()):
+            restarted.add_metric([name], n)
+        yield restarted
+        back = CounterMetricFamily("tunefleet_reconnects", "Times a process got its connection to Redis or SQL "
+                                   "back after an outage.", labels=["process", "to"])
+        for (process, what), n in sorted(reconnects.items()):
+            back.add_metric([process, what], n)
+        yield back
 
 
 def _by_label(

@@ -54,3 +54,34 @@ def test_openapi_documents_the_api(api) -> None:
     for path in ("/api/v1/tasks", "/api/v1/tasks/{task_id}/cancel", "/api/v1/tasks/{task_id}/artifact",
                  "/api/v1/workers/register", "/api/v1/workers/artifacts/{sha256}"):
         assert path in paths
+
+
+def test_readyz_needs_a_live_worker_for_each_device_key_with_unfinished_tasks(api, tokens) -> None:
+    assert api.get("/api/v1/readyz").json() == {"status": "ok", "database": "ok", "redis": "ok", "workers": "ok"}
+    task = {"op": "matmul", "args": {"M": 8, "N": 8, "K": 8}, "target": "cpu", "device_key": "cpu-test"}
+    assert api.post("/api/v1/tasks", json=task, headers=tokens["user"]).status_code == 201
+    waiting = api.get("/api/v1/readyz")
+    assert waiting.status_code == 503 and int(waiting.headers["Retry-After"]) > 0
+    assert waiting.json()["workers"] == "no live worker for device keys ['cpu-test']"
+    assert waiting.json()["database"] == "ok" and waiting.json()["redis"] == "ok"
+    worker = {"name": "w1", "device_key": "cpu-test", "host": {"cpu_model": "Test CPU", "cores": 2}}
+    assert api.post("/api/v1/workers/register", json=worker, headers=tokens["worker"]).status_code == 200
+    assert api.get("/api/v1/readyz").status_code == 200
+
+
+def test_metrics_show_queue_depths_restarts_and_reconnects(api, tokens, redis) -> None:
+    from tunefleet.server import queue
+    from tunefleet.worker import redisconn
+
+    task = {"op": "matmul", "args": {"M": 8, "N": 8, "K": 8}, "target": "cpu", "device_key": "cpu-test"}
+    api.post("/api/v1/tasks", json=task, headers=tokens["user"])
+    queue.count_restarts(redis, {"worker": 2, "redis": 1})
+    outages = redisconn.Outages()
+    redisconn.count_reconnects(lambda: redis, outages, "tuner@host", "redis")
+    outages.failed(ConnectionError("refused"))
+    outages.answered()
+    got = samples(api)
+    assert got[("tunefleet_queue_jobs", (("queue", "tune"),))] == 1
+    assert got[("tunefleet_process_restarts_total", (("process", "worker"),))] == 2
+    assert got[("tunefleet_process_restarts_total", (("process", "redis"),))] == 1
+    assert got[("tunefleet_reconnects_total", (("process", "tuner@host"), ("to", "redis")))] == 1

@@ -1,23 +1,30 @@
-"""/healthz and /metrics: for load balancers and Prometheus."""
+"""/healthz (liveness), /readyz (readiness) and /metrics: for load balancers, orchestrators
+and Prometheus."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from sqlalchemy import text
+from redis.exceptions import RedisError
+from sqlalchemy import select, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from tunefleet import __version__
 from tunefleet.server.api.routes import API_PREFIX
+from tunefleet.server.db.models import Task, TaskStatus
 from tunefleet.server.deps import SessionDep
+from tunefleet.server.errors import RETRY_AFTER_S
 
 router = APIRouter(prefix=API_PREFIX, tags=["health"])
+
+#: Tasks that need a worker of their device key to go on.
+_UNFINISHED = (TaskStatus.QUEUED, TaskStatus.WAITING_FOR_WORKER, TaskStatus.RUNNING, TaskStatus.EXPORTING)
 
 
 @router.get("/healthz")
 def healthz(session: SessionDep) -> JSONResponse:
-    """200 when the database answers, 503 (with the error) when it does not."""
+    """Liveness: 200 when the database answers, 503 (with the error) when it does not."""
     try:
         session.execute(text("SELECT 1"))
     except SQLAlchemyError as exc:
@@ -34,3 +41,33 @@ def metrics(request: Request) -> PlainTextResponse:
     return PlainTextResponse(
         generate_latest(request.app.state.metrics_registry), media_type=CONTENT_TYPE_LATEST
     )
+
+
+@router.get("/readyz")
+def readyz(request: Request, session: SessionDep) -> JSONResponse:
+    """Readiness: 200 when the service can make progress, else 503 with ``Retry-After``; the
+    body has each check's result: ``database`` (it answers), ``redis`` (it answers) and
+    ``workers`` (every device key with an unfinished task has a live worker)."""
+    from tunefleet.server.services import tuning
+
+    checks: dict[str, str] = {}
+    try:
+        session.execute(text("SELECT 1"))
+        checks["database"] = "ok"
+    except SQLAlchemyError as exc:
+        checks["database"] = str(exc.__cause__ or exc).strip().splitlines()[0]
+    redis = request.app.state.redis.get()
+    try:
+        checks["redis"] = "ok" if redis is not None and redis.ping() else "no connection"
+    except RedisError as exc:
+        checks["redis"] = str(exc)
+    if checks["database"] == "ok":
+        settings = request.app.state.settings
+        needed = set(session.scalars(select(Task.device_key).distinct().where(Task.status.in_(_UNFINISHED))))
+        missing = sorted(needed - set(tuning.live_device_keys(session, settings.worker_lost_after_s)))
+        checks["workers"] = f"no live worker for device keys {missing}" if missing else "ok"
+    else:
+        checks["workers"] = "unknown: no database"
+    ready = all(v == "ok" for v in checks.values())
+    return JSONResponse({"status": "ok" if ready else "unavailable", **checks}, status_code=200 if ready else 503,
+                        headers={} if ready else {"Retry-After": str(RETRY_AFTER_S)})
