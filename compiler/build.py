@@ -32,6 +32,7 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
+from tunefleet.compiler import sandbox
 from tunefleet.compiler.target import Target
 
 RUNTIME_DIR = Path(__file__).resolve().parent / "runtime"
@@ -50,6 +51,11 @@ LIBS = ("-lm",)
 #: of the runtime implementation is left out.
 RUNTIME_LINKED_MACRO = "TUNEFLEET_RUNTIME_LINKED"
 COMPILE_TIMEOUT_S = 120
+#: Limits of a sandboxed compiler run: CPU seconds a little over the wall-clock timeout, 4 GiB
+#: of address space (cc1 on the largest generated unit stays under 1 GiB), 256 MiB per output
+#: file (a library with a huge static array fails here instead of filling the disk).
+COMPILE_LIMITS = sandbox.Limits(cpu_s=COMPILE_TIMEOUT_S + 10, address_space=4 << 30, file_size=256 << 20,
+                                processes=sandbox.default_processes())
 #: Limit on the total size of the extern micro-kernel sources, in bytes (UTF-8).
 MAX_EXTRA_SOURCE_BYTES = 256 * 1024
 
@@ -181,7 +187,8 @@ def runtime_object(target: Target, extra_flags: Sequence[str] = ()) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     source_path = out_dir / "tunefleet_runtime.c"
     _write_atomic(source_path, unit)
-    _compile_atomic([*toolchain["cc"], *flags, "-c", str(source_path)], object_path, "tunefleet_runtime")
+    _compile_atomic([*toolchain["cc"], *flags, "-c", str(source_path)], object_path, "tunefleet_runtime",
+                    inputs=[out_dir])
     return object_path
 
 
@@ -218,7 +225,7 @@ def compile_shared(sources: Sequence[str], target: Target, *, name: str,
             "runtime_object": str(runtime)}
     _write_atomic(out_dir / "build.json", json.dumps(info, indent=2))
     _compile_atomic([*toolchain["cc"], *flags, f"-D{RUNTIME_LINKED_MACRO}", str(source_path), str(runtime)],
-                    so_path, name, LIBS)
+                    so_path, name, LIBS, inputs=[out_dir, runtime.parent])
     return so_path
 
 
@@ -237,9 +244,11 @@ def rebuild_command(name: str, flags: Sequence[str]) -> str:
     return "${CC:-gcc} " + shlex.join([*flags, f"{name}.c", "-o", f"{name}.so", *LIBS])
 
 
-def _run_compiler(command: list[str], name: str) -> None:
+def _run_compiler(command: list[str], name: str, program: str | None = None) -> None:
     """Runs the compiler in its own process group (killed whole on timeout), in the C locale
-    so that its messages are plain ASCII."""
+    so that its messages are plain ASCII. Its output in a BuildError is cut and stripped of
+    host paths (sandbox.clean_output). `program`: the compiler's name in messages (default
+    that of command[0])."""
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True, env={**os.environ, "LC_ALL": "C"})
     try:
@@ -247,18 +256,37 @@ def _run_compiler(command: list[str], name: str) -> None:
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         output, _ = proc.communicate()
-        raise BuildError(f"compiling {name!r} timed out after {COMPILE_TIMEOUT_S} s", output)
+        raise BuildError(f"compiling {name!r} timed out after {COMPILE_TIMEOUT_S} s",
+                         sandbox.clean_output(output)) from None
     if proc.returncode != 0:
-        raise BuildError(f"compiling {name!r} failed ({Path(command[0]).name} exit status "
-                         f"{proc.returncode}):", output)
+        status = f"killed by signal {signal.Signals(-proc.returncode).name}" if proc.returncode < 0 else \
+            f"exit status {proc.returncode}"
+        raise BuildError(f"compiling {name!r} failed ({program or Path(command[0]).name} {status}):",
+                         sandbox.clean_output(output))
 
 
-def _compile_atomic(command: list[str], path: Path, name: str, libs: Sequence[str] = ()) -> None:
-    """Runs `command` + ["-o", temporary file beside `path`] + `libs`, then renames the file to
-    `path`, so that no process sees a partial output; the temporary file never stays."""
+def _compile_atomic(command: list[str], path: Path, name: str, libs: Sequence[str] = (), *,
+                    inputs: Sequence[Path] = (), limits: sandbox.Limits = COMPILE_LIMITS) -> None:
+    """Runs `command` + ["-o", temporary file] + `libs`, then renames the file to `path`, so
+    that no process sees a partial output; the temporary file never stays.
+
+    When builds are sandboxed (sandbox.current()), the compiler runs in the sandbox with
+    `limits`, the folders `inputs` (those of the files `command` reads) shown read-only and a
+    scratch directory as the only writable place: the output is written there and copied to
+    `path` (a regular file only) by this process; the cache itself is never writable to it."""
     temp = path.with_name(f".{path.stem}.{os.getpid()}.{uuid.uuid4().hex}{path.suffix}")
+    box = sandbox.current()
     try:
-        _run_compiler([*command, "-o", str(temp), *libs], name)
+        if box is None:
+            _run_compiler([*command, "-o", str(temp), *libs], name)
+        else:
+            with box.scratch() as scratch:
+                out = scratch / path.name
+                _run_compiler(box.command([*command, "-o", str(out), *libs], scratch=scratch, limits=limits,
+                                          read_only=inputs), name, Path(command[0]).name)
+                if out.is_symlink() or not out.is_file():
+                    raise BuildError(f"compiling {name!r} left no regular file {path.name}")
+                shutil.copyfile(out, temp)
         os.replace(temp, path)
     finally:
         temp.unlink(missing_ok=True)

@@ -33,7 +33,6 @@ import shlex
 import shutil
 import subprocess
 import tempfile
-import uuid
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -41,7 +40,9 @@ from pathlib import Path
 
 from .abi import (ABI_VERSION, ArgSpec, _C_TYPES, _check_signature, _dims, arg_specs, checked_prologue,
                   disjoint_checks, dlpack_declarations)
-from .build import COMPILE_TIMEOUT_S, BuildError, _run_compiler, _write_atomic, cache_dir, inline_dltensor_check
+from . import sandbox
+from .build import (COMPILE_TIMEOUT_S, BuildError, _compile_atomic, _write_atomic, cache_dir,
+                    inline_dltensor_check)
 from .codegen.cuda import PRELUDE, generate_cuda, kernel_symbol
 from .gpu_lower import GpuFunc, lower_cuda
 from .gpu_verify import DeviceLimits, limits_for, verify
@@ -64,6 +65,10 @@ VECTOR_ALIGN = 16
 
 #: Where nvcc is looked for when it is neither $NVCC nor on PATH.
 NVCC_FALLBACKS = ("/usr/local/cuda/bin/nvcc",)
+#: Limits of a sandboxed nvcc run: as gcc's (build.COMPILE_LIMITS) but no address-space limit,
+#: since the CUDA toolchain's programs reserve address space far beyond what they touch.
+NVCC_LIMITS = sandbox.Limits(cpu_s=COMPILE_TIMEOUT_S + 10, address_space=None, file_size=256 << 20,
+                             processes=sandbox.default_processes())
 
 
 def nvcc_path() -> str:
@@ -272,12 +277,8 @@ def compile_cuda_shared(unit: str, target: Target, *, name: str) -> Path:
     info = {"name": name, "kind": "cuda", "target": str(target), "flags": flags, "libs": [],
             "toolchain": toolchain, "source": f"{name}.cu", "command": rebuild_command(name, flags)}
     _write_atomic(out_dir / "build.json", json.dumps(info, indent=2))
-    temp = out_dir / f".{name}.{os.getpid()}.{uuid.uuid4().hex}.so"
-    try:
-        _run_compiler([toolchain["nvcc"], *flags, str(source_path), "-o", str(temp)], name)
-        os.replace(temp, so_path)
-    finally:
-        temp.unlink(missing_ok=True)
+    _compile_atomic([toolchain["nvcc"], *flags, str(source_path)], so_path, name, inputs=[out_dir],
+                    limits=NVCC_LIMITS)
     return so_path
 
 
