@@ -22,6 +22,8 @@ with "InvalidConfig:"; :func:`is_invalid_config` recognizes it.
 
 from __future__ import annotations
 
+import glob
+
 from multiprocessing.connection import Connection
 
 import numpy as np
@@ -91,6 +93,7 @@ class GpuMeasurer(LocalMeasurer):
     that reached a child, in order: the NVML clocks after its timing (None if unavailable)."""
 
     child_target = staticmethod(gpu_child_main)
+    address_space = None  # the CUDA driver reserves address space far beyond what it touches
 
     def __init__(self, **options):
         super().__init__(**options)
@@ -99,6 +102,10 @@ class GpuMeasurer(LocalMeasurer):
     def _converse(self, conn, timeout_s: float):
         status, costs, error = super()._converse(_ClockTap(conn, self), timeout_s)
         return status, costs, error
+
+    def sandbox_devices(self) -> list[str]:
+        """The NVIDIA device files (/dev/nvidia*: the GPUs, nvidiactl, nvidia-uvm) the sandboxed child needs."""
+        return sorted(glob.glob("/dev/nvidia*"))
 
 
 class _ClockTap:

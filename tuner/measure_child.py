@@ -36,7 +36,7 @@ from tunefleet.load import Kernel
 from . import plugins, processes
 from .measure import MeasureProtocol
 
-__all__ = ["TOLERANCE", "relative_error", "child_main"]
+__all__ = ["TOLERANCE", "relative_error", "child_main", "sandboxed_main"]
 
 #: Largest accepted relative error (see the module docstring) per output dtype.
 TOLERANCE = {"float32": 1e-4, "float64": 1e-9}
@@ -89,6 +89,18 @@ def job_workload(job: dict) -> tuple[MeasureProtocol, ops.Workload]:
     """Load the job's operator plugins; its protocol and workload."""
     plugins.load_plugins(tuple(job["plugins"]))
     return MeasureProtocol.from_json(job["protocol"]), ops.Workload.from_json(job["workload"])
+
+
+def sandboxed_main(fd: int, target: str) -> None:
+    """The entry point of a child started in the sandbox (a fresh Python, not a fork): the
+    runner's end of the pipe is the socket `fd`; the job is its first message; then the child
+    function `target` (``"module:function"``, e.g. this module's child_main) runs it."""
+    import importlib
+
+    conn = Connection(fd)
+    job = conn.recv()
+    module, function = target.split(":")
+    getattr(importlib.import_module(module), function)(conn, job)
 
 
 def child_main(conn: Connection, job: dict) -> None:

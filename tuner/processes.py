@@ -41,8 +41,10 @@ def context() -> multiprocessing.context.BaseContext:
 
 
 def parent_state() -> dict:
-    """What :func:`adopt` gives a new process: this process's environment, ``sys.path`` and pid."""
-    return {"env": dict(os.environ), "sys_path": list(sys.path), "owner": os.getpid()}
+    """What :func:`adopt` gives a new process: this process's environment (less any ``*TOKEN*``
+    variable: builders and candidates need no credentials), ``sys.path`` and pid."""
+    env = {k: v for k, v in os.environ.items() if "TOKEN" not in k}
+    return {"env": env, "sys_path": list(sys.path), "owner": os.getpid()}
 
 
 def adopt(state: dict, cpus: list[int] | None) -> None:

@@ -32,13 +32,19 @@ the text names the signal, e.g. SIGSEGV, and ends with the child's output),
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 import socket
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from multiprocessing.connection import Connection
 from pathlib import Path
+
+from tunefleet.compiler import sandbox
 
 from . import plugins, processes
 from .builder import Builder, BuildResult
@@ -51,6 +57,29 @@ __all__ = ["STARTUP_TIMEOUT_S", "LocalMeasurer", "measure_batch"]
 STARTUP_TIMEOUT_S = 60.0
 #: Characters of the child's output kept in an error text.
 _LOG_TAIL = 2000
+#: Address space of a sandboxed measurement child, bytes: ``$TUNEFLEET_SANDBOX_MEMORY``, default
+#: 16 GiB: Python, numpy and its BLAS reserve about 1 GiB; the rest holds the operands, their
+#: reference and the outputs several times over for the largest workloads we tune, and an
+#: allocation beyond it fails in the candidate instead of swapping out the worker's host.
+CHILD_ADDRESS_SPACE = int(os.environ.get("TUNEFLEET_SANDBOX_MEMORY", 16 << 30))
+
+
+class _Popen(subprocess.Popen):
+    """A sandboxed child with multiprocessing.Process's names (is_alive, join, exitcode)."""
+
+    def is_alive(self) -> bool:
+        return self.poll() is None
+
+    def join(self, timeout: float | None = None) -> None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.wait(timeout)
+
+    @property
+    def exitcode(self) -> int | None:
+        """The child's exit status, or minus the signal that ended it: bwrap exits with 128 + N
+        when its command died by signal N, as a shell does."""
+        code = self.returncode
+        return -(code - 128) if code is not None and 128 < code < 128 + 65 else code
 
 
 class _Timeout(Exception):
@@ -71,6 +100,8 @@ class LocalMeasurer:
 
     #: The function each candidate's child process runs (GPU measurement: tuner.gpu_runner.GpuMeasurer).
     child_target = staticmethod(child_main)
+    #: RLIMIT_AS of a sandboxed child (None: unlimited; a CUDA process needs that).
+    address_space: int | None = CHILD_ADDRESS_SPACE
 
     def __init__(self, *, cpus: Sequence[int] | None = None, build_cpus: Sequence[int] | None = None,
                  n_parallel: int | None = None, plugin_modules: tuple[str, ...] | None = None,
@@ -120,32 +151,76 @@ class LocalMeasurer:
     def _run(self, inp: MeasureInput, built: BuildResult, protocol: MeasureProtocol) -> MeasureResult:
         if built.status != "ok":
             return self._result(built.status, built, error=built.error)
+        box = sandbox.current()
+        with box.scratch() if box else self._log_folder() as folder:
+            log = folder / "child.log"
+            job = {"state": processes.parent_state(), "cpus": self.cpus, "log": str(log),
+                   "plugins": list(self.plugin_modules), "workload": inp.workload, "name": built.name,
+                   "so_path": built.so_path, "args": list(built.args), "protocol": protocol.to_json()}
+            start = time.perf_counter()
+            parent, proc = self._sandboxed(box, folder, job, protocol) if box else self._forked(job)
+            try:
+                status, costs, error = self._converse(parent, protocol.timeout_s)
+            except _Timeout as exc:
+                status, costs, error = "timeout", [], str(exc)
+            except (EOFError, BrokenPipeError, ConnectionResetError):  # the child died: exit status or signal
+                proc.join(5)
+                status, costs, error = "runtime_error", [], _death(proc.exitcode)
+            finally:
+                if proc.is_alive():
+                    proc.kill()
+                proc.join()
+                parent.close()
+            run_s = time.perf_counter() - start
+            if status == "runtime_error":
+                error = f"{error}\n{_tail(log)}\n{_tail(folder.parent / 'sandbox.log') if box else ''}".rstrip()
+        return self._result(status, built, costs=costs, run_s=run_s, error=error)
+
+    @contextlib.contextmanager
+    def _log_folder(self):
         log = Path(self._logs.name) / "child.log"
         log.unlink(missing_ok=True)
-        job = {"state": processes.parent_state(), "cpus": self.cpus, "log": str(log),
-               "plugins": list(self.plugin_modules), "workload": inp.workload, "name": built.name,
-               "so_path": built.so_path, "args": list(built.args), "protocol": protocol.to_json()}
+        yield log.parent
+
+    def _forked(self, job: dict):
+        """The child as a process forked from the fork server: (its pipe end, the process)."""
         parent, child = self._ctx.Pipe(duplex=True)
         proc = self._ctx.Process(target=self.child_target, args=(child, job), daemon=True)
-        start = time.perf_counter()
         proc.start()
         child.close()
-        try:
-            status, costs, error = self._converse(parent, protocol.timeout_s)
-        except _Timeout as exc:
-            status, costs, error = "timeout", [], str(exc)
-        except (EOFError, BrokenPipeError, ConnectionResetError):  # the child died: exit status or signal
-            proc.join(5)
-            status, costs, error = "runtime_error", [], _death(proc.exitcode)
-        finally:
-            if proc.is_alive():
-                proc.kill()
-            proc.join()
-            parent.close()
-        run_s = time.perf_counter() - start
-        if status == "runtime_error":
-            error = f"{error}\n{_tail(log)}".rstrip()
-        return self._result(status, built, costs=costs, run_s=run_s, error=error)
+        return parent, proc
+
+    def _sandboxed(self, box: sandbox.Sandbox, scratch: Path, job: dict, protocol: MeasureProtocol):
+        """The child as a fresh Python in the sandbox, in `scratch`, with the library's folder
+        read-only, the sandbox's environment (no secret of this process: the job's state is
+        replaced) and :meth:`limits`: (its pipe end, the process)."""
+        env = box.environment(scratch, {"TUNEFLEET_NUM_THREADS": str(len(self.cpus))})
+        job = {**job, "state": {"env": env, "sys_path": list(sys.path), "owner": None}}  # bwrap is its parent
+        parent, child = socket.socketpair()
+        target = f"{self.child_target.__module__}:{self.child_target.__name__}"
+        argv = [sys.executable, "-I", "-c", f"from tunefleet.tuner.measure_child import sandboxed_main; "
+                                            f"sandboxed_main({child.fileno()}, {target!r})"]
+        command = box.command(argv, scratch=scratch, limits=self.limits(protocol), env=env,
+                              read_only=[Path(job["so_path"]).parent], devices=self.sandbox_devices())
+        with open(scratch.parent / "sandbox.log", "wb") as out:  # bwrap's and Python's start-up errors
+            proc = _Popen(command, pass_fds=[child.fileno()], stdin=subprocess.DEVNULL, stdout=out, stderr=out)
+        child.close()
+        conn = Connection(parent.detach())
+        conn.send(job)
+        return conn, proc
+
+    def limits(self, protocol: MeasureProtocol) -> sandbox.Limits:
+        """The sandboxed child's limits: CPU seconds for its start-up and ``protocol.timeout_s``
+        of execution on every measuring CPU, plus 10 (the wall-clock timeout ends it first
+        unless it burns CPU time on more threads than it may); ``address_space`` (default
+        CHILD_ADDRESS_SPACE); 64 MiB per file (it writes its log only); the sandbox's processes."""
+        cpu_s = math.ceil((STARTUP_TIMEOUT_S + protocol.timeout_s) * len(self.cpus)) + 10
+        return sandbox.Limits(cpu_s=cpu_s, address_space=self.address_space, file_size=64 << 20,
+                              processes=sandbox.default_processes())
+
+    def sandbox_devices(self) -> list[str]:
+        """Device files the sandboxed child needs: none on a CPU (GpuMeasurer: the GPU's)."""
+        return []
 
     def _converse(self, conn, timeout_s: float) -> tuple[str, list[float], str]:
         """Follow the child's messages to its result; raises _Timeout, or EOFError / BrokenPipeError if
