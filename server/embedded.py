@@ -53,11 +53,12 @@ class EmbeddedService:
 
     `settings`: where the data lives; `port`: the server's port (default the settings');
     `cpus`: the worker's CPUs (default this process's affinity mask); `heartbeat_s`: the
-    worker's heartbeat period.
+    worker's heartbeat period; `sandbox`: False starts the worker with ``--no-sandbox``
+    (otherwise a worker that cannot sandbox its candidates does not start).
     """
 
     def __init__(self, settings: Settings, *, port: int | None = None, cpus: list[int] | None = None,
-                 heartbeat_s: float = 2.0) -> None:
+                 heartbeat_s: float = 2.0, sandbox: bool = True) -> None:
         from tunefleet.tuner.host import affinity
 
         self.settings = settings
@@ -65,6 +66,7 @@ class EmbeddedService:
         self.port = settings.port if port is None else port
         self.cpus = cpus or affinity()
         self.heartbeat_s = heartbeat_s
+        self.sandbox = sandbox
         self.url = f"http://{self.host}:{self.port}"
         self.logs = settings.home / "logs"
         self.redis_url = settings.redis_url or ""
@@ -136,7 +138,8 @@ class EmbeddedService:
                     STOP_TIMEOUT_S["server"]),
             Program("tuner", [*tunefleet, "tuner"], STOP_TIMEOUT_S["tuner"]),
             Program("worker", [*tunefleet, "worker", "--redis", self.redis_url, "--server", self.url,
-                               "--cpus", format_cpus(self.cpus), "--heartbeat-s", str(self.heartbeat_s)],
+                               "--cpus", format_cpus(self.cpus), "--heartbeat-s", str(self.heartbeat_s),
+                               *([] if self.sandbox else ["--no-sandbox"])],
                     STOP_TIMEOUT_S["worker"]),
         ]
         return programs

@@ -28,11 +28,12 @@ def submit(session: Session, op: str = "matmul", args: dict[str, Any] | None = N
 
 def add_worker(session: Session, name: str = "cpu-worker-1", device_key: str = "cpu-test",
                state: str = "measuring", task: Task | None = None, trials_done: int = 0,
-               heartbeat_age_s: float = 1.0) -> Worker:
+               heartbeat_age_s: float = 1.0, sandbox: str = "bubblewrap 0.11.0, uid 65534 (setpriv)") -> Worker:
     worker = Worker(
         name=name, device_key=device_key, state=state, trials_done=trials_done,
         host={"hostname": "bench-01", "cpu_model": "AMD EPYC 9654 96-Core Processor", "cores": 2,
-              "affinity": [0, 1], "isa": ["avx2", "fma", "avx512f"], "toolchain": {"gcc": "12.2.0"}},
+              "affinity": [0, 1], "isa": ["avx2", "fma", "avx512f"], "toolchain": {"gcc": "12.2.0"},
+              "sandbox": sandbox},
         current_task_id=task.id if task is not None else None,
         last_heartbeat=utcnow() - dt.timedelta(seconds=heartbeat_age_s),
     )

@@ -322,7 +322,8 @@ def test_workers_page(browser, service: Service, size: str) -> None:
     task = submit(db)
     start(db, task)
     add_worker(db, name="bench-01/cpu0-1", task=task, trials_done=17)
-    add_worker(db, name="bench-02/cpu0-1", state="idle", device_key="cpu-epyc-zen5-2c", heartbeat_age_s=3600)
+    add_worker(db, name="bench-02/cpu0-1", state="idle", device_key="cpu-epyc-zen5-2c", heartbeat_age_s=3600,
+               sandbox="none")
     with tab(browser, service.url, size) as t:
         t.goto("/workers")
         rows = t.page.locator("#workers-table tbody tr")
@@ -332,6 +333,8 @@ def test_workers_page(browser, service: Service, size: str) -> None:
         assert "bench-01/cpu0-1" in first and "measuring" in first and "17" in first
         assert "AMD EPYC 9654" in first and "pinned to 2 CPUs (0-1)" in first and f"#{task.id}" in first
         assert "lost" in second and "cpu-epyc-zen5-2c" in second and re.search(r"(59 min 5\d s|1 h 00 min) ago", second)
+        assert "sandbox: bubblewrap 0.11.0" in first and "UNSANDBOXED" not in first
+        assert "UNSANDBOXED" in second  # a --no-sandbox worker stands out
         t.assert_no_horizontal_scroll()
         t.shot("workers")
         t.assert_clean()

@@ -65,7 +65,9 @@ class WorkerDaemon:
     ``/gpu<N>``), `heartbeat_s` (how often it reports to the server and to RQ; RQ deems a job
     abandoned after three missed beats), `register_timeout_s` (how long to wait for the
     server at start), `gpu` (measure CUDA candidates on GPU `gpu`, via
-    :class:`~.gpu.GpuMode`; GpuNotFound without one)."""
+    :class:`~.gpu.GpuMode`; GpuNotFound without one), `sandbox` (how its candidates are
+    isolated, as the registration reports it: ``Sandbox.describe()``, or "none"; the caller
+    turns the sandbox on or off, see ``tunefleet.compiler.sandbox.enable``)."""
 
     def __init__(
         self,
@@ -79,6 +81,7 @@ class WorkerDaemon:
         heartbeat_s: float = 5.0,
         register_timeout_s: float = 60.0,
         gpu: int | None = None,
+        sandbox: str = "none",
     ) -> None:
         self.cpus = sorted(set(cpus)) if cpus else host.affinity()
         self.gpu = None
@@ -97,6 +100,7 @@ class WorkerDaemon:
             headers={"Authorization": f"Bearer {token}"},
             timeout=60.0,
         )
+        self.sandbox = sandbox
         self.facts: dict = {}
         self.worker_id: int | None = None
         self.context: jobs.WorkerContext | None = None
@@ -157,6 +161,7 @@ class WorkerDaemon:
         """Pin, register, and work until stopped (SIGTERM / SIGINT)."""
         pin_process(self.cpus)
         self.facts = self.gpu.host_facts(self.cpus) if self.gpu else host_facts(self.cpus)
+        self.facts["sandbox"] = self.sandbox
         self.register()
         connection = redisconn.connect(self.redis_url, ride_out_s=RIDE_OUT_S, outages=self.outages)
         redisconn.count_reconnects(lambda: connection, self.outages, self.name, "redis")

@@ -39,6 +39,10 @@ class HostFacts(BaseModel):
     toolchain: dict[str, str] = Field(
         default_factory=dict, description="tool -> version, e.g. {'gcc': '12.2.0'}"
     )
+    sandbox: str = Field(
+        default="none", max_length=200,
+        description="how the worker isolates candidates' builds and runs, e.g. 'bubblewrap 0.11.0, uid 65534 "
+        "(setpriv)'; 'none' for a worker started with --no-sandbox (or one older than the sandbox)")
 
 
     @model_validator(mode="after")

@@ -1122,6 +1122,11 @@
     if (host.isa && host.isa.length) lines.push(h("span", { class: "isa", text: host.isa.join(" ") }));
     const tools = Object.entries(host.toolchain || {}).map(([k, v]) => `${k} ${v}`).join(", ");
     if (tools) lines.push(h("span", { class: "isa", text: tools }));
+    // how candidates are isolated; "none" (--no-sandbox, or a worker older than the sandbox) stands out
+    const sandbox = host.sandbox || "none";
+    lines.push(sandbox === "none"
+      ? h("span", { class: "sandbox unsandboxed", text: "UNSANDBOXED: candidates run with the worker's rights (--no-sandbox)" })
+      : h("span", { class: "sandbox isa", text: `sandbox: ${sandbox}` }));
     return lines.length ? h("div", { class: "facts" }, lines) : "—";
   }
 

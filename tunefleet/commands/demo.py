@@ -29,6 +29,20 @@ TOLERANCE = 1e-4
 _C_TYPES = {"float32": "float", "float64": "double"}
 
 
+def _can_sandbox() -> bool:
+    """Whether the demo's worker can sandbox its candidates here. The demo tunes only its own seed
+    workload on the user's own machine, so where no sandbox can be made (no user namespaces) it
+    runs its worker with --no-sandbox and says so, instead of failing the quick start."""
+    from tunefleet.compiler import sandbox
+
+    try:
+        sandbox.detect()
+    except sandbox.SandboxUnavailable as exc:
+        click.echo(f"    (no sandbox here: {exc}; the demo's worker runs its own candidates unsandboxed)")
+        return False
+    return True
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -69,7 +83,7 @@ def demo_command(trials: int, out_dir: Path, port: int) -> None:
                         artifact_dir=home / "artifacts", log_format="text")
 
     _step(f"starting the service under {home}")
-    service = EmbeddedService(settings, port=port or _free_port())
+    service = EmbeddedService(settings, port=port or _free_port(), sandbox=_can_sandbox())
     try:
         service.start()
     except ServiceError as exc:

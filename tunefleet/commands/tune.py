@@ -79,6 +79,17 @@ def _executable_here(target):
     return target
 
 
+def _enable_sandbox() -> None:
+    """Sandbox this process's builds and runs; ArgumentError (exit status 2) when impossible here."""
+    from tunefleet.compiler import sandbox
+
+    try:
+        sandbox.detect()
+    except sandbox.SandboxUnavailable as exc:
+        raise ArgumentError(f"--sandbox: {exc}") from None
+    sandbox.enable(True)
+
+
 def _cpus(text: str | None) -> list[int] | None:
     from tunefleet.tuner.host import parse_cpus
 
@@ -116,19 +127,30 @@ def _cpus(text: str | None) -> list[int] | None:
 @click.option("--transfer", "transfer_files", multiple=True,
               type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="more record files to seed the cost model from (same family and device key)")
+@click.option("--sandbox", "use_sandbox", is_flag=True,
+              help="build and run every candidate in the workers' bubblewrap sandbox (for a workload file from "
+                   "someone else, e.g. with an extern micro-kernel) [default: off]")
 def tune_command(op, op_args, workload_file, target, trials, timeout, repeat, out, records_path, resume, cpus_text,
-                 strategy, early_stopping, device_key, transfer_files) -> None:
+                 strategy, early_stopping, device_key, transfer_files, use_sandbox) -> None:
     """Tune OP with its arguments on this machine and write the best kernel to OUT.
 
     E.g. `tunefleet tune matmul --M 1024 --N 1024 --K 1024 --trials 256 --out kernels/`.
     Operator arguments are listed by `tunefleet ops`. Ctrl-C stops and keeps the records;
     --resume continues.
+
+    Unlike a worker, tune does not sandbox its candidates unless --sandbox asks: it runs only
+    what its user gave it, as that user, on that user's machine, so a sandbox would guard
+    nothing the user could not do directly, while its fresh interpreter per candidate costs
+    about a fifth of a trial (bench/sandbox_overhead.py). --sandbox is for workloads from
+    someone else; it fails (exit status 2) where no sandbox can be made.
     """
     from tunefleet.tuner import records
     from tunefleet.tuner.apply import apply_best
     from tunefleet.tuner.measure import MeasureProtocol
     from tunefleet.tuner.tune import TuneError, tune
 
+    if use_sandbox:
+        _enable_sandbox()
     workload = workload_from_cli(op, list(op_args), workload_file)
     parsed = _executable_here(parse_target(target))
     cpus = _cpus(cpus_text)

@@ -11,7 +11,9 @@ import click
 @click.command("up")
 @click.option("--port", type=int, default=None, help="server port [default: TUNEFLEET_PORT or 8000]")
 @click.option("--cpus", default=None, help="the worker's CPUs, taskset syntax [default: all allowed]")
-def up_command(port: int | None, cpus: str | None) -> None:
+@click.option("--no-sandbox", is_flag=True,
+              help="start the worker with --no-sandbox: candidates unsandboxed (only where every user is trusted)")
+def up_command(port: int | None, cpus: str | None, no_sandbox: bool) -> None:
     """Run server, tuner and worker here: the API on 127.0.0.1:8000, SQLite and the artifact
     store under TUNEFLEET_HOME (default ~/.tunefleet), a private Redis unless
     TUNEFLEET_REDIS_URL is set, one worker pinned to the available CPUs. Prints the URL and a
@@ -27,7 +29,7 @@ def up_command(port: int | None, cpus: str | None) -> None:
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--cpus") from exc
     settings = Settings()
-    service = EmbeddedService(settings, port=port, cpus=cpu_list)
+    service = EmbeddedService(settings, port=port, cpus=cpu_list, sandbox=not no_sandbox)
     # SIGINT (also when a shell started us in the background with it ignored) and SIGTERM
     # stop everything in order
     signal.signal(signal.SIGINT, signal.default_int_handler)

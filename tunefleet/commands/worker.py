@@ -25,11 +25,16 @@ from tunefleet.credentials import token_file_option
               help="measure CUDA candidates on this GPU (nvidia-smi's index) [default: CPU worker]")
 @click.option("--heartbeat-s", type=click.FloatRange(min=0.1), default=5.0, show_default=True,
               help="seconds between heartbeats; a job is retried elsewhere after three missed ones")
+@click.option("--no-sandbox", is_flag=True,
+              help="build and run candidates WITHOUT the bubblewrap sandbox (only where every user is trusted); "
+                   "the registration and the dashboard show it")
 def worker_command(redis_url: str, server_url: str, token: str, device_key: str | None, cpus: str | None,
-                   name: str | None, gpu: int | None, heartbeat_s: float) -> None:
+                   name: str | None, gpu: int | None, heartbeat_s: float, no_sandbox: bool) -> None:
     """Measure candidates for the tuners: register with the server, then build, check and time
-    each job from measure:<device key> in an isolated process pinned to --cpus. SIGTERM or
-    Ctrl-C stops it after the current job."""
+    each job from measure:<device key> in an isolated process pinned to --cpus. Every compiler
+    run and every candidate runs in a sandbox (tunefleet.compiler.sandbox): a worker that cannot
+    make one refuses to start (exit status 2) unless --no-sandbox is given. SIGTERM or Ctrl-C
+    stops it after the current job."""
     from tunefleet.server.logs import configure_logging
     from tunefleet.tuner.host import parse_cpus
     from tunefleet.worker.daemon import RegistrationError, WorkerDaemon
@@ -41,9 +46,10 @@ def worker_command(redis_url: str, server_url: str, token: str, device_key: str 
         cpu_list = parse_cpus(cpus) if cpus else None
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--cpus") from exc
+    isolation = _sandbox(no_sandbox)
     try:
         daemon = WorkerDaemon(redis_url, server_url, token, device_key=device_key, cpus=cpu_list, name=name,
-                              heartbeat_s=heartbeat_s, gpu=gpu)
+                              heartbeat_s=heartbeat_s, gpu=gpu, sandbox=isolation)
         daemon.run()
     except RegistrationError as exc:
         raise click.ClickException(str(exc)) from exc
@@ -51,3 +57,22 @@ def worker_command(redis_url: str, server_url: str, token: str, device_key: str 
         if type(exc).__name__ != "GpuNotFound":
             raise
         raise click.ClickException(f"--gpu {gpu}: {exc}") from exc
+
+
+def _sandbox(no_sandbox: bool) -> str:
+    """Turn the sandbox on for this process and its children (off with `no_sandbox`) and return
+    what the registration reports; exit status 2 with one line when no sandbox can be made."""
+    from tunefleet.compiler import sandbox
+
+    if no_sandbox:
+        sandbox.enable(False)
+        logging.getLogger(__name__).warning("--no-sandbox: candidates are built and run unsandboxed")
+        return sandbox.UNSANDBOXED
+    try:
+        found = sandbox.detect()
+    except sandbox.SandboxUnavailable as exc:
+        click.echo(f"tunefleet worker: cannot sandbox candidates: {exc}; refusing to start "
+                   f"(--no-sandbox runs them unsandboxed, for trusted users only)", err=True)
+        raise SystemExit(2) from exc
+    sandbox.enable(True)
+    return found.describe()
