@@ -1,0 +1,69 @@
+"""The sandbox's pieces on their own: compiler output fit to show, and a sandboxed build and run
+(hostile micro-kernels against a real worker: test_sandbox_worker.py)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tunefleet.compiler import ops, sandbox
+from tunefleet.compiler.build import BuildError
+from tunefleet.compiler.driver import build_workload
+from tunefleet.compiler.target import Target
+
+
+def test_clean_output_cuts_host_paths_and_length() -> None:
+    text = ("/root/.cache/tunefleet/build/ab/cdef/matmul_x.c:3:1: error: expected ';'\n"
+            "In file included from /usr/include/stdio.h:28, ./local.h and x/y stay\n")
+    assert sandbox.clean_output(text) == ("matmul_x.c:3:1: error: expected ';'\n"
+                                          "In file included from stdio.h:28, ./local.h and x/y stay\n")
+    long = sandbox.clean_output("e" * 10_000, limit=100)
+    assert long.startswith("e" * 100) and long.endswith("[... 9900 more characters cut]")
+
+
+@pytest.fixture
+def sandboxed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """Builds of this process sandboxed, with a fresh build cache and TUNEFLEET_HOME holding a secret."""
+    monkeypatch.setenv("TUNEFLEET_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("TUNEFLEET_HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "secret.h").write_text("int leaked_secret_value = 42;\n")
+    monkeypatch.setenv(sandbox.ENV_VAR, "1")
+    sandbox._sandbox.cache_clear()
+    try:
+        sandbox.detect()
+    except sandbox.SandboxUnavailable as exc:
+        pytest.skip(f"no sandbox on this host: {exc}")
+    yield tmp_path / "home"
+    sandbox._sandbox.cache_clear()
+
+
+def workload(source: str) -> ops.Workload:
+    mk = {"func": "gemm_4x16", "source": source, "mr": 4, "nr": 16}
+    return ops.make_workload("matmul", {"M": 8, "N": 16, "K": 4, "micro_kernel": mk})
+
+
+GEMM = """#include <stdint.h>
+void gemm_4x16(int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc) {
+  for (int i = 0; i < 4; ++i)
+    for (int64_t k = 0; k < K; ++k)
+      for (int j = 0; j < 16; ++j) C[i * ldc + j] += A[i * lda + k] * B[k * ldb + j];
+}
+"""
+
+
+def test_sandboxed_build_is_correct_and_cannot_include_hidden_files(sandboxed: Path) -> None:
+    target = Target.host()
+    w = workload(GEMM)
+    built = build_workload(w, ops.default_config(w, target), target)
+    assert os.stat(built.so_path).st_uid == os.geteuid()  # copied into the cache by this process
+    inputs = ops.random_inputs(w.tensors(), np.random.default_rng(0))
+    np.testing.assert_allclose(built.run(*inputs)[0], w.reference(*inputs)[0], rtol=1e-5)
+    hostile = workload(f'#include "{sandboxed / "secret.h"}"\n' + GEMM)
+    with pytest.raises(BuildError) as failure:
+        build_workload(hostile, ops.default_config(hostile, target), target)
+    assert "secret.h: No such file or directory" in str(failure.value)
+    assert str(sandboxed) not in str(failure.value)
