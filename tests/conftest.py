@@ -220,3 +220,16 @@ def snapshot(settings: Settings) -> Iterator[Callable[[], dict[str, object]]]:
 
     yield take
     engine.dispose()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Where no sandbox can be made (no user namespaces), the workers the tests start run with
+    TUNEFLEET_NO_SANDBOX=1, saying so; the sandbox's own tests skip there, naming the reason."""
+    from tunefleet.compiler import sandbox
+
+    try:
+        sandbox.detect()
+    except sandbox.SandboxUnavailable as exc:
+        os.environ["TUNEFLEET_NO_SANDBOX"] = "1"
+        print(f"tests: no sandbox on this host ({exc}); workers run with TUNEFLEET_NO_SANDBOX=1")
+

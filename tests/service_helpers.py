@@ -279,7 +279,7 @@ def start_up(home: Path, port: int, log: Path, *args: str, env: dict[str, str] |
     TUNEFLEET_ variables to set, says otherwise), its output in `log`; returns the process and
     the user token it printed once it is up."""
     extra = env or {}
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEFLEET_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEFLEET_") or k == "TUNEFLEET_NO_SANDBOX"}
     env.update(TUNEFLEET_HOME=str(home), TUNEFLEET_LOG_FORMAT="json", **extra)
     with log.open("w") as out:
         process = subprocess.Popen([TUNEFLEET, "up", "--port", str(port), *args], env=env, stdout=out,

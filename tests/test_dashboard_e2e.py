@@ -53,7 +53,7 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
     """`tunefleet up` on a fresh home (its own SQLite and private Redis); its user token is
     read from what it prints, as a user would."""
     root = tmp_path_factory.mktemp("dashboard-up")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEFLEET_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEFLEET_") or k == "TUNEFLEET_NO_SANDBOX"}
     env.update(TUNEFLEET_HOME=str(root / "home"))
     port, log = free_port(), root / "up.log"
     with log.open("w") as out:

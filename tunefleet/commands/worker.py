@@ -25,9 +25,9 @@ from tunefleet.credentials import token_file_option
               help="measure CUDA candidates on this GPU (nvidia-smi's index) [default: CPU worker]")
 @click.option("--heartbeat-s", type=click.FloatRange(min=0.1), default=5.0, show_default=True,
               help="seconds between heartbeats; a job is retried elsewhere after three missed ones")
-@click.option("--no-sandbox", is_flag=True,
+@click.option("--no-sandbox", is_flag=True, envvar="TUNEFLEET_NO_SANDBOX",
               help="build and run candidates WITHOUT the bubblewrap sandbox (only where every user is trusted); "
-                   "the registration and the dashboard show it")
+                   "the registration and the dashboard show it [env TUNEFLEET_NO_SANDBOX=1]")
 def worker_command(redis_url: str, server_url: str, token: str, device_key: str | None, cpus: str | None,
                    name: str | None, gpu: int | None, heartbeat_s: float, no_sandbox: bool) -> None:
     """Measure candidates for the tuners: register with the server, then build, check and time
