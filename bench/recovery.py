@@ -17,7 +17,7 @@ end of the outage): *back*, until the killed process is running again and answer
 the previous one's progress before it is injected.
 
     python bench/recovery.py [--repeat 3] [--outage-s 10] [--embedded-redis]
-    python bench/recovery.py --database-url postgresql+psycopg://postgres@127.0.0.1:5432/test
+    python bench/recovery.py --database-url postgresql+psycopg://postgres@127.0.0.1:5432/test  # (a schema of its own)
 
 Not part of the test run.
 """
@@ -32,6 +32,7 @@ import statistics
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -61,7 +62,7 @@ class Run:
         with Client(self.url, self.token) as client:
             self.task = client.submit("matmul", {"M": 64, "N": 64, "K": 64}, trials=2000,
                                       protocol={**PROTOCOL, "repeat": 3, "min_repeat_ms": 50})["id"]
-        self.sql = create_engine(database_url or f"sqlite:///{root / 'home' / 'tunefleet.db'}")
+        self.sql = create_engine(database_url or f"sqlite:///{root / 'home' / 'tunefleet.db'}", pool_pre_ping=True)
 
     def stored(self) -> int:
         with self.sql.connect() as conn:
@@ -108,20 +109,24 @@ def main() -> None:
     redis = None if args.embedded_redis else PrivateRedis(root / "redis")
     proxy = None
     database_url = None
+    schema = f"tf_recovery_{uuid.uuid4().hex[:12]}"  # an empty store of its own, dropped at the end
     if args.database_url:
         from tunefleet.server.db.migrate import upgrade
 
-        direct = make_url(args.database_url)
+        with create_engine(args.database_url, isolation_level="AUTOCOMMIT").connect() as conn:
+            conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+        direct = make_url(args.database_url).update_query_dict({"options": f"-csearch_path={schema}"})
         proxy = CuttableProxy((direct.host or "127.0.0.1", direct.port or 5432))
         proxy.restore()
         database_url = direct.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
         upgrade(database_url)
-        with create_engine(args.database_url).begin() as conn:  # an empty store
-            conn.execute(text("TRUNCATE tasks, trials, workers, api_tokens, artifacts, best_records "
-                              "RESTART IDENTITY CASCADE"))
     if redis:
         redis.start()
-    run = Run(root, database_url, redis.url if redis else None)
+    try:
+        run = Run(root, database_url, redis.url if redis else None)
+    except BaseException:
+        _clean_up(None, redis, proxy, args.database_url, schema)
+        raise
     faults = ["kill-worker", "kill-tuner", "kill-server"] + (["kill-redis"] if args.embedded_redis else ["redis-outage"])
     if proxy:
         faults.append("sql-outage")
@@ -156,16 +161,25 @@ def main() -> None:
                 times[fault].append((back, time.monotonic() - t0))
                 print(f"{fault}: back {back:.1f} s, progress {times[fault][-1][1]:.1f} s", flush=True)
     finally:
-        run.stop()
-        if redis:
-            redis.stop()
-        if proxy:
-            proxy.cut()
+        _clean_up(run, redis, proxy, args.database_url, schema)
     print(f"\nrecovery after each fault, {args.repeat} times each (median [min-max]; outages {args.outage_s:g} s):")
     for fault, got in times.items():
         backs, progress = [b for b, _ in got], [p for _, p in got]
         print(f"  {fault:13s} back {statistics.median(backs):5.1f} s [{min(backs):.1f}-{max(backs):.1f}]   "
               f"next trial stored {statistics.median(progress):5.1f} s [{min(progress):.1f}-{max(progress):.1f}]")
+
+
+def _clean_up(run: Run | None, redis: PrivateRedis | None, proxy: CuttableProxy | None, database_url: str | None,
+              schema: str) -> None:
+    if run is not None:
+        run.stop()
+    if redis:
+        redis.stop()
+    if proxy:
+        proxy.cut()
+    if database_url:
+        with create_engine(database_url, isolation_level="AUTOCOMMIT").connect() as conn:
+            conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
 
 
 if __name__ == "__main__":

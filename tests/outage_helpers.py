@@ -110,6 +110,8 @@ class CuttableProxy:
         while not self._stop.is_set():
             readable, _, _ = select.select([self._listener, *peers], [], [], 0.1)
             for s in readable:
+                if s is not self._listener and s not in peers:  # closed with its peer this round
+                    continue
                 if s is self._listener:
                     client, _ = self._listener.accept()
                     try:

@@ -290,7 +290,12 @@ def start_up(home: Path, port: int, log: Path, *args: str, env: dict[str, str] |
         found = re.findall(r"user token: (\S+)", log.read_text())
         return found[-1] if found else None
 
-    return process, wait_for(token, 120, "tunefleet up to print its token", poll_s=0.2)
+    try:
+        return process, wait_for(token, 120, "tunefleet up to print its token", poll_s=0.2)
+    except BaseException:
+        process.terminate()  # it stops what it started
+        process.wait(timeout=120)
+        raise
 
 
 #: How each process that `tunefleet up` supervises shows in its command line.
