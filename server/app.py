@@ -9,8 +9,9 @@ from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
 from tunefleet import __version__
-from tunefleet.server.api import include_routes
+from tunefleet.server.api import body_limits, include_routes
 from tunefleet.server.artifact_store import ArtifactStore
+from tunefleet.server.body_limit import BodyLimit
 from tunefleet.server.dashboard import mount_dashboard
 from tunefleet.server.db import follow_outages, make_engine, make_sessionmaker
 from tunefleet.server.errors import install_error_handlers
@@ -53,7 +54,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.artifact_store = ArtifactStore(settings.artifacts)
     app.state.redis = redis
     app.state.metrics_registry = registry
-    app.add_middleware(MetricsMiddleware, registry=registry)
+    app.add_middleware(BodyLimit, limit_for=body_limits(settings))
+    app.add_middleware(MetricsMiddleware, registry=registry)  # outermost: counts 413s too
     install_error_handlers(app)
     include_routes(app)
     mount_dashboard(app)

@@ -32,6 +32,8 @@ from tunefleet.server.db import utcnow
 from tunefleet.server.db.models import Task, Trial, TrialStatus
 from tunefleet.server.deps import SessionDep, in_session
 from tunefleet.server.errors import NotFound
+from tunefleet.server.schemas.common import DB_INT_MAX
+from tunefleet.server.schemas.errors import errors
 from tunefleet.server.schemas.tasks import TaskOut
 from tunefleet.server.services import tasks
 
@@ -102,9 +104,9 @@ class ProgressOut(BaseModel):
 api_router = APIRouter(prefix=f"{API_PREFIX}/tasks", tags=["dashboard"])
 
 
-@api_router.get("/{task_id}/progress", response_model=ProgressOut)
+@api_router.get("/{task_id}/progress", response_model=ProgressOut, responses=errors(404, 422))
 async def task_progress(
-    task_id: Annotated[int, PathParam(ge=1)], request: Request
+    task_id: Annotated[int, PathParam(ge=1, le=DB_INT_MAX)], request: Request
 ) -> ProgressOut:
     """The task, every finished trial's time and GFLOP/s, trial counts by status, the top
     configs, the latest errors and the best config: what the task page draws."""
@@ -252,7 +254,7 @@ def tasks_page(request: Request) -> HTMLResponse:
 
 @pages.get("/tasks/{task_id}", response_class=HTMLResponse)
 def task_page(
-    request: Request, task_id: Annotated[int, PathParam(ge=1)], session: SessionDep
+    request: Request, task_id: Annotated[int, PathParam(ge=1, le=DB_INT_MAX)], session: SessionDep
 ) -> HTMLResponse:
     """One task: charts, top configs, errors, best config, prototype, actions (404 with a
     way back when there is no such task)."""

@@ -44,8 +44,22 @@ def test_register_heartbeat_and_list(api, tokens) -> None:
     assert [w["name"] for w in only["items"]] == ["w2"]
 
 
-def test_host_facts_beyond_the_known_ones_are_kept(api, tokens) -> None:
-    assert register(api, tokens, numa_nodes=2)["host"]["numa_nodes"] == 2
+def test_unknown_host_facts_are_refused_naming_them(api, tokens, snapshot) -> None:
+    before = snapshot()
+    response = api.post("/api/v1/workers/register", headers=tokens["worker"],
+                        json={"name": "w1", "device_key": "cpu-test", "host": {**HOST, "numa_nodes": 2}})
+    assert response.status_code == 422
+    assert [e["loc"] for e in response.json()["detail"]] == [["body", "host", "numa_nodes"]]
+    assert snapshot() == before
+
+
+def test_stored_facts_this_server_does_not_know_are_left_out_of_the_list(api, tokens, db) -> None:
+    worker = register(api, tokens)
+    stored = db.get(Worker, worker["id"])
+    stored.host = {**stored.host, "numa_nodes": 2}  # as a newer server would have stored it
+    db.commit()
+    listed = api.get("/api/v1/workers").json()["items"][0]
+    assert listed["host"]["cpu_model"] == "Test CPU" and "numa_nodes" not in listed["host"]
 
 
 def test_a_silent_worker_is_reported_lost(api, tokens, db, settings) -> None:

@@ -49,6 +49,45 @@ class Settings(BaseSettings):
         default=5.0, gt=0, description="how often each tuner looks for tasks that need a tuner"
     )
 
+    # Bounds on what one request may ask of the service (HTTP 422 / 413 past them). The
+    # defaults admit every workload of the benchmarks (the largest: a 4096^3 matmul,
+    # 192 MiB of operands) and stop requests that would tie up a worker or the server.
+    max_operand_bytes: int = Field(
+        default=1 << 30, ge=1,
+        description="bytes of a task's inputs and outputs together: a worker holds them, their "
+        "reference result and a copy per check; 1 GiB admits an 8192^3 float32 matmul (768 MiB)",
+    )
+    max_trials: int = Field(
+        default=10_000, ge=1,
+        description="trials of one task: past a few thousand the cost model has long converged; "
+        "10,000 trials of ~1 s are most of a worker's day",
+    )
+    max_trial_timeout_s: float = Field(
+        default=60.0, gt=0,
+        description="protocol.timeout_s of one candidate: a kernel that needs more than a minute "
+        "to run its repeats is no candidate, and a worker measures nothing else meanwhile",
+    )
+    max_min_repeat_ms: float = Field(
+        default=1_000.0, ge=0,
+        description="protocol.min_repeat_ms: the field's practice is 0-500 ms per repeat; more "
+        "only lengthens every trial",
+    )
+    max_extern_source_bytes: int = Field(
+        default=64 * 1024, ge=1,
+        description="bytes of one extern C source (a micro-kernel): hand-written micro-kernels "
+        "are a few kB; the source is compiled into every candidate",
+    )
+    max_body_bytes: int = Field(
+        default=1 << 20, ge=1,
+        description="bytes of a request body (413 past it, before the body is parsed); a task "
+        "with a 64 kB source or a large custom tensor expression fits well within 1 MiB",
+    )
+    max_artifact_bytes: int = Field(
+        default=256 << 20, ge=1,
+        description="bytes of an artifact a worker uploads (a GPU artifact with the CUDA "
+        "runtime linked in is a few MB; 256 MiB leaves room for model bundles)",
+    )
+
     @model_validator(mode="after")
     def _derive_paths(self) -> Settings:
         self.home = self.home.expanduser()

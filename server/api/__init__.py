@@ -1,11 +1,25 @@
 """The REST API under /api/v1."""
 
+from collections.abc import Callable
+
 from fastapi import FastAPI
 
-from tunefleet.server.api.routes import catalog, health, tasks, workers
+from tunefleet.server.api.routes import API_PREFIX, catalog, health, tasks, workers
+from tunefleet.settings import Settings
 
 
 def include_routes(app: FastAPI) -> None:
     """Add every /api/v1 route to `app`."""
     for module in (tasks, workers, catalog, health):
         app.include_router(module.router)
+
+
+def body_limits(settings: Settings) -> Callable[[str], int]:
+    """The body limit of a request path: `settings.max_artifact_bytes` for artifact
+    uploads, `settings.max_body_bytes` for everything else."""
+    uploads = f"{API_PREFIX}{workers.ARTIFACT_UPLOADS}/"
+
+    def limit_for(path: str) -> int:
+        return settings.max_artifact_bytes if path.startswith(uploads) else settings.max_body_bytes
+
+    return limit_for

@@ -1,12 +1,19 @@
-"""Shapes shared by several resources."""
+"""Shapes and bounds shared by several resources."""
 
 from __future__ import annotations
 
-from typing import Generic, TypeVar
+from typing import Annotated, Generic, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 T = TypeVar("T")
+
+#: The largest id or count the API takes: PostgreSQL's INTEGER (int4) maximum; SQLite's
+#: integers go to 2^63 - 1, and a larger value reaches neither (422, not a database error).
+DB_INT_MAX = 2**31 - 1
+
+#: A row id in a body (tasks, workers, trials): 1 .. DB_INT_MAX.
+Id = Annotated[int, Field(ge=1, le=DB_INT_MAX)]
 
 
 class Page(BaseModel, Generic[T]):

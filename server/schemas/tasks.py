@@ -14,17 +14,20 @@ from tunefleet.tuner.measure import MeasureProtocol
 _PROTOCOL = MeasureProtocol()  # the workers' defaults
 
 DEVICE_KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+#: The most trials any server admits (its max_trials setting bounds them further).
+MAX_TRIALS = 100_000
 
 
 class Budget(BaseModel):
     """When tuning stops: after `trials` candidates, `wall_time_s` seconds, or
     `early_stopping` trials in a row without a new best, whichever comes first."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 
-    trials: int = Field(default=64, ge=1, le=100_000)
-    wall_time_s: float | None = Field(default=None, gt=0)
-    early_stopping: int | None = Field(default=None, ge=1)
+    trials: int = Field(default=64, ge=1, le=MAX_TRIALS,
+                        description="at most the server's max_trials setting")
+    wall_time_s: float | None = Field(default=None, gt=0, le=30 * 86_400)
+    early_stopping: int | None = Field(default=None, ge=1, le=MAX_TRIALS)
 
 
 class Protocol(BaseModel):
@@ -32,25 +35,31 @@ class Protocol(BaseModel):
     measurements of `number` runs each, each lasting at least `min_repeat_ms`, with
     `cooldown_ms` between them and an optional cache flush; `timeout_s` bounds one
     candidate's execution on the worker; `check_correctness` compares the output with the
-    operator's reference first."""
+    operator's reference first. The server's settings may bound `min_repeat_ms` and
+    `timeout_s` below the limits declared here."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 
     number: int = Field(default=_PROTOCOL.number, ge=1, le=10_000)
     repeat: int = Field(default=_PROTOCOL.repeat, ge=1, le=1_000)
-    min_repeat_ms: float = Field(default=_PROTOCOL.min_repeat_ms, ge=0)
-    cooldown_ms: float = Field(default=_PROTOCOL.cooldown_ms, ge=0)
+    min_repeat_ms: float = Field(default=_PROTOCOL.min_repeat_ms, ge=0, le=60_000,
+                                 description="at most the server's max_min_repeat_ms setting")
+    cooldown_ms: float = Field(default=_PROTOCOL.cooldown_ms, ge=0, le=10_000)
     flush_cache: bool = _PROTOCOL.flush_cache
-    timeout_s: float = Field(default=_PROTOCOL.timeout_s, gt=0, le=3_600)
+    timeout_s: float = Field(default=_PROTOCOL.timeout_s, gt=0, le=3_600,
+                             description="at most the server's max_trial_timeout_s setting")
     check_correctness: bool = _PROTOCOL.check_correctness
 
 
 class TaskCreate(BaseModel):
     """A tuning request: an operator with its arguments (or `op="custom"` with
     `args={"te": ...}`), the target to generate code for (default: the best the device
-    key's hosts execute) and the device key to measure on."""
+    key's hosts execute) and the device key to measure on.
 
-    model_config = ConfigDict(extra="forbid")
+    Request bodies are validated strictly: no field beyond those declared, and no value of
+    another JSON type than declared (no `true` for a number, no `"5"` for an integer)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     op: str = Field(min_length=1, max_length=64, examples=["matmul"])
     args: dict[str, Any] = Field(default_factory=dict, examples=[{"M": 64, "N": 64, "K": 64}])

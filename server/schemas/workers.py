@@ -3,47 +3,107 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tunefleet.compiler.target import CPU_ISAS, Target, best_cpu_isa
 from tunefleet.server.db.models import WorkerState
+from tunefleet.server.schemas.common import Id
 from tunefleet.server.schemas.tasks import DEVICE_KEY_PATTERN
 
+#: A short text fact (names, versions, paths of tools).
+Text = Annotated[str, Field(max_length=256)]
+#: A key of a map of facts.
+Key = Annotated[str, Field(min_length=1, max_length=64)]
+#: A CPU number (Linux numbers at most a few thousand CPUs).
+Cpu = Annotated[int, Field(ge=0, le=65_535)]
+#: A count or size a device reports (bytes of memory, kHz, SMs): non-negative, 64-bit.
+Amount = Annotated[int, Field(ge=0, le=2**63 - 1)]
 
-class HostFacts(BaseModel):
-    """What a worker found out about its host; facts not named here are kept as sent,
-    so a newer worker can report more than this server knows about.
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
+
+
+class Toolkit(_Strict):
+    """The CUDA toolkit a GPU worker builds with."""
+
+    nvcc: Text | None = None
+    nvcc_version: Text | None = None
+
+
+class Clocks(_Strict):
+    """A GPU's clocks, temperature and power as NVML reported them at registration."""
+
+    sm_mhz: Amount | None = None
+    mem_mhz: Amount | None = None
+    sm_max_mhz: Amount | None = None
+    mem_max_mhz: Amount | None = None
+    temperature_c: int | None = Field(default=None, ge=-273, le=1_000)
+    power_w: float | None = Field(default=None, ge=0, le=100_000)
+
+
+class GpuFacts(_Strict):
+    """What a GPU worker read off its device (tunefleet.compiler.cuda_device.query)."""
+
+    index: int | None = Field(default=None, ge=0, le=1_024)
+    name: Text | None = None
+    kind: Literal["cuda"] | None = None
+    major: int | None = Field(default=None, ge=0, le=1_000)
+    minor: int | None = Field(default=None, ge=0, le=1_000)
+    compute_capability: str | None = Field(default=None, max_length=16, pattern=r"^\d+\.\d+$")
+    arch: str | None = Field(default=None, max_length=16, pattern=r"^sm_\d+[a-z]?$")
+    memory_bytes: Amount | None = None
+    driver_version: Text | None = None
+    cuda_driver_version: Text | None = None
+    pci_bus_id: Text | None = None
+    sm_count: Amount | None = None
+    l2_bytes: Amount | None = None
+    shared_per_block_optin: Amount | None = None
+    regs_per_block: Amount | None = None
+    max_threads_per_block: Amount | None = None
+    clock_khz: Amount | None = None
+    memory_clock_khz: Amount | None = None
+    memory_bus_bits: Amount | None = None
+    toolkit: Toolkit | None = None
+    clocks: Clocks | None = None
+
+
+class HostFacts(_Strict):
+    """What a worker found out about its host (tunefleet.worker.host.host_facts). Every
+    fact is typed and bounded; an unknown fact is a 422.
 
     :attr:`target` is the best target the host executes: ``cpu -isa=<cpu_isa>`` for a CPU
     worker, ``cuda -arch=<cuda_arch>`` for a GPU worker. A worker that does not send
     `cpu_isa` / `cuda_arch` (one older than this server) gets them derived from its raw
     `isa` flags / `compute_capability`."""
 
-    model_config = ConfigDict(extra="allow")
-
     kind: Literal["cpu", "cuda"] = Field(default="cpu", description="what the worker measures on")
-    hostname: str | None = None
-    cpu_model: str | None = None
+    hostname: Text | None = None
+    cpu_model: Text | None = None
     cpu_isa: Literal[CPU_ISAS] | None = Field(  # type: ignore[valid-type]
         default=None, description="the best CPU ISA the host executes (Target.host()); default: from `isa`")
-    isa: list[str] = Field(default_factory=list, description="raw CPU flags, e.g. ['avx2', 'fma', 'avx512f']")
-    cores: int | None = Field(default=None, ge=1)
-    affinity: list[int] = Field(default_factory=list, description="CPUs the worker may run on")
-    gpu_name: str | None = None
-    compute_capability: str | None = Field(default=None, pattern=r"^\d+\.\d+$")
+    isa: list[Annotated[str, Field(max_length=32)]] = Field(
+        default_factory=list, max_length=64, description="raw CPU flags, e.g. ['avx2', 'fma', 'avx512f']"
+    )
+    cores: int | None = Field(default=None, ge=1, le=65_536)
+    affinity: list[Cpu] = Field(
+        default_factory=list, max_length=65_536, description="CPUs the worker may run on"
+    )
+    gpu_name: Text | None = None
+    compute_capability: str | None = Field(default=None, max_length=16, pattern=r"^\d+\.\d+$")
     cuda_arch: str | None = Field(default=None, pattern=r"^sm_[1-9][0-9]{1,2}a?$",
                                   description="a GPU worker's architecture, e.g. sm_90; default: from "
                                   "compute_capability")
-    toolchain: dict[str, str] = Field(
-        default_factory=dict, description="tool -> version, e.g. {'gcc': '12.2.0'}"
+    toolchain: dict[Key, Text] = Field(
+        default_factory=dict, max_length=32, description="tool -> version, e.g. {'gcc': '12.2.0'}"
     )
+    gpu: GpuFacts | None = None
     sandbox: str = Field(
         default="none", max_length=200,
         description="how the worker isolates candidates' builds and runs, e.g. 'bubblewrap 0.11.0, uid 65534 "
         "(setpriv)'; 'none' for a worker started with --no-sandbox (or one older than the sandbox)")
-
 
     @model_validator(mode="after")
     def _derive_targets(self) -> HostFacts:
@@ -62,10 +122,8 @@ class HostFacts(BaseModel):
         return Target("cpu", self.cpu_isa or best_cpu_isa(self.isa))
 
 
-class WorkerRegister(BaseModel):
+class WorkerRegister(_Strict):
     """A worker announcing itself; registering an existing name refreshes that worker."""
-
-    model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1, max_length=128)
     device_key: str = Field(min_length=1, max_length=64, pattern=DEVICE_KEY_PATTERN)
@@ -78,13 +136,11 @@ class WorkerRegister(BaseModel):
         return self
 
 
-class WorkerHeartbeat(BaseModel):
+class WorkerHeartbeat(_Strict):
     """A worker's periodic sign of life and what it is doing."""
 
-    model_config = ConfigDict(extra="forbid")
-
     state: Literal["idle", "measuring"]
-    current_task_id: int | None = None
+    current_task_id: Id | None = None
 
 
 class WorkerOut(BaseModel):

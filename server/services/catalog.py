@@ -35,11 +35,12 @@ def targets(live: Sequence[Pool] = ()) -> list[dict[str, Any]]:
 
 def make_workload(op: str, args: dict[str, Any]) -> Workload:
     """The workload for `op` with `args`; a bad operator or argument is a FieldError
-    located at `op`, `args` or `args.<name>`."""
+    located at `op`, `args` or `args` and the argument's path (e.g. `micro_kernel`,
+    `source`)."""
     try:
         return ops.make_workload(op, args)
     except WorkloadError as exc:
-        loc = ("body", exc.field) if exc.field in ("op", "args") else ("body", "args", exc.field)
+        loc = ("body", exc.field) if exc.field in ("op", "args") else ("body", "args", *exc.field.split("."))
         raise FieldError(loc, str(exc)) from exc
 
 

@@ -23,7 +23,8 @@ from tunefleet.server.db import utcnow
 from tunefleet.server.db.models import BestRecord, Task, TaskStatus, Trial, TrialStatus, Worker
 from tunefleet.server.errors import Conflict, FieldError, NotFound
 from tunefleet.server.schemas.tasks import TaskCreate
-from tunefleet.server.services import catalog
+from tunefleet.server.services import bounds, catalog
+from tunefleet.settings import Settings
 
 S = TaskStatus
 # Tasks read for the API come with their artifact in the same query: TaskOut includes it,
@@ -62,8 +63,11 @@ def gflops(flop: int, latency_s: float) -> float:
     return flop / latency_s / 1e9
 
 
-def submit(session: Session, request: TaskCreate, lost_after_s: float = 30.0) -> Task:
-    """Validate `request` against the compiler and store it as a new task (committed).
+def submit(
+    session: Session, request: TaskCreate, lost_after_s: float = 30.0, *, limits: Settings | None = None
+) -> Task:
+    """Validate `request` against the compiler (and the bounds of the server's settings
+    `limits`, when given) and store it as a new task (committed).
 
     Without a device key, the task goes to the one pool of live workers (heartbeat within
     `lost_after_s`) of the target's kind (any kind when no target is named); with none or
@@ -75,7 +79,11 @@ def submit(session: Session, request: TaskCreate, lost_after_s: float = 30.0) ->
     """
     from tunefleet.server.services import pools
 
+    if limits is not None:
+        bounds.check_request(request, limits)
     workload = catalog.make_workload(request.op, request.args)
+    if limits is not None:
+        bounds.check_workload(workload, limits)
     kind, parsed = catalog.requested_target(request.target)
     if kind is not None:
         catalog.check_template(workload, kind)

@@ -9,6 +9,7 @@ from fastapi import APIRouter
 from tunefleet.server.api.routes import API_PREFIX
 from tunefleet.server.deps import SessionDep, SettingsDep
 from tunefleet.server.schemas.catalog import OpOut
+from tunefleet.server.schemas.errors import errors
 from tunefleet.server.services import catalog, pools
 
 router = APIRouter(prefix=API_PREFIX, tags=["catalog"])
@@ -20,7 +21,7 @@ def list_ops() -> list[dict[str, Any]]:
     return catalog.operators()
 
 
-@router.get("/targets")
+@router.get("/targets", responses=errors())
 def list_targets(session: SessionDep, settings: SettingsDep) -> list[dict[str, Any]]:
     """Target kinds the compiler generates code for, with their options, and under `pools`
     each device key with live workers of that kind: the best target its hosts execute (a

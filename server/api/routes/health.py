@@ -6,6 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel
 from redis.exceptions import RedisError
 from sqlalchemy import select, text
 from sqlalchemy.exc import SQLAlchemyError
@@ -15,6 +16,7 @@ from tunefleet.server.api.routes import API_PREFIX
 from tunefleet.server.db.models import Task, TaskStatus
 from tunefleet.server.deps import SessionDep
 from tunefleet.server.errors import RETRY_AFTER_S
+from tunefleet.server.schemas.errors import errors
 
 router = APIRouter(prefix=API_PREFIX, tags=["health"])
 
@@ -22,7 +24,30 @@ router = APIRouter(prefix=API_PREFIX, tags=["health"])
 _UNFINISHED = (TaskStatus.QUEUED, TaskStatus.WAITING_FOR_WORKER, TaskStatus.RUNNING, TaskStatus.EXPORTING)
 
 
-@router.get("/healthz")
+class HealthOut(BaseModel):
+    """The server's liveness: `status` "ok" or "error", its version, and the database's
+    state ("ok", or the error that reaching it gave)."""
+
+    status: str
+    version: str
+    database: str
+
+
+class ReadyOut(BaseModel):
+    """The server's readiness: `status` "ok" or "unavailable", and each check's result
+    ("ok", or what is wrong)."""
+
+    status: str
+    database: str
+    redis: str
+    workers: str
+
+
+@router.get(
+    "/healthz",
+    response_model=HealthOut,
+    responses={503: {"model": HealthOut, "description": "The database does not answer."}},
+)
 def healthz(session: SessionDep) -> JSONResponse:
     """Liveness: 200 when the database answers, 503 (with the error) when it does not."""
     try:
@@ -35,7 +60,7 @@ def healthz(session: SessionDep) -> JSONResponse:
     return JSONResponse({"status": "ok", "version": __version__, "database": "ok"})
 
 
-@router.get("/metrics", response_class=PlainTextResponse)
+@router.get("/metrics", response_class=PlainTextResponse, responses=errors())
 def metrics(request: Request) -> PlainTextResponse:
     """Prometheus text exposition of the HTTP and store metrics."""
     return PlainTextResponse(
@@ -43,7 +68,11 @@ def metrics(request: Request) -> PlainTextResponse:
     )
 
 
-@router.get("/readyz")
+@router.get(
+    "/readyz",
+    response_model=ReadyOut,
+    responses={503: {"model": ReadyOut, "description": "A check failed; `Retry-After` says when to ask again."}},
+)
 def readyz(request: Request, session: SessionDep) -> JSONResponse:
     """Readiness: 200 when the service can make progress, else 503 with ``Retry-After``; the
     body has each check's result: ``database`` (it answers), ``redis`` (it answers) and

@@ -14,18 +14,20 @@ from tunefleet.server.api.routes import API_PREFIX
 from tunefleet.server.db.models import TaskStatus, TrialStatus
 from tunefleet.server.deps import RedisDep, SessionDep, SettingsDep, StoreDep, UserAuth, in_session
 from tunefleet.server.schemas.artifacts import ArtifactHeaderOut
-from tunefleet.server.schemas.common import Page
+from tunefleet.server.schemas.common import DB_INT_MAX, Page
+from tunefleet.server.schemas.errors import errors
 from tunefleet.server.schemas.tasks import BestOut, TaskCreate, TaskOut, TrialOut
 from tunefleet.server.services import artifacts, tasks
 
 router = APIRouter(prefix=f"{API_PREFIX}/tasks", tags=["tasks"])
 
-TaskId = Annotated[int, Path(ge=1)]
+TaskId = Annotated[int, Path(ge=1, le=DB_INT_MAX)]
 Limit = Annotated[int, Query(ge=1, le=500)]
-Offset = Annotated[int, Query(ge=0)]
+Offset = Annotated[int, Query(ge=0, le=DB_INT_MAX)]
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=TaskOut)
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=TaskOut,
+             responses=errors(400, 401, 403, 413, 422))
 def submit_task(
     body: TaskCreate, session: SessionDep, settings: SettingsDep, redis: RedisDep, _auth: UserAuth
 ) -> TaskOut:
@@ -33,18 +35,18 @@ def submit_task(
     Without `device_key` it goes to the only pool of live workers of the target's kind.
     Without a target (or with a kind alone, 'cpu') it gets the best target the key's live
     hosts execute; a target they cannot execute is a 422 naming what they support."""
-    task = tasks.submit(session, body, settings.worker_lost_after_s)
+    task = tasks.submit(session, body, settings.worker_lost_after_s, limits=settings)
     if task.status == TaskStatus.QUEUED:
         queue.try_enqueue_tune(settings, redis, [task.id])
     return TaskOut.model_validate(task)
 
 
-@router.get("", response_model=Page[TaskOut])
+@router.get("", response_model=Page[TaskOut], responses=errors(422))
 async def list_tasks(
     request: Request,
     status: TaskStatus | None = None,
-    op: str | None = None,
-    device_key: str | None = None,
+    op: Annotated[str | None, Query(max_length=64)] = None,
+    device_key: Annotated[str | None, Query(max_length=64)] = None,
     limit: Limit = 50,
     offset: Offset = 0,
 ) -> Page[TaskOut]:
@@ -61,13 +63,13 @@ async def list_tasks(
     return await in_session(request, page)
 
 
-@router.get("/{task_id}", response_model=TaskOut)
+@router.get("/{task_id}", response_model=TaskOut, responses=errors(404, 422))
 async def get_task(task_id: TaskId, request: Request) -> TaskOut:
     """One task with its progress."""
     return await in_session(request, lambda session: TaskOut.model_validate(tasks.get(session, task_id)))
 
 
-@router.get("/{task_id}/trials", response_model=Page[TrialOut])
+@router.get("/{task_id}/trials", response_model=Page[TrialOut], responses=errors(404, 422))
 def list_trials(
     task_id: TaskId,
     session: SessionDep,
@@ -85,7 +87,7 @@ def list_trials(
     )
 
 
-@router.get("/{task_id}/best", response_model=BestOut)
+@router.get("/{task_id}/best", response_model=BestOut, responses=errors(404, 422))
 def get_best(task_id: TaskId, session: SessionDep) -> BestOut:
     """The task's best trial so far (or the stored best it reused); 404 while it has none."""
     task, trial = tasks.best_trial(session, task_id)
@@ -100,7 +102,7 @@ def get_best(task_id: TaskId, session: SessionDep) -> BestOut:
     )
 
 
-@router.post("/{task_id}/cancel", response_model=TaskOut)
+@router.post("/{task_id}/cancel", response_model=TaskOut, responses=errors(401, 403, 404, 409, 422))
 def cancel_task(task_id: TaskId, session: SessionDep, _auth: UserAuth) -> TaskOut:
     """Cancel an unfinished task; 409 if it already finished."""
     return TaskOut.model_validate(tasks.cancel(session, task_id))
@@ -109,7 +111,7 @@ def cancel_task(task_id: TaskId, session: SessionDep, _auth: UserAuth) -> TaskOu
 @router.get(
     "/{task_id}/artifact",
     response_class=FileResponse,
-    responses={200: {"content": {"application/gzip": {}}}},
+    responses={200: {"content": {"application/gzip": {}}}, **errors(401, 403, 404, 422)},
 )
 def download_artifact(
     task_id: TaskId, session: SessionDep, store: StoreDep, _auth: UserAuth
@@ -128,7 +130,7 @@ def download_artifact(
 @router.get(
     "/{task_id}/artifact/so",
     response_class=Response,
-    responses={200: {"content": {"application/octet-stream": {}}}},
+    responses={200: {"content": {"application/octet-stream": {}}}, **errors(401, 403, 404, 422)},
 )
 def download_shared_library(
     task_id: TaskId, session: SessionDep, store: StoreDep, _auth: UserAuth
@@ -146,11 +148,11 @@ def download_shared_library(
 @router.get(
     "/{task_id}/artifact/multi-target",
     response_class=Response,
-    responses={200: {"content": {"application/gzip": {}}}},
+    responses={200: {"content": {"application/gzip": {}}}, **errors(401, 403, 404, 409, 422)},
 )
 def download_multi_target_artifact(
     task_id: TaskId, session: SessionDep, _auth: UserAuth,
-    targets: Annotated[str, Query(description="CPU ISAs, comma-separated, e.g. avx2,avx512")],
+    targets: Annotated[str, Query(max_length=256, description="CPU ISAs, comma-separated, e.g. avx2,avx512")],
 ) -> Response:
     """ONE library of the task's workload for several CPU ISAs, choosing the best the CPU
     supports when it is loaded (TUNEFLEET_ISA forces one), as a tar.gz like /artifact: each
@@ -166,7 +168,7 @@ def download_multi_target_artifact(
     )
 
 
-@router.get("/{task_id}/artifact/header", response_model=ArtifactHeaderOut)
+@router.get("/{task_id}/artifact/header", response_model=ArtifactHeaderOut, responses=errors(404, 422))
 def get_artifact_header(task_id: TaskId, session: SessionDep, store: StoreDep) -> ArtifactHeaderOut:
     """The C header of the task's artifact and its prototypes, so a caller sees how to call
     the kernel; 404 until the task has an artifact. Public like the task itself: the header

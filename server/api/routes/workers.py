@@ -15,28 +15,33 @@ from tunefleet.server.db import utcnow
 from tunefleet.server.db.models import Worker
 from tunefleet.server.deps import RedisDep, SessionDep, SettingsDep, StoreDep, WorkerAuth, in_session
 from tunefleet.server.schemas.artifacts import ArtifactOut
-from tunefleet.server.schemas.common import Page
+from tunefleet.server.schemas.common import DB_INT_MAX, Page
+from tunefleet.server.schemas.errors import errors
 from tunefleet.server.schemas.workers import WorkerHeartbeat, WorkerOut, WorkerRegister
 from tunefleet.server.services import artifacts, tuning, workers
 
 router = APIRouter(prefix=f"{API_PREFIX}/workers", tags=["workers"])
+#: Where artifacts are uploaded (below the router's prefix); their bodies may be larger
+#: than other requests' (Settings.max_artifact_bytes).
+ARTIFACT_UPLOADS = "/workers/artifacts"
 
 Sha256 = Annotated[str, Path(pattern=r"^[0-9a-f]{64}$", description="hex sha256 of the body")]
 
 
 def _out(worker: Worker, lost_after_s: float) -> WorkerOut:
-    out = WorkerOut.model_validate(worker)
+    # Facts a newer server stored that this one does not know are left out, not an error.
+    out = WorkerOut.model_validate(worker, extra="ignore")
     out.state = workers.effective_state(worker, lost_after_s, utcnow())
     return out
 
 
-@router.get("", response_model=Page[WorkerOut])
+@router.get("", response_model=Page[WorkerOut], responses=errors(422))
 async def list_workers(
     request: Request,
     settings: SettingsDep,
-    device_key: str | None = None,
+    device_key: Annotated[str | None, Query(max_length=64)] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=DB_INT_MAX)] = 0,
 ) -> Page[WorkerOut]:
     """Every worker with its host facts, state and last heartbeat."""
 
@@ -52,7 +57,7 @@ async def list_workers(
     return await in_session(request, page)
 
 
-@router.post("/register", response_model=WorkerOut)
+@router.post("/register", response_model=WorkerOut, responses=errors(400, 401, 403, 409, 413, 422))
 def register_worker(
     body: WorkerRegister, session: SessionDep, settings: SettingsDep, redis: RedisDep, _auth: WorkerAuth
 ) -> WorkerOut:
@@ -64,9 +69,9 @@ def register_worker(
     return _out(worker, settings.worker_lost_after_s)
 
 
-@router.post("/{worker_id}/heartbeat", response_model=WorkerOut)
+@router.post("/{worker_id}/heartbeat", response_model=WorkerOut, responses=errors(400, 401, 403, 404, 413, 422))
 def heartbeat(
-    worker_id: Annotated[int, Path(ge=1)],
+    worker_id: Annotated[int, Path(ge=1, le=DB_INT_MAX)],
     body: WorkerHeartbeat,
     session: SessionDep,
     settings: SettingsDep,
@@ -76,7 +81,8 @@ def heartbeat(
     return _out(workers.heartbeat(session, worker_id, body), settings.worker_lost_after_s)
 
 
-@router.put("/artifacts/{sha256}", response_model=ArtifactOut, status_code=status.HTTP_201_CREATED)
+@router.put("/artifacts/{sha256}", response_model=ArtifactOut, status_code=status.HTTP_201_CREATED,
+             responses=errors(401, 403, 413, 422))
 async def upload_artifact(
     sha256: Sha256, request: Request, session: SessionDep, store: StoreDep, _auth: WorkerAuth
 ) -> ArtifactOut:
