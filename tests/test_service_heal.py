@@ -12,12 +12,11 @@ import socket
 import subprocess
 from pathlib import Path
 
-import httpx
 import pytest
 from service_helpers import (FINAL_TRIAL, PROTOCOL, TUNEFLEET, UP_CHILDREN, cmdline, descendants, free_port, running,
                              start_up, up_child, wait_for)
 
-from tunefleet.client import Client
+from tunefleet.client import Client, ServerUnreachable
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -68,7 +67,7 @@ def _done_beyond(client: Client, task_id: int, done: int) -> int | None:
     """The task's trials done, once more than `done` (None while the server is restarting)."""
     try:
         now = client.get(task_id)["trials_done"]
-    except httpx.TransportError:
+    except ServerUnreachable:
         return None
     return now if now > done else None
 
