@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from service_helpers import TUNEFLEET, descendants, free_port, running, wait_for
+from service_helpers import TUNEFLEET, cmdline, descendants, free_port, running, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -45,25 +45,18 @@ def test_measurer_helpers_die_with_a_killed_owner(tmp_path: Path) -> None:
             below = descendants(owner.pid)
             # fork server, 2 builders, the measurement child (plus multiprocessing's resource
             # tracker, which ends by itself once every process holding its pipe is gone)
-            children = [p for p in below if "hang" in _cmdline(p) or _is_measuring(p)]
+            children = [p for p in below if "hang" in cmdline(p) or _is_measuring(p)]
             return below if len(below) >= 4 and children else []
 
         helpers = wait_for(measuring, 90, "the measurement child to run the hanging candidate", poll_s=0.2)
         owner.send_signal(signal.SIGKILL)
         owner.wait()
         wait_for(lambda: not [p for p in helpers if running(p)], 30,
-                 f"the owner's helpers to end: still running {[(p, _cmdline(p)) for p in helpers if running(p)]}")
+                 f"the owner's helpers to end: still running {[(p, cmdline(p)) for p in helpers if running(p)]}")
     finally:
         if owner.poll() is None:
             owner.kill()
             owner.wait()
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
 
 
 def _is_measuring(pid: int) -> bool:

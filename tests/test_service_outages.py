@@ -48,15 +48,21 @@ def _finishes_with_each_trial_measured_once(service: Service, task_id: int, pids
     assert {name: p.pid for name, p in service.processes.items() if p.poll() is None} == pids
 
 
+def _under_way(service: Service, args: dict[str, int]) -> tuple[dict, dict[str, int]]:
+    """A task of TRIALS trials submitted with the fleet started, once 3 trials are done; and
+    the pid of each of the service's processes then."""
+    ensure_fleet(service)
+    task = submit(service, TRIALS, protocol=SLOW, args=args)
+    wait_for(lambda: service.api("GET", f"/tasks/{task['id']}")["trials_done"] >= 3, 120, "three trials")
+    return task, {name: p.pid for name, p in service.processes.items()}
+
+
 def test_redis_stopped_for_a_minute_mid_task(tmp_path: Path, private_redis: PrivateRedis,
                                              _migrated_sqlite: Path) -> None:
     shutil.copyfile(_migrated_sqlite, tmp_path / "tunefleet.db")
     service = start_service(tmp_path, f"sqlite:///{tmp_path / 'tunefleet.db'}", private_redis.url)
     try:
-        ensure_fleet(service)
-        task = submit(service, TRIALS, protocol=SLOW, args={"M": 64, "N": 48, "K": 64})
-        wait_for(lambda: service.api("GET", f"/tasks/{task['id']}")["trials_done"] >= 3, 120, "three trials")
-        pids = {name: p.pid for name, p in service.processes.items()}
+        task, pids = _under_way(service, {"M": 64, "N": 48, "K": 64})
         private_redis.stop()
         back_at = time.monotonic() + OUTAGE_S
         while time.monotonic() < back_at:  # the API keeps answering from SQL
@@ -81,10 +87,7 @@ def test_database_cut_off_for_a_minute_mid_task(tmp_path: Path, private_redis: P
     proxied = direct.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
     service = start_service(tmp_path, proxied, private_redis.url)
     try:
-        ensure_fleet(service)
-        task = submit(service, TRIALS, protocol=SLOW, args={"M": 48, "N": 64, "K": 64})
-        wait_for(lambda: service.api("GET", f"/tasks/{task['id']}")["trials_done"] >= 3, 120, "three trials")
-        pids = {name: p.pid for name, p in service.processes.items()}
+        task, pids = _under_way(service, {"M": 48, "N": 64, "K": 64})
         proxy.cut()
         back_at = time.monotonic() + OUTAGE_S
         while time.monotonic() < back_at:  # the API says it is unavailable and when to retry
