@@ -174,16 +174,18 @@ def hidden_paths() -> list[Path]:
 
 
 def _exposed_paths(hidden: Sequence[Path]) -> list[Path]:
-    """The Python installation and ``sys.path`` entries that lie under a hidden folder, to be shown
-    again read-only, except those that are, or contain, a secret (a hidden path that is not a
-    mere parent of the installation: TUNEFLEET_HOME, the cache, a token file...)."""
-    generic = {Path.home().resolve(), Path("/root"), Path("/home"), Path("/run")}
+    """The Python installation and ``sys.path`` entries that lie under a hidden folder or under
+    ``/tmp`` (the sandbox's private tmpfs: a checkout and its virtual environment cloned there),
+    to be shown again read-only, except those that are, or contain, a secret (a hidden path that
+    is not a mere parent of the installation: TUNEFLEET_HOME, the cache, a token file...)."""
+    generic = {Path.home().resolve(), Path("/root"), Path("/home"), Path("/run"), Path("/tmp")}
     secrets = [h for h in hidden if h not in generic]
+    covered = [*hidden, Path("/tmp")]
     wanted = [Path(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path) if p]
     wanted += [Path(sys.executable).parent, Path(__file__).resolve().parents[1]]
     shown = []
     for path in dict.fromkeys(p.resolve() for p in wanted if p.exists()):
-        if not any(path.is_relative_to(h) for h in hidden) or path in generic:
+        if not any(path.is_relative_to(h) for h in covered) or path in generic:
             continue
         if any(s.is_relative_to(path) or path.is_relative_to(s) for s in secrets):
             continue

@@ -4,6 +4,11 @@
 from __future__ import annotations
 
 import os
+import shutil
+import site
+import subprocess
+import sys
+import venv
 from pathlib import Path
 
 import numpy as np
@@ -67,3 +72,22 @@ def test_sandboxed_build_is_correct_and_cannot_include_hidden_files(sandboxed: P
         build_workload(hostile, ops.default_config(hostile, target), target)
     assert "secret.h: No such file or directory" in str(failure.value)
     assert str(sandboxed) not in str(failure.value)
+
+
+def test_a_python_installed_under_tmp_starts_in_the_sandbox(sandboxed: Path, tmp_path: Path) -> None:
+    """The sandbox's /tmp is a private tmpfs: a checkout and its virtual environment cloned under
+    /tmp (as CI clones) must still be shown read-only inside, or no worker there can sandbox."""
+    env_dir = Path("/tmp") / f"tunefleet-venv-{os.getpid()}-{tmp_path.name}"
+    try:
+        venv.EnvBuilder(with_pip=False, symlinks=True).create(env_dir)
+        packages = next((env_dir / "lib").glob("python3*/site-packages"))
+        # this environment's packages (the editable install's finder too) seen from the new one
+        (packages / "outer.pth").write_text(f"import site; list(map(site.addsitedir, {site.getsitepackages()!r}))\n")
+        python = env_dir / "bin" / "python"
+        check = subprocess.run(
+            [str(python), "-c", "from tunefleet.compiler import sandbox; print(sandbox.detect().describe())"],
+            capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": ""})
+        assert check.returncode == 0, check.stderr[-2000:]
+        assert str(env_dir).startswith("/tmp/") and sys.prefix != str(env_dir)
+    finally:
+        shutil.rmtree(env_dir, ignore_errors=True)
