@@ -91,7 +91,8 @@ def healthy(url: str) -> bool:
 
 def worker_beat_after(run: Run, since: dt.datetime) -> bool:
     try:
-        workers = httpx.get(f"{run.url}/api/v1/workers", timeout=2).json()["items"]
+        workers = httpx.get(f"{run.url}/api/v1/workers", timeout=2,
+                            headers={"Authorization": f"Bearer {run.token}"}).json()["items"]
     except (httpx.TransportError, ValueError, KeyError):
         return False
     return any(dt.datetime.fromisoformat(w["last_heartbeat"]) > since for w in workers)

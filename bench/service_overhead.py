@@ -238,7 +238,7 @@ def serial_requests(service: Service, path: str, n: int) -> tuple[list[float], f
     """`n` GETs of `path`, one after another on one connection: each latency in s, and the
     server's CPU seconds per request."""
     server = service.processes["server"].pid
-    with httpx.Client(base_url=service.url, timeout=30) as client:
+    with httpx.Client(base_url=service.url, timeout=30, headers=service.http.headers) as client:
         for _ in range(20):  # warm-up: connection, SQL statement caches
             client.get(path).raise_for_status()
         cpu0 = cpu_seconds(server)
@@ -255,7 +255,7 @@ def open_loop(service: Service, task_id: int, rate: float, seconds: float) -> No
     server's CPU per request."""
     server = service.processes["server"].pid
     cpu0, t0 = cpu_seconds(server), time.perf_counter()
-    latencies = asyncio.run(api_latency(service.url, task_id, rate, seconds))
+    latencies = asyncio.run(api_latency(service.url, dict(service.http.headers), task_id, rate, seconds))
     cpu, wall = cpu_seconds(server) - cpu0, time.perf_counter() - t0
     print(f"GET /api/v1/tasks/{{id}} at {rate:g}/s for {seconds:g} s: {len(latencies)} requests "
           f"in {wall:.1f} s, p50 {1e3 * percentile(latencies, 50):.1f} ms, "
@@ -283,11 +283,12 @@ def api_only(options: argparse.Namespace, root: Path) -> None:
         service.close()
 
 
-async def api_latency(url: str, task_id: int, rate: float, seconds: float) -> list[float]:
-    """Open-loop GETs of /tasks/{id} at `rate` per second for `seconds`; each latency in s."""
+async def api_latency(url: str, headers: dict[str, str], task_id: int, rate: float, seconds: float) -> list[float]:
+    """Open-loop GETs of /tasks/{id} at `rate` per second for `seconds` (sending `headers`:
+    the token); each latency in s."""
     latencies: list[float] = []
     limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=30) as client:
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=30, headers=headers) as client:
         async def one() -> None:
             t0 = time.perf_counter()
             response = await client.get(f"/api/v1/tasks/{task_id}")

@@ -17,6 +17,7 @@ from tunefleet.server.db import follow_outages, make_engine, make_sessionmaker
 from tunefleet.server.errors import install_error_handlers
 from tunefleet.server.metrics import MetricsMiddleware, QueueCollector, StoreCollector
 from tunefleet.server.queue import LazyConnection, server_name
+from tunefleet.server.ratelimit import SubmissionLimiter
 from tunefleet.settings import Settings
 from tunefleet.worker.redisconn import Outages, count_reconnects
 
@@ -53,6 +54,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.sessionmaker = sessions
     app.state.artifact_store = ArtifactStore(settings.artifacts)
     app.state.redis = redis
+    app.state.submissions = SubmissionLimiter(settings.max_submissions_per_minute, redis)
     app.state.metrics_registry = registry
     app.add_middleware(BodyLimit, limit_for=body_limits(settings))
     app.add_middleware(MetricsMiddleware, registry=registry)  # outermost: counts 413s too

@@ -1,9 +1,10 @@
 """The web dashboard: tasks, one task's progress, and workers, served at `/`.
 
-Pages are small Jinja2 shells; `static/dashboard.js` fills them from the public JSON API
+Pages are small Jinja2 shells; `static/dashboard.js` fills them from the JSON API
 and polls while something is running. Every script and style comes from `static/` (no CDN,
 no web fonts: tuning hosts are often offline), and the pages' Content-Security-Policy
-admits nothing else. Reads are public like the API; actions (submit, cancel, download)
+admits nothing else. The shells are public; the JSON they read needs a token like the rest
+of the API (unless the server's `anonymous_read` opens reads), and actions (submit, cancel, download)
 send the user's bearer token, kept in the browser's localStorage.
 
 One endpoint is added to the API for the task page: `GET /api/v1/tasks/{id}/progress`,
@@ -30,12 +31,12 @@ from tunefleet import __version__
 from tunefleet.server.api.routes import API_PREFIX
 from tunefleet.server.db import utcnow
 from tunefleet.server.db.models import Task, Trial, TrialStatus
-from tunefleet.server.deps import SessionDep, in_session
+from tunefleet.server.deps import Caller, ReadAuth, SessionDep, in_session
 from tunefleet.server.errors import NotFound
 from tunefleet.server.schemas.common import DB_INT_MAX
 from tunefleet.server.schemas.errors import errors
 from tunefleet.server.schemas.tasks import TaskOut
-from tunefleet.server.services import tasks
+from tunefleet.server.services import access, tasks
 
 HERE = Path(__file__).parent
 STATIC = HERE / "static"
@@ -104,16 +105,17 @@ class ProgressOut(BaseModel):
 api_router = APIRouter(prefix=f"{API_PREFIX}/tasks", tags=["dashboard"])
 
 
-@api_router.get("/{task_id}/progress", response_model=ProgressOut, responses=errors(404, 422))
+@api_router.get("/{task_id}/progress", response_model=ProgressOut, responses=errors(401, 403, 404, 422))
 async def task_progress(
-    task_id: Annotated[int, PathParam(ge=1, le=DB_INT_MAX)], request: Request
+    task_id: Annotated[int, PathParam(ge=1, le=DB_INT_MAX)], request: Request, caller: ReadAuth
 ) -> ProgressOut:
     """The task, every finished trial's time and GFLOP/s, trial counts by status, the top
-    configs, the latest errors and the best config: what the task page draws."""
-    return await in_session(request, lambda session: _progress(session, task_id))
+    configs, the latest errors and the best config: what the task page draws (another
+    user's task without its sources and error texts)."""
+    return await in_session(request, lambda session: _progress(session, task_id, caller))
 
 
-def _progress(session: Session, task_id: int) -> ProgressOut:
+def _progress(session: Session, task_id: int, caller: Caller) -> ProgressOut:
     task = tasks.get(session, task_id)
     finished = session.execute(
         select(Trial.id, Trial.status, Trial.latency_s, Trial.finished_at)
@@ -155,7 +157,7 @@ def _progress(session: Session, task_id: int) -> ProgressOut:
     except NotFound:
         best_trial = None
     return ProgressOut(
-        task=TaskOut.model_validate(task),
+        task=access.task_out(task, caller),
         now=utcnow(),
         finished=len(finished),
         points=points,
@@ -165,7 +167,7 @@ def _progress(session: Session, task_id: int) -> ProgressOut:
             TrialError(
                 trial_id=t.id,
                 status=TrialStatus(t.status),
-                error=_clip(t.error or ""),
+                error=_clip(t.error or "") if caller.owns(task.owner) else access.HIDDEN,
                 finished_at=t.finished_at,
                 worker_id=t.worker_id,
             )

@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from typing import Annotated, TypeVar
 
 from fastapi import Depends, HTTPException, Request, status
@@ -13,7 +14,7 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from tunefleet.server.artifact_store import ArtifactStore
-from tunefleet.server.db.models import ApiToken, TokenScope
+from tunefleet.server.db.models import TokenScope
 from tunefleet.server.services import tokens
 from tunefleet.settings import Settings
 
@@ -68,37 +69,70 @@ StoreDep = Annotated[ArtifactStore, Depends(get_store)]
 
 _bearer = HTTPBearer(auto_error=False, description="a token from `tunefleet token create`")
 
+#: The token scopes each required scope admits (admin admits everything).
+ADMITS: dict[TokenScope, frozenset[TokenScope]] = {
+    TokenScope.READ: frozenset({TokenScope.READ, TokenScope.USER, TokenScope.ADMIN}),
+    TokenScope.USER: frozenset({TokenScope.USER, TokenScope.ADMIN}),
+    TokenScope.WORKER: frozenset({TokenScope.WORKER, TokenScope.ADMIN}),
+    TokenScope.ADMIN: frozenset({TokenScope.ADMIN}),
+}
 
-def require_scope(scope: TokenScope) -> Callable[..., ApiToken]:
-    """A dependency admitting a valid bearer token of `scope` (or `admin`): 401 without a
-    valid token, 403 with one of another scope."""
 
-    def check(
-        session: SessionDep,
+@dataclass(frozen=True)
+class Caller:
+    """Who sent a request: the token's name and scope, or anonymous (both None; only for
+    reads, and only where the server's `anonymous_read` setting opens them)."""
+
+    name: str | None
+    scope: TokenScope | None
+
+    @property
+    def admin(self) -> bool:
+        """Whether the caller may act on every task."""
+        return self.scope is TokenScope.ADMIN
+
+    def owns(self, owner: str | None) -> bool:
+        """Whether the caller may manage a task owned by `owner` (its owner or an admin)."""
+        return self.admin or (self.name is not None and self.name == owner)
+
+
+def _caller(session: Session, secret: str) -> Caller | None:
+    token = tokens.authenticate(session, secret)
+    return None if token is None else Caller(token.name, TokenScope(token.scope))
+
+
+def _unauthorized(detail: str) -> HTTPException:
+    return HTTPException(status.HTTP_401_UNAUTHORIZED, detail, headers={"WWW-Authenticate": "Bearer"})
+
+
+def require_scope(scope: TokenScope) -> Callable[..., Awaitable[Caller]]:
+    """A dependency admitting a valid bearer token of a scope that ADMITS `scope`: 401
+    without a valid token (for `read`, none is needed where the server's `anonymous_read`
+    setting is on), 403 with one of another scope. The token is looked up in one trip to
+    the thread pool (in_session)."""
+
+    async def check(
+        request: Request,
         credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-    ) -> ApiToken:
+    ) -> Caller:
         if credentials is None:
-            raise HTTPException(
-                status.HTTP_401_UNAUTHORIZED,
-                "missing bearer token (Authorization: Bearer <token>)",
-                headers={"WWW-Authenticate": "Bearer"},
-            )
-        token = tokens.authenticate(session, credentials.credentials)
-        if token is None:
-            raise HTTPException(
-                status.HTTP_401_UNAUTHORIZED,
-                "invalid or revoked token",
-                headers={"WWW-Authenticate": "Bearer"},
-            )
-        if token.scope not in (scope, TokenScope.ADMIN):
+            if scope is TokenScope.READ and request.app.state.settings.anonymous_read:
+                return Caller(None, None)
+            raise _unauthorized("missing bearer token (Authorization: Bearer <token>)")
+        secret = credentials.credentials
+        caller = await in_session(request, lambda session: _caller(session, secret))
+        if caller is None:
+            raise _unauthorized("invalid or revoked token")
+        if caller.scope not in ADMITS[scope]:
             raise HTTPException(
                 status.HTTP_403_FORBIDDEN,
-                f"a {token.scope} token cannot do this; it needs a {scope} token",
+                f"a {caller.scope} token cannot do this; it needs a {scope} token",
             )
-        return token
+        return caller
 
     return check
 
 
-UserAuth = Annotated[ApiToken, Depends(require_scope(TokenScope.USER))]
-WorkerAuth = Annotated[ApiToken, Depends(require_scope(TokenScope.WORKER))]
+ReadAuth = Annotated[Caller, Depends(require_scope(TokenScope.READ))]
+UserAuth = Annotated[Caller, Depends(require_scope(TokenScope.USER))]
+WorkerAuth = Annotated[Caller, Depends(require_scope(TokenScope.WORKER))]

@@ -221,7 +221,8 @@ class EmbeddedService:
         from tunefleet.worker.host import default_name
 
         name = default_name(self.cpus)
-        workers = httpx.get(f"{self.url}/api/v1/workers", timeout=5).json()["items"]
+        workers = httpx.get(f"{self.url}/api/v1/workers", timeout=5,
+                            headers={"Authorization": f"Bearer {self.user_token}"}).json()["items"]
         return any(w["name"] == name and dt.datetime.fromisoformat(w["last_heartbeat"]) >= self._started
                    for w in workers)
 

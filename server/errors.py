@@ -56,6 +56,18 @@ class Conflict(RuntimeError):
     """The request is valid but the resource's state forbids it (409)."""
 
 
+class Forbidden(PermissionError):
+    """The caller may not act on this resource (403): not its owner, not an admin."""
+
+
+class TooManyRequests(RuntimeError):
+    """The caller sent too many requests of this kind (429); try again in `retry_after_s`."""
+
+    def __init__(self, message: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 def clip(text: str, limit: int = MAX_MESSAGE) -> str:
     """`text` cut to `limit` characters, marked with an ellipsis when cut."""
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -98,6 +110,15 @@ async def _not_found(_request: Request, exc: Exception) -> JSONResponse:
 
 async def _conflict(_request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"detail": str(exc)}, status_code=409)
+
+
+async def _forbidden(_request: Request, exc: Exception) -> JSONResponse:
+    return JSONResponse({"detail": str(exc)}, status_code=403)
+
+
+async def _too_many(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, TooManyRequests)
+    return JSONResponse({"detail": str(exc)}, status_code=429, headers={"Retry-After": str(exc.retry_after_s)})
 
 
 def unavailable(what: str, exc: BaseException) -> JSONResponse:
@@ -145,6 +166,8 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(FieldError, _field_error)
     app.add_exception_handler(NotFound, _not_found)
     app.add_exception_handler(Conflict, _conflict)
+    app.add_exception_handler(Forbidden, _forbidden)
+    app.add_exception_handler(TooManyRequests, _too_many)
     app.add_exception_handler(OperationalError, _database_down)  # psycopg: the server went away
     app.add_exception_handler(RedisConnectionError, _redis_down)
     app.add_exception_handler(RedisTimeoutError, _redis_down)

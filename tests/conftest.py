@@ -152,15 +152,17 @@ def redis(redis_url: str) -> Iterator[Redis]:
 @pytest.fixture
 def settings(database_url: str, tmp_path: Path, redis_url: str) -> Settings:
     """Settings of a service whose home, database and artifact store are private to the test
-    (Redis is the tests' one)."""
+    (Redis is the tests' one, so submissions per minute, counted there by token name, are
+    not limited: test_server_bounds tests that limit)."""
     from tunefleet.settings import Settings
 
-    return Settings(home=tmp_path / "home", database_url=database_url, redis_url=redis_url)
+    return Settings(home=tmp_path / "home", database_url=database_url, redis_url=redis_url,
+                    max_submissions_per_minute=1_000_000)
 
 
 @pytest.fixture
-def api(settings: Settings) -> Iterator[TestClient]:
-    """A TestClient on `create_app(settings)` (lifespan run)."""
+def anonymous(settings: Settings) -> Iterator[TestClient]:
+    """A TestClient on `create_app(settings)` (lifespan run) that sends no token."""
     from fastapi.testclient import TestClient
 
     from tunefleet.server.app import create_app
@@ -170,8 +172,22 @@ def api(settings: Settings) -> Iterator[TestClient]:
 
 
 @pytest.fixture
+def api(settings: Settings, tokens: dict[str, dict[str, str]]) -> Iterator[TestClient]:
+    """A TestClient like `anonymous` that sends the admin token unless a request names
+    another: for the tests of what the API does, not of who may (test_server_ownership,
+    test_server_auth)."""
+    from fastapi.testclient import TestClient
+
+    from tunefleet.server.app import create_app
+
+    with TestClient(create_app(settings), headers=tokens["admin"]) as client:
+        yield client
+
+
+@pytest.fixture
 def tokens(settings: Settings) -> dict[str, dict[str, str]]:
-    """Bearer headers for one token of each scope: {"user": {...}, "worker": ..., "admin": ...}."""
+    """Bearer headers for one token of each scope: {"read": {...}, "user": ..., "worker": ...,
+    "admin": ...}; each token is named after its scope."""
     from tunefleet.server.db import make_engine, make_sessionmaker
     from tunefleet.server.db.models import TokenScope
     from tunefleet.server.services import tokens as token_service

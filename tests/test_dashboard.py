@@ -108,7 +108,7 @@ def test_header_endpoint_gives_the_prototype_of_a_real_artifact(api, db, setting
     record(db, task, [("ok", 1e-5, None)])
     finish(db, task, archive)
 
-    body = api.get(f"/api/v1/tasks/{task.id}/artifact/header").json()  # no token: public
+    body = api.get(f"/api/v1/tasks/{task.id}/artifact/header").json()  # readable like the task
     assert body["kernel"] == name and body["file_name"] == f"{name}.h"
     assert body["text"].startswith("/*") and f"#ifndef TUNEFLEET_KERNEL_{name.upper()}_H_" in body["text"]
     prototype = body["prototype"]

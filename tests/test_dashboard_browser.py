@@ -58,17 +58,21 @@ class Server:
 def server(_migrated_sqlite: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """`tunefleet server` on a private SQLite store, shared by this module's tests (each
     empties the store first). Its Redis is unreachable on purpose: no tuner may pick these
-    tasks up (submission only logs that it could not enqueue)."""
+    tasks up (submission only logs that it could not enqueue). Reads are open to anonymous
+    requests (TUNEFLEET_ANONYMOUS_READ), so pages can be checked with and without a token;
+    the token is an admin's, as the arranged tasks have no owner. Reading with a token from a
+    server that needs one is checked in test_dashboard_e2e."""
     tmp = tmp_path_factory.mktemp("dashboard")
     home = tmp / "home"
     url = copy_database(_migrated_sqlite, home)
     engine = make_engine(url)
     with make_sessionmaker(engine)() as session:
-        token = tokens.create(session, "dashboard-user", TokenScope.USER)
+        token = tokens.create(session, "dashboard-admin", TokenScope.ADMIN)
     engine.dispose()
     port = free_port()
     env = {**os.environ, "TUNEFLEET_HOME": str(home), "TUNEFLEET_DATABASE_URL": url,
-           "TUNEFLEET_PORT": str(port), "TUNEFLEET_REDIS_URL": "redis://127.0.0.1:1/0"}
+           "TUNEFLEET_PORT": str(port), "TUNEFLEET_REDIS_URL": "redis://127.0.0.1:1/0",
+           "TUNEFLEET_ANONYMOUS_READ": "true"}
     log = tmp / "server.log"
     with log.open("w") as out:
         process = subprocess.Popen([TUNEFLEET, "server"], env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -208,7 +212,8 @@ def test_task_page_follows_a_run_live_and_stops_when_it_ends(browser, service: S
     archive, kernel = real_artifact({"M": 32, "N": 16, "K": 8}, tmp_path / "built")
     store_archive(service.artifacts, archive)
 
-    with tab(browser, service.url, "wide") as t, tab(browser, service.url, "phone") as listing:
+    # error texts are for the task's owner and admins (the token here is an admin's)
+    with tab(browser, service.url, "wide", token=service.token) as t, tab(browser, service.url, "phone") as listing:
         page = t.page
         t.goto(f"/tasks/{task.id}")
         chart = page.locator("#chart-trials")

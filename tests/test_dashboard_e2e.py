@@ -86,16 +86,17 @@ def browser() -> Iterator[object]:
 def test_submit_watch_download_and_cancel_through_the_dashboard(up: Up, browser, tmp_path: Path) -> None:
     with tab(browser, up.url, "wide") as t:
         page = t.page
+        # without a token the shell loads but its reads are refused: it asks for the token
+        # `tunefleet up` printed, which is entered once and kept by the browser
         t.goto("/workers")
-        page.locator("#workers-table tbody tr").first.wait_for()
-        t.shot("e2e-workers")
-        t.assert_no_horizontal_scroll()
-
-        # the token `tunefleet up` printed, entered once and kept by the browser
-        page.click("#token-summary")
+        page.wait_for_function("() => document.getElementById('token-box').open")
+        assert page.locator("#workers-table tbody tr").count() == 0
         page.fill("#token-input", up.token)
         page.click("#token-form button[type=submit]")
         assert page.evaluate("() => localStorage.getItem('tunefleet.token')") == up.token
+        page.locator("#workers-table tbody tr").first.wait_for()
+        t.shot("e2e-workers")
+        t.assert_no_horizontal_scroll()
 
         # submit a small matmul through the form
         t.goto("/")
@@ -115,7 +116,8 @@ def test_submit_watch_download_and_cancel_through_the_dashboard(up: Up, browser,
         task_id = int(page.get_attribute("#submitted-link", "href").rsplit("/", 1)[1])
 
         # while it tunes, the list and two more tabs follow it without a reload: its page, the workers
-        with tab(browser, up.url, "wide") as detail, tab(browser, up.url, "wide") as workers:
+        with tab(browser, up.url, "wide", token=up.token) as detail, \
+                tab(browser, up.url, "wide", token=up.token) as workers:
             detail.goto(f"/tasks/{task_id}")
             workers.goto("/workers")
             row = f"document.querySelector(\"tr[data-task-id='{task_id}'] .trials-done\")"

@@ -1,5 +1,6 @@
-"""Bearer-token auth: every write and every artifact download needs a token of the right
-scope; reads need none; tokens are stored hashed."""
+"""Bearer-token auth: every request but the health checks needs a token of the right scope
+(reads: read, user or admin; anonymous reads only where the server opens them); tokens are
+stored hashed."""
 
 from __future__ import annotations
 
@@ -32,53 +33,66 @@ WORKER_ENDPOINTS = [
 ]
 
 
-def call(api, method, path, body, headers=None):
-    return api.request(method, path, json=body, headers=headers or {})
+def call(client, method, path, body, headers=None):
+    return client.request(method, path, json=body, headers=headers or {})
 
 
 @pytest.mark.parametrize(("method", "path", "body"), USER_ENDPOINTS + WORKER_ENDPOINTS)
-def test_no_or_bad_token_is_401_and_changes_nothing(api, tokens, snapshot, method, path, body) -> None:
+def test_no_or_bad_token_is_401_and_changes_nothing(anonymous, tokens, snapshot, method, path, body) -> None:
     before = snapshot()
     for headers in ({}, {"Authorization": "Bearer tf_not_a_token"}, {"Authorization": "Basic dTpw"}):
-        response = call(api, method, path, body, headers)
+        response = call(anonymous, method, path, body, headers)
         assert response.status_code == 401, response.text
         assert response.headers["www-authenticate"] == "Bearer"
     assert snapshot() == before
 
 
 @pytest.mark.parametrize(("method", "path", "body"), USER_ENDPOINTS)
-def test_worker_token_cannot_do_user_things(api, tokens, snapshot, method, path, body) -> None:
+def test_worker_token_cannot_do_user_things(anonymous, tokens, snapshot, method, path, body) -> None:
     before = snapshot()
-    response = call(api, method, path, body, tokens["worker"])
+    response = call(anonymous, method, path, body, tokens["worker"])
     assert response.status_code == 403 and "user token" in response.json()["detail"]
     assert snapshot() == before
 
 
 @pytest.mark.parametrize(("method", "path", "body"), WORKER_ENDPOINTS)
-def test_user_token_cannot_do_worker_things(api, tokens, snapshot, method, path, body) -> None:
+def test_user_token_cannot_do_worker_things(anonymous, tokens, snapshot, method, path, body) -> None:
     before = snapshot()
-    assert call(api, method, path, body, tokens["user"]).status_code == 403
+    assert call(anonymous, method, path, body, tokens["user"]).status_code == 403
     assert snapshot() == before
 
 
-def test_admin_token_may_do_both(api, tokens) -> None:
-    assert call(api, "POST", "/api/v1/tasks", TASK, tokens["admin"]).status_code == 201
-    assert call(api, "POST", "/api/v1/workers/register", WORKER, tokens["admin"]).status_code == 200
+def test_admin_token_may_do_both(anonymous, tokens) -> None:
+    assert call(anonymous, "POST", "/api/v1/tasks", TASK, tokens["admin"]).status_code == 201
+    assert call(anonymous, "POST", "/api/v1/workers/register", WORKER, tokens["admin"]).status_code == 200
 
 
-def test_auth_comes_before_validation(api) -> None:
-    assert call(api, "POST", "/api/v1/tasks", {"op": 1}).status_code == 401
+def test_auth_comes_before_validation(anonymous) -> None:
+    assert call(anonymous, "POST", "/api/v1/tasks", {"op": 1}).status_code == 401
 
 
-def test_reads_need_no_token(api) -> None:
-    for path in ("/api/v1/tasks", "/api/v1/workers", "/api/v1/ops", "/api/v1/targets",
-                 "/api/v1/healthz", "/api/v1/metrics", "/openapi.json", "/docs"):
-        assert api.get(path).status_code == 200, path
+def test_reads_need_a_read_token_unless_the_server_opens_them(anonymous, tokens, settings) -> None:
+    reads = ("/api/v1/tasks", "/api/v1/workers", "/api/v1/ops", "/api/v1/targets", "/api/v1/metrics")
+    for path in reads:
+        assert anonymous.get(path).status_code == 401, path
+        for scope in ("read", "user", "admin"):
+            assert anonymous.get(path, headers=tokens[scope]).status_code == 200, (path, scope)
+        assert anonymous.get(path, headers=tokens["worker"]).status_code == 403, path
+    for path in ("/api/v1/healthz", "/openapi.json", "/docs", "/"):  # the checks, the docs, the dashboard's shell
+        assert anonymous.get(path).status_code == 200, path
+    from fastapi.testclient import TestClient
+
+    from tunefleet.server.app import create_app
+
+    with TestClient(create_app(settings.model_copy(update={"anonymous_read": True}))) as opened:
+        for path in reads:
+            assert opened.get(path).status_code == 200, path
+        assert opened.post("/api/v1/tasks", json=TASK).status_code == 401
 
 
-def test_revoked_token_is_401(api, tokens, db) -> None:
+def test_revoked_token_is_401(anonymous, tokens, db) -> None:
     token_service.revoke(db, "user")
-    assert call(api, "POST", "/api/v1/tasks", TASK, tokens["user"]).status_code == 401
+    assert call(anonymous, "POST", "/api/v1/tasks", TASK, tokens["user"]).status_code == 401
 
 
 def test_cli_token_is_printed_once_and_stored_only_hashed(database_url, tmp_path: Path, db) -> None:

@@ -5,6 +5,7 @@ bodies that name the field without echoing the input back."""
 from __future__ import annotations
 
 import hashlib
+import uuid
 
 import httpx
 import pytest
@@ -149,3 +150,41 @@ def test_a_422_echoes_only_a_short_excerpt(api, tokens) -> None:
         for error in response.json()["detail"]:
             assert error["loc"][0] == "body" and len(error["msg"]) <= 300
             assert len(str(error["input"])) <= 80
+
+
+@pytest.fixture
+def limited(settings, db) -> tuple[TestClient, dict[str, str], dict[str, str]]:
+    """The API with 4 submissions per minute and 2 unfinished tasks per user, and two user
+    tokens of names no other test uses (submissions are counted in the tests' Redis)."""
+    from tunefleet.server.db.models import TokenScope
+    from tunefleet.server.services import tokens as token_service
+
+    users = [{"Authorization": f"Bearer {token_service.create(db, f'u-{uuid.uuid4().hex}', TokenScope.USER)}"}
+             for _ in range(2)]
+    app = create_app(settings.model_copy(update={"max_submissions_per_minute": 4, "max_queued_tasks_per_user": 2}))
+    with TestClient(app) as client:
+        yield client, *users
+
+
+def test_unfinished_tasks_per_user_are_bounded(limited, snapshot) -> None:
+    client, user, other = limited
+    first, _ = (client.post("/api/v1/tasks", json=MATMUL, headers=user).json() for _ in range(2))
+    before = snapshot()
+    refused = client.post("/api/v1/tasks", json=MATMUL, headers=user)
+    assert refused.status_code == 409 and "max_queued_tasks_per_user" in refused.json()["detail"]
+    assert snapshot() == before
+    assert client.post("/api/v1/tasks", json=MATMUL, headers=other).status_code == 201  # per user
+    assert client.post(f"/api/v1/tasks/{first['id']}/cancel", headers=user).status_code == 200
+    assert client.post("/api/v1/tasks", json=MATMUL, headers=user).status_code == 201
+
+
+def test_submissions_per_user_and_minute_are_bounded(limited, snapshot) -> None:
+    client, user, other = limited
+    for _ in range(4):  # invalid ones count too: each costs the server its validation
+        assert client.post("/api/v1/tasks", json={**MATMUL, "op": "nope"}, headers=user).status_code == 422
+    before = snapshot()
+    refused = client.post("/api/v1/tasks", json=MATMUL, headers=user)
+    assert refused.status_code == 429 and "max_submissions_per_minute" in refused.json()["detail"]
+    assert 1 <= int(refused.headers["Retry-After"]) <= 60
+    assert snapshot() == before
+    assert client.post("/api/v1/tasks", json=MATMUL, headers=other).status_code == 201  # per user

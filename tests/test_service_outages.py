@@ -91,7 +91,8 @@ def test_database_cut_off_for_a_minute_mid_task(tmp_path: Path, private_redis: P
         proxy.cut()
         back_at = time.monotonic() + OUTAGE_S
         while time.monotonic() < back_at:  # the API says it is unavailable and when to retry
-            response = httpx.get(f"{service.url}/api/v1/tasks/{task['id']}", timeout=30)
+            response = httpx.get(f"{service.url}/api/v1/tasks/{task['id']}", timeout=30,
+                                 headers={"Authorization": f"Bearer {service.user_token}"})
             assert response.status_code == 503 and int(response.headers["Retry-After"]) > 0, response.text
             assert "database" in response.json()["detail"]
             time.sleep(5)

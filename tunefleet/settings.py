@@ -49,6 +49,22 @@ class Settings(BaseSettings):
         default=5.0, gt=0, description="how often each tuner looks for tasks that need a tuner"
     )
 
+    anonymous_read: bool = Field(
+        default=False,
+        description="let requests without a token read what a `read` token may (lists, progress, "
+        "best GFLOP/s; never sources); off: every request but the health checks needs a token",
+    )
+    max_queued_tasks_per_user: int = Field(
+        default=100, ge=1,
+        description="unfinished tasks one user may have (409 past it): a fleet measures a few "
+        "tasks at a time; 100 waiting already means hours of queue",
+    )
+    max_submissions_per_minute: int = Field(
+        default=60, ge=1,
+        description="task submissions per user and minute (429 with Retry-After past it): a "
+        "script submitting a model's layers needs a few dozen",
+    )
+
     # Bounds on what one request may ask of the service (HTTP 422 / 413 past them). The
     # defaults admit every workload of the benchmarks (the largest: a 4096^3 matmul,
     # 192 MiB of operands) and stop requests that would tie up a worker or the server.

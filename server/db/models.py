@@ -63,9 +63,11 @@ class WorkerState(enum.StrEnum):
 
 
 class TokenScope(enum.StrEnum):
-    """`user` submits, cancels and downloads; `worker` registers, heartbeats and uploads;
-    `admin` may do both."""
+    """`read`: lists, progress, best GFLOP/s (no one's sources); `user`: that, and submit and
+    manage one's own tasks; `worker`: register, heartbeat and upload; `admin`: everything,
+    every task."""
 
+    READ = "read"
     USER = "user"
     WORKER = "worker"
     ADMIN = "admin"
@@ -94,6 +96,8 @@ class Task(Base):
     reuse: Mapped[bool] = mapped_column(Boolean, default=False)
     status: Mapped[str] = _status(TaskStatus, TaskStatus.QUEUED)
     error: Mapped[str | None] = mapped_column(Text)
+    # The name of the token that submitted it; NULL for a task older than owners (admins only).
+    owner: Mapped[str | None] = mapped_column(String(128), index=True)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
     started_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
     finished_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)

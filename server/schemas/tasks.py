@@ -102,6 +102,10 @@ class TaskOut(BaseModel):
     reuse: bool
     status: TaskStatus
     error: str | None
+    owner: str | None = Field(description="the token (user) that submitted it; null: older than owners")
+    sources_hidden: bool = Field(
+        default=False, description="true when its sources (object-valued arguments) and error text are "
+        "hidden: only its owner and admins see them")
     created_at: dt.datetime
     started_at: dt.datetime | None
     finished_at: dt.datetime | None

@@ -64,10 +64,11 @@ def gflops(flop: int, latency_s: float) -> float:
 
 
 def submit(
-    session: Session, request: TaskCreate, lost_after_s: float = 30.0, *, limits: Settings | None = None
+    session: Session, request: TaskCreate, lost_after_s: float = 30.0, *, limits: Settings | None = None,
+    owner: str | None = None,
 ) -> Task:
     """Validate `request` against the compiler (and the bounds of the server's settings
-    `limits`, when given) and store it as a new task (committed).
+    `limits`, when given) and store it as a new task of `owner` (committed).
 
     Without a device key, the task goes to the one pool of live workers (heartbeat within
     `lost_after_s`) of the target's kind (any kind when no target is named); with none or
@@ -100,6 +101,7 @@ def submit(
         budget=request.budget.model_dump(),
         protocol=request.protocol.model_dump(),
         reuse=request.reuse,
+        owner=owner,
         status=S.QUEUED,
         trials_done=0,
     )

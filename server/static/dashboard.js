@@ -1,8 +1,9 @@
-/* tunefleet dashboard: plain JavaScript over the public /api/v1, no libraries.
+/* tunefleet dashboard: plain JavaScript over /api/v1, no libraries.
  *
  * Every page polls the API while something it shows can still change and stops when it
- * cannot (a task page stops when its task ends). Reads need no token; submit, cancel and
- * download send the user's bearer token from localStorage. Untrusted text (errors,
+ * cannot (a task page stops when its task ends). Every request sends the bearer token kept
+ * in localStorage (reads need one unless the server opens them; submit, cancel and download
+ * a user token); without one the token box opens. Untrusted text (errors,
  * configs, names) only ever enters the page as text nodes.
  */
 "use strict";
@@ -176,8 +177,8 @@
     }
   }
 
-  async function api(path, { method = "GET", body, auth = false, raw = false } = {}) {
-    const headers = { Accept: "application/json", ...(auth ? authHeaders() : {}) };
+  async function api(path, { method = "GET", body, raw = false } = {}) {
+    const headers = { Accept: "application/json", ...authHeaders() };
     if (body !== undefined) headers["Content-Type"] = "application/json";
     let response;
     try {
@@ -195,6 +196,7 @@
     let data = text;
     try { data = text ? JSON.parse(text) : null; } catch { /* not JSON */ }
     if (!response.ok) {
+      if (response.status === 401 && !getToken()) openTokenBox();
       throw new HttpError(response.status, data && typeof data === "object" && "detail" in data ? data.detail : data);
     }
     return data;
@@ -659,7 +661,7 @@
       msg.className = "form-msg";
       msg.textContent = "Submitting…";
       try {
-        const task = await api("/tasks", { method: "POST", body, auth: true });
+        const task = await api("/tasks", { method: "POST", body });
         msg.className = "form-msg ok";
         replace(msg, `Submitted task #${task.id} (${humanStatus(task.status)}). `,
           h("a", { href: `/tasks/${task.id}`, id: "submitted-link", text: "Watch it →" }));
@@ -778,7 +780,7 @@
       confirm.hidden = true;
       say("Cancelling…");
       try {
-        await api(`/tasks/${state.id}/cancel`, { method: "POST", auth: true });
+        await api(`/tasks/${state.id}/cancel`, { method: "POST" });
         say("Task cancelled.", "ok");
       } catch (err) {
         cancel.hidden = false;
@@ -793,7 +795,7 @@
       button.disabled = true;
       say("Downloading…");
       try {
-        const response = await api(`/tasks/${state.id}/artifact`, { auth: true, raw: true });
+        const response = await api(`/tasks/${state.id}/artifact`, { raw: true });
         const blob = await response.blob();
         const expected = response.headers.get("x-content-sha256");
         const disposition = response.headers.get("content-disposition") || "";

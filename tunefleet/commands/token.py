@@ -29,8 +29,9 @@ def token_group() -> None:
 
 @token_group.command("create")
 @click.option("--name", required=True, help="a unique name, e.g. the user or worker host")
-@click.option("--scope", type=click.Choice(["user", "worker", "admin"]), default="user",
-              show_default=True, help="user: submit/cancel/download; worker: worker endpoints")
+@click.option("--scope", type=click.Choice(["read", "user", "worker", "admin"]), default="user",
+              show_default=True, help="read: lists, progress, best GFLOP/s; user: that, and submit and manage "
+              "one's own tasks; worker: the worker endpoints; admin: everything, every task")
 def create_command(name: str, scope: str) -> None:
     """Create a token and print it; it is shown only this once."""
     from tunefleet.server.db.models import TokenScope

@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter
 
 from tunefleet.server.api.routes import API_PREFIX
-from tunefleet.server.deps import SessionDep, SettingsDep
+from tunefleet.server.deps import ReadAuth, SessionDep, SettingsDep
 from tunefleet.server.schemas.catalog import OpOut
 from tunefleet.server.schemas.errors import errors
 from tunefleet.server.services import catalog, pools
@@ -15,14 +15,14 @@ from tunefleet.server.services import catalog, pools
 router = APIRouter(prefix=API_PREFIX, tags=["catalog"])
 
 
-@router.get("/ops", response_model=list[OpOut])
-def list_ops() -> list[dict[str, Any]]:
+@router.get("/ops", response_model=list[OpOut], responses=errors(401, 403))
+def list_ops(_caller: ReadAuth) -> list[dict[str, Any]]:
     """Operator families with their arguments (types, bounds, defaults, choices) and targets."""
     return catalog.operators()
 
 
-@router.get("/targets", responses=errors())
-def list_targets(session: SessionDep, settings: SettingsDep) -> list[dict[str, Any]]:
+@router.get("/targets", responses=errors(401, 403))
+def list_targets(session: SessionDep, settings: SettingsDep, _caller: ReadAuth) -> list[dict[str, Any]]:
     """Target kinds the compiler generates code for, with their options, and under `pools`
     each device key with live workers of that kind: the best target its hosts execute (a
     task's default there) and every target they support."""

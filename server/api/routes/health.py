@@ -14,7 +14,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from tunefleet import __version__
 from tunefleet.server.api.routes import API_PREFIX
 from tunefleet.server.db.models import Task, TaskStatus
-from tunefleet.server.deps import SessionDep
+from tunefleet.server.deps import ReadAuth, SessionDep
 from tunefleet.server.errors import RETRY_AFTER_S
 from tunefleet.server.schemas.errors import errors
 
@@ -60,8 +60,8 @@ def healthz(session: SessionDep) -> JSONResponse:
     return JSONResponse({"status": "ok", "version": __version__, "database": "ok"})
 
 
-@router.get("/metrics", response_class=PlainTextResponse, responses=errors())
-def metrics(request: Request) -> PlainTextResponse:
+@router.get("/metrics", responses={200: {"content": {"text/plain": {}}}, **errors(401, 403)})
+def metrics(request: Request, _caller: ReadAuth) -> PlainTextResponse:
     """Prometheus text exposition of the HTTP and store metrics."""
     return PlainTextResponse(
         generate_latest(request.app.state.metrics_registry), media_type=CONTENT_TYPE_LATEST

@@ -12,12 +12,12 @@ from sqlalchemy.orm import Session
 from tunefleet.server import artifact_store, queue
 from tunefleet.server.api.routes import API_PREFIX
 from tunefleet.server.db.models import TaskStatus, TrialStatus
-from tunefleet.server.deps import RedisDep, SessionDep, SettingsDep, StoreDep, UserAuth, in_session
+from tunefleet.server.deps import ReadAuth, RedisDep, SessionDep, SettingsDep, StoreDep, UserAuth, in_session
 from tunefleet.server.schemas.artifacts import ArtifactHeaderOut
 from tunefleet.server.schemas.common import DB_INT_MAX, Page
 from tunefleet.server.schemas.errors import errors
 from tunefleet.server.schemas.tasks import BestOut, TaskCreate, TaskOut, TrialOut
-from tunefleet.server.services import artifacts, tasks
+from tunefleet.server.services import access, artifacts, tasks
 
 router = APIRouter(prefix=f"{API_PREFIX}/tasks", tags=["tasks"])
 
@@ -27,74 +27,85 @@ Offset = Annotated[int, Query(ge=0, le=DB_INT_MAX)]
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=TaskOut,
-             responses=errors(400, 401, 403, 413, 422))
+             responses=errors(400, 401, 403, 409, 413, 422, 429))
 def submit_task(
-    body: TaskCreate, session: SessionDep, settings: SettingsDep, redis: RedisDep, _auth: UserAuth
+    request: Request, body: TaskCreate, session: SessionDep, settings: SettingsDep, redis: RedisDep,
+    caller: UserAuth,
 ) -> TaskOut:
     """Submit a tuning task; 422 names the invalid field (operator, argument, target...).
     Without `device_key` it goes to the only pool of live workers of the target's kind.
     Without a target (or with a kind alone, 'cpu') it gets the best target the key's live
-    hosts execute; a target they cannot execute is a 422 naming what they support."""
-    task = tasks.submit(session, body, settings.worker_lost_after_s, limits=settings)
+    hosts execute; a target they cannot execute is a 422 naming what they support. The task
+    belongs to the caller; 429 past their submissions per minute, 409 past their unfinished
+    tasks (settings max_submissions_per_minute, max_queued_tasks_per_user)."""
+    assert caller.name is not None
+    request.app.state.submissions.hit(caller.name)
+    access.check_queue(session, caller.name, settings.max_queued_tasks_per_user)
+    task = tasks.submit(session, body, settings.worker_lost_after_s, limits=settings, owner=caller.name)
     if task.status == TaskStatus.QUEUED:
         queue.try_enqueue_tune(settings, redis, [task.id])
-    return TaskOut.model_validate(task)
+    return access.task_out(task, caller)
 
 
-@router.get("", response_model=Page[TaskOut], responses=errors(422))
+@router.get("", response_model=Page[TaskOut], responses=errors(401, 403, 422))
 async def list_tasks(
     request: Request,
+    caller: ReadAuth,
     status: TaskStatus | None = None,
     op: Annotated[str | None, Query(max_length=64)] = None,
     device_key: Annotated[str | None, Query(max_length=64)] = None,
     limit: Limit = 50,
     offset: Offset = 0,
 ) -> Page[TaskOut]:
-    """Tasks, newest first, filtered by status, operator and device key."""
+    """Tasks, newest first, filtered by status, operator and device key; others' without
+    their sources and error text."""
 
     def page(session: Session) -> Page[TaskOut]:
         items, total = tasks.list_tasks(
             session, status=status, op=op, device_key=device_key, limit=limit, offset=offset
         )
         return Page[TaskOut](
-            items=[TaskOut.model_validate(t) for t in items], total=total, limit=limit, offset=offset
+            items=[access.task_out(t, caller) for t in items], total=total, limit=limit, offset=offset
         )
 
     return await in_session(request, page)
 
 
-@router.get("/{task_id}", response_model=TaskOut, responses=errors(404, 422))
-async def get_task(task_id: TaskId, request: Request) -> TaskOut:
-    """One task with its progress."""
-    return await in_session(request, lambda session: TaskOut.model_validate(tasks.get(session, task_id)))
+@router.get("/{task_id}", response_model=TaskOut, responses=errors(401, 403, 404, 422))
+async def get_task(task_id: TaskId, request: Request, caller: ReadAuth) -> TaskOut:
+    """One task with its progress (another user's without its sources and error text)."""
+    return await in_session(request, lambda session: access.task_out(tasks.get(session, task_id), caller))
 
 
-@router.get("/{task_id}/trials", response_model=Page[TrialOut], responses=errors(404, 422))
+@router.get("/{task_id}/trials", response_model=Page[TrialOut], responses=errors(401, 403, 404, 422))
 def list_trials(
     task_id: TaskId,
     session: SessionDep,
+    caller: ReadAuth,
     status: TrialStatus | None = None,
     order: Literal["id", "latency"] = "id",
     limit: Limit = 100,
     offset: Offset = 0,
 ) -> Page[TrialOut]:
-    """A task's trials in submission order, or fastest first with `order=latency`."""
+    """A task's trials in submission order, or fastest first with `order=latency`; their
+    error texts only for the task's owner and admins."""
+    owner = tasks.get(session, task_id).owner
     items, total = tasks.list_trials(
         session, task_id, status=status, order=order, limit=limit, offset=offset
     )
     return Page[TrialOut](
-        items=[TrialOut.model_validate(t) for t in items], total=total, limit=limit, offset=offset
+        items=[access.trial_out(t, caller, owner) for t in items], total=total, limit=limit, offset=offset
     )
 
 
-@router.get("/{task_id}/best", response_model=BestOut, responses=errors(404, 422))
-def get_best(task_id: TaskId, session: SessionDep) -> BestOut:
+@router.get("/{task_id}/best", response_model=BestOut, responses=errors(401, 403, 404, 422))
+def get_best(task_id: TaskId, session: SessionDep, caller: ReadAuth) -> BestOut:
     """The task's best trial so far (or the stored best it reused); 404 while it has none."""
     task, trial = tasks.best_trial(session, task_id)
     assert trial.latency_s is not None
     return BestOut(
         task_id=task.id,
-        trial=TrialOut.model_validate(trial),
+        trial=access.trial_out(trial, caller, task.owner),
         latency_s=trial.latency_s,
         gflops=tasks.gflops(task.flop, trial.latency_s),
         reused=trial.task_id != task.id,
@@ -103,9 +114,10 @@ def get_best(task_id: TaskId, session: SessionDep) -> BestOut:
 
 
 @router.post("/{task_id}/cancel", response_model=TaskOut, responses=errors(401, 403, 404, 409, 422))
-def cancel_task(task_id: TaskId, session: SessionDep, _auth: UserAuth) -> TaskOut:
-    """Cancel an unfinished task; 409 if it already finished."""
-    return TaskOut.model_validate(tasks.cancel(session, task_id))
+def cancel_task(task_id: TaskId, session: SessionDep, caller: UserAuth) -> TaskOut:
+    """Cancel an unfinished task (its owner or an admin); 409 if it already finished."""
+    access.require_owner(caller, tasks.get(session, task_id))
+    return access.task_out(tasks.cancel(session, task_id), caller)
 
 
 @router.get(
@@ -114,10 +126,11 @@ def cancel_task(task_id: TaskId, session: SessionDep, _auth: UserAuth) -> TaskOu
     responses={200: {"content": {"application/gzip": {}}}, **errors(401, 403, 404, 422)},
 )
 def download_artifact(
-    task_id: TaskId, session: SessionDep, store: StoreDep, _auth: UserAuth
+    task_id: TaskId, session: SessionDep, store: StoreDep, caller: UserAuth
 ) -> FileResponse:
     """The task's artifact: a tar.gz of the .so, .h, manifest.json and source. The
     `X-Content-SHA256` header carries the archive's digest."""
+    access.require_owner(caller, tasks.get(session, task_id))
     artifact = artifacts.of_task(session, task_id)
     return FileResponse(
         store.path(artifact.path),
@@ -133,9 +146,10 @@ def download_artifact(
     responses={200: {"content": {"application/octet-stream": {}}}, **errors(401, 403, 404, 422)},
 )
 def download_shared_library(
-    task_id: TaskId, session: SessionDep, store: StoreDep, _auth: UserAuth
+    task_id: TaskId, session: SessionDep, store: StoreDep, caller: UserAuth
 ) -> Response:
     """Just the artifact's shared library."""
+    access.require_owner(caller, tasks.get(session, task_id))
     artifact = artifacts.of_task(session, task_id)
     name, data = artifact_store.shared_library(store.path(artifact.path))
     return Response(
@@ -151,13 +165,14 @@ def download_shared_library(
     responses={200: {"content": {"application/gzip": {}}}, **errors(401, 403, 404, 409, 422)},
 )
 def download_multi_target_artifact(
-    task_id: TaskId, session: SessionDep, _auth: UserAuth,
+    task_id: TaskId, session: SessionDep, caller: UserAuth,
     targets: Annotated[str, Query(max_length=256, description="CPU ISAs, comma-separated, e.g. avx2,avx512")],
 ) -> Response:
     """ONE library of the task's workload for several CPU ISAs, choosing the best the CPU
     supports when it is loaded (TUNEFLEET_ISA forces one), as a tar.gz like /artifact: each
     ISA's fastest stored best record, else the default config. Built on request (seconds);
     422 naming `targets` for an ISA that cannot be dispatched to."""
+    access.require_owner(caller, tasks.get(session, task_id))
     isas = [isa.strip() for isa in targets.split(",") if isa.strip()]
     data, name = artifacts.multi_target(session, task_id, isas)
     return Response(
@@ -168,10 +183,10 @@ def download_multi_target_artifact(
     )
 
 
-@router.get("/{task_id}/artifact/header", response_model=ArtifactHeaderOut, responses=errors(404, 422))
-def get_artifact_header(task_id: TaskId, session: SessionDep, store: StoreDep) -> ArtifactHeaderOut:
+@router.get("/{task_id}/artifact/header", response_model=ArtifactHeaderOut, responses=errors(401, 403, 404, 422))
+def get_artifact_header(task_id: TaskId, session: SessionDep, store: StoreDep, _caller: ReadAuth) -> ArtifactHeaderOut:
     """The C header of the task's artifact and its prototypes, so a caller sees how to call
-    the kernel; 404 until the task has an artifact. Public like the task itself: the header
+    the kernel; 404 until the task has an artifact. Readable like the task itself: the header
     holds the kernel's interface (workload, target, argument shapes, build flags), no code;
     the library and source stay behind a user token."""
     artifact = artifacts.of_task(session, task_id)

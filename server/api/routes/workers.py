@@ -13,7 +13,7 @@ from tunefleet.server import queue
 from tunefleet.server.api.routes import API_PREFIX
 from tunefleet.server.db import utcnow
 from tunefleet.server.db.models import Worker
-from tunefleet.server.deps import RedisDep, SessionDep, SettingsDep, StoreDep, WorkerAuth, in_session
+from tunefleet.server.deps import ReadAuth, RedisDep, SessionDep, SettingsDep, StoreDep, WorkerAuth, in_session
 from tunefleet.server.schemas.artifacts import ArtifactOut
 from tunefleet.server.schemas.common import DB_INT_MAX, Page
 from tunefleet.server.schemas.errors import errors
@@ -35,9 +35,10 @@ def _out(worker: Worker, lost_after_s: float) -> WorkerOut:
     return out
 
 
-@router.get("", response_model=Page[WorkerOut], responses=errors(422))
+@router.get("", response_model=Page[WorkerOut], responses=errors(401, 403, 422))
 async def list_workers(
     request: Request,
+    _caller: ReadAuth,
     settings: SettingsDep,
     device_key: Annotated[str | None, Query(max_length=64)] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
