@@ -8,8 +8,6 @@ test-artifacts/dashboard/."""
 from __future__ import annotations
 
 import hashlib
-import os
-import re
 import signal
 import subprocess
 import time
@@ -20,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 from dashboard_browser import chromium, require_browser, tab
-from service_helpers import PROTOCOL, TUNEFLEET, free_port, wait_for
+from service_helpers import PROTOCOL, free_port, start_up, wait_for
 
 require_browser()
 
@@ -53,20 +51,10 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
     """`tunefleet up` on a fresh home (its own SQLite and private Redis); its user token is
     read from what it prints, as a user would."""
     root = tmp_path_factory.mktemp("dashboard-up")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEFLEET_") or k == "TUNEFLEET_NO_SANDBOX"}
-    env.update(TUNEFLEET_HOME=str(root / "home"))
-    port, log = free_port(), root / "up.log"
-    with log.open("w") as out:
-        process = subprocess.Popen([TUNEFLEET, "up", "--port", str(port)], env=env, stdout=out,
-                                   stderr=subprocess.STDOUT)
-
-    def token() -> str | None:
-        assert process.poll() is None, log.read_text()
-        found = re.findall(r"user token: (\S+)", log.read_text())
-        return found[-1] if found else None
-
+    port = free_port()
+    process, token = start_up(root / "home", port, root / "up.log")
     try:
-        yield Up(f"http://127.0.0.1:{port}", wait_for(token, 120, "tunefleet up to print its token", poll_s=0.2))
+        yield Up(f"http://127.0.0.1:{port}", token)
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
