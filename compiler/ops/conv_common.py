@@ -97,10 +97,15 @@ def has_epilogue(a: dict) -> bool:
 # ----------------------------------------------------------------------------- numpy references
 
 
-def _windows(xp: np.ndarray, a: dict, oh: int, ow: int, h_axis: int):
-    """Yield (kh, kw, view) with view = the input pixels that kernel tap (kh, kw) meets, i.e.
-    xp[..., kh*dh + sh*oh, kw*dw + sw*ow, ...] over all output positions (H at `h_axis`, W next)."""
-    (sh, sw), (dh, dw) = a["stride"], a["dilation"]
+def _padded_windows(a: dict, data: np.ndarray, h_axis: int):
+    """Yield (kh, kw, view) for each kernel tap: view = the pixels of the zero-padded input
+    (float64) that tap (kh, kw) meets over all output positions, i.e.
+    padded[..., kh*dh + sh*oh, kw*dw + sw*ow, ...] (H at `h_axis`, W next)."""
+    oh, ow = out_size(a)
+    (sh, sw), (ph, pw), (dh, dw) = a["stride"], a["padding"], a["dilation"]
+    pads = [(0, 0)] * data.ndim
+    pads[h_axis], pads[h_axis + 1] = (ph, ph), (pw, pw)
+    xp = np.pad(data.astype(np.float64), pads)
     for kh in range(a["KH"]):
         for kw in range(a["KW"]):
             idx = [slice(None)] * xp.ndim
@@ -111,38 +116,21 @@ def _windows(xp: np.ndarray, a: dict, oh: int, ow: int, h_axis: int):
 
 def np_conv2d_nchw(a: dict, data: np.ndarray, weight: np.ndarray) -> np.ndarray:
     """Reference NCHW × OIHW convolution in float64: out[N, CO, OH, OW]."""
-    oh, ow = out_size(a)
-    ph, pw = a["padding"]
-    xp = np.pad(data.astype(np.float64), ((0, 0), (0, 0), (ph, ph), (pw, pw)))
     w = weight.astype(np.float64)
-    out = np.zeros((data.shape[0], w.shape[0], oh, ow))
-    for kh, kw, view in _windows(xp, a, oh, ow, 2):
-        out += np.einsum("nchw,oc->nohw", view, w[:, :, kh, kw], optimize=True)
-    return out
+    return sum(np.einsum("nchw,oc->nohw", view, w[:, :, kh, kw], optimize=True)
+               for kh, kw, view in _padded_windows(a, data, 2))
 
 
 def np_conv2d_nhwc(a: dict, data: np.ndarray, weight: np.ndarray) -> np.ndarray:
     """Reference NHWC × HWIO convolution in float64: out[N, OH, OW, CO]."""
-    oh, ow = out_size(a)
-    ph, pw = a["padding"]
-    xp = np.pad(data.astype(np.float64), ((0, 0), (ph, ph), (pw, pw), (0, 0)))
     w = weight.astype(np.float64)
-    out = np.zeros((data.shape[0], oh, ow, w.shape[3]))
-    for kh, kw, view in _windows(xp, a, oh, ow, 1):
-        out += view @ w[kh, kw]
-    return out
+    return sum(view @ w[kh, kw] for kh, kw, view in _padded_windows(a, data, 1))
 
 
 def np_depthwise_nchw(a: dict, data: np.ndarray, weight: np.ndarray) -> np.ndarray:
     """Reference depthwise NCHW convolution (weight [C, 1, KH, KW]) in float64: out[N, C, OH, OW]."""
-    oh, ow = out_size(a)
-    ph, pw = a["padding"]
-    xp = np.pad(data.astype(np.float64), ((0, 0), (0, 0), (ph, ph), (pw, pw)))
     w = weight.astype(np.float64)
-    out = np.zeros((data.shape[0], data.shape[1], oh, ow))
-    for kh, kw, view in _windows(xp, a, oh, ow, 2):
-        out += view * w[None, :, 0, kh, kw, None, None]
-    return out
+    return sum(view * w[None, :, 0, kh, kw, None, None] for kh, kw, view in _padded_windows(a, data, 2))
 
 
 def np_finish(a: dict, out: np.ndarray, bias: np.ndarray | None, channel_axis: int) -> np.ndarray:
