@@ -12,9 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import te
-from ..schedule import create_schedule
-from .common import pack_blocked
-from .matmul import MAX_DIM, define_gemm_knobs, gemm_default, matmul_expr, schedule_gemm
+from .matmul import MAX_DIM, gemm_template, gemm_workload_default, matmul_expr
 from .registry import ArgDef, OpDef, register
 
 ARGS = [
@@ -52,26 +50,14 @@ def flop(a: dict) -> int:
 
 def cpu_template(cfg, workload, target):
     a = workload.args
-    M, N, K = a["M"], a["N"], a["K"]
-    define_gemm_knobs(cfg, M, N, K, target.lanes(a["dtype"]))
     cfg.add_flop(flop(a))
     A, B = _inputs(a)
-    mr, nr = cfg["mr"].val, cfg["nr"].val
-    bp = ap = None
-    if cfg["pack_b"].val:
-        bp = pack_blocked(B, 1 if a["transpose_b"] else 2, nr, "B_packed", min(cfg["bn"].val, -(-N // nr)))
-    if cfg["pack_a"].val:
-        ap = pack_blocked(A, 1, mr, "A_packed", min(cfg["bm"].val, -(-M // mr)))
-    prod, out = matmul_expr(A, B, None, "none", b_panel=bp, nr=nr, a_panel=ap, mr=mr, transpose_b=a["transpose_b"])
-    sch = create_schedule(out)
-    schedule_gemm(sch, cfg, prod, out, [p for p in (bp, ap) if p is not None], K)
-    return sch, [A, B, out]
+    return gemm_template(cfg, target.lanes(a["dtype"]), A, B, None, "none", transpose_b=a["transpose_b"])
 
 
 def default_config(space, workload, target) -> dict:
     """matmul's rule (gemm_default) for one [M, K]·[K, N] product of the batch."""
-    a = workload.args
-    return gemm_default(space, a["M"], a["N"], a["K"], target.lanes(a["dtype"]), 4 if a["dtype"] == "float32" else 8)
+    return gemm_workload_default(space, workload, target)
 
 
 def _layouts(a: dict) -> dict[str, str]:

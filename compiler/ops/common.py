@@ -58,6 +58,12 @@ def pack_blocked(t: Tensor, axis: int, factor: int, name: str, outer_multiple: i
     return te.compute(shape, body, name=name)
 
 
+def kernel_args(*tensors: Tensor | None) -> list[Tensor]:
+    """A kernel's argument list: `tensors` in order (inputs, then outputs), leaving out the
+    optional ones that a workload does not have (None, e.g. no bias)."""
+    return [t for t in tensors if t is not None]
+
+
 def knob_choices(space, name: str) -> list:
     """The values of choice knob `name` of a config space (for default-config rules)."""
     knob = space.knobs[name]

@@ -33,7 +33,7 @@ import numpy as np
 from .. import te
 from ..schedule import create_schedule
 from . import matmul as gemm
-from .common import knob_choices
+from .common import kernel_args, knob_choices
 from .conv_common import (check_conv, conv_args, conv_flop, finish, load_or_zero, np_conv2d_nchw, np_finish,
                           out_size)
 from .registry import ArgDef, OpDef, WorkloadError, register
@@ -138,7 +138,7 @@ def compute(a: dict) -> list[te.Tensor]:
     data, weight, bias = _inputs(a)
     ib, ob = packed_blocks(a) or (1, 1)
     *_, out = conv_nchwc(a, data, weight, bias, ib, ob)
-    return [data, weight, *([bias] if bias is not None else []), out]
+    return kernel_args(data, weight, bias, out)
 
 
 def reference(a: dict, data: np.ndarray, weight: np.ndarray, *rest: np.ndarray) -> list[np.ndarray]:
@@ -253,7 +253,7 @@ def pointwise_template(cfg, workload, target):
         out = te.compute((N, CO, Q), lambda n, co, q: finish(prod[n, co, q], bias, co, a["epilogue"]), name="out")
     sch = create_schedule(out)
     gemm.schedule_gemm(sch, cfg, prod, out, packs, CI)
-    return sch, [data, weight, *([bias] if bias is not None else []), out]
+    return sch, kernel_args(data, weight, bias, out)
 
 
 def cpu_template(cfg, workload, target):
@@ -266,7 +266,7 @@ def cpu_template(cfg, workload, target):
     data_vec, kernel_vec, conv, out = conv_nchwc(a, data, weight, bias, cfg["ic_bn"].val, cfg["oc_bn"].val)
     sch = create_schedule(out)
     schedule(sch, cfg, data_vec, kernel_vec, conv, out, pack_weight=kernel_vec is not weight)
-    return sch, [data, weight, *([bias] if bias is not None else []), out]
+    return sch, kernel_args(data, weight, bias, out)
 
 
 #: Weights (or packed input) larger than this many bytes, about an L2, are packed by the tasks

@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import te
 from ..schedule import create_schedule
-from .common import knob_choices
+from .common import kernel_args, knob_choices
 from .conv2d import WEIGHT_PACK_INSIDE_BYTES
 from .conv_common import (check_conv, conv_args, conv_flop, finish, has_epilogue, load_or_zero, np_conv2d_nhwc,
                           np_finish, out_size)
@@ -82,7 +82,7 @@ def conv_nhwc(a: dict, data, weight, bias, *, ic_bn: int = 1, oc_bn: int = 1, pa
 def compute(a: dict) -> list[te.Tensor]:
     data, weight, bias = _inputs(a)
     *_, out = conv_nhwc(a, data, weight, bias)
-    return [data, weight, *([bias] if bias is not None else []), out]
+    return kernel_args(data, weight, bias, out)
 
 
 def reference(a: dict, data: np.ndarray, weight: np.ndarray, *rest: np.ndarray) -> list[np.ndarray]:
@@ -161,7 +161,7 @@ def cpu_template(cfg, workload, target):
                                      pack_weight=cfg["pack_weight"].val)
     sch = create_schedule(out)
     schedule(sch, cfg, pad, wvec, conv, out)
-    return sch, [data, weight, *([bias] if bias is not None else []), out]
+    return sch, kernel_args(data, weight, bias, out)
 
 
 def default_config(space, workload, target) -> dict:

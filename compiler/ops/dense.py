@@ -12,32 +12,22 @@ from __future__ import annotations
 import numpy as np
 
 from .. import te
-from ..schedule import create_schedule
-from .common import EPILOGUES, np_epilogue, pack_blocked
-from .matmul import MAX_DIM, define_gemm_knobs, gemm_default, matmul_expr, schedule_gemm
-from .registry import ArgDef, OpDef, register
+from .common import kernel_args, np_epilogue
+from .matmul import gemm_args, gemm_operands, gemm_template, gemm_workload_default, matmul_expr
+from .registry import OpDef, register
 
-ARGS = [
-    ArgDef("M", "int", 128, 1, MAX_DIM, description="rows of X and Y (batch of input vectors)"),
-    ArgDef("N", "int", 3072, 1, MAX_DIM, description="output features (rows of W)"),
-    ArgDef("K", "int", 768, 1, MAX_DIM, description="input features"),
-    ArgDef("bias", "bool", True, description="add b[N] to every row"),
-    ArgDef("epilogue", "str", "none", choices=EPILOGUES, description="activation applied last"),
-    ArgDef("dtype", "str", "float32", choices=("float32", "float64")),
-]
+ARGS = gemm_args({"M": (128, "rows of X and Y (batch of input vectors)"), "N": (3072, "output features (rows of W)"),
+                  "K": (768, "input features")}, bias=True, bias_description="add b[N] to every row")
 
 
-def _inputs(a: dict):
-    X = te.placeholder((a["M"], a["K"]), a["dtype"], "X")
-    W = te.placeholder((a["N"], a["K"]), a["dtype"], "W")
-    b = te.placeholder((a["N"],), a["dtype"], "b") if a["bias"] else None
-    return X, W, b
+#: The placeholders: input X [M, K], weights W [N, K], bias b [N].
+OPERAND_NAMES = ("X", "W", "b")
 
 
 def compute(a: dict) -> list[te.Tensor]:
-    X, W, b = _inputs(a)
+    X, W, b = gemm_operands(a, OPERAND_NAMES, transpose_b=True)
     _, out = matmul_expr(X, W, b, a["epilogue"], transpose_b=True, name="Y")
-    return [X, W, *([b] if b is not None else []), out]
+    return kernel_args(X, W, b, out)
 
 
 def reference(a: dict, X: np.ndarray, W: np.ndarray, *rest: np.ndarray) -> list[np.ndarray]:
@@ -53,26 +43,14 @@ def flop(a: dict) -> int:
 
 def cpu_template(cfg, workload, target):
     a = workload.args
-    M, N, K = a["M"], a["N"], a["K"]
-    define_gemm_knobs(cfg, M, N, K, target.lanes(a["dtype"]))
     cfg.add_flop(flop(a))
-    X, W, b = _inputs(a)
-    mr, nr = cfg["mr"].val, cfg["nr"].val
-    wp = xp = None
-    if cfg["pack_b"].val:
-        wp = pack_blocked(W, 0, nr, "W_packed", min(cfg["bn"].val, -(-N // nr)))
-    if cfg["pack_a"].val:
-        xp = pack_blocked(X, 0, mr, "X_packed", min(cfg["bm"].val, -(-M // mr)))
-    prod, out = matmul_expr(X, W, b, a["epilogue"], b_panel=wp, nr=nr, a_panel=xp, mr=mr, transpose_b=True, name="Y")
-    sch = create_schedule(out)
-    schedule_gemm(sch, cfg, prod, out, [p for p in (wp, xp) if p is not None], K)
-    return sch, [X, W, *([b] if b is not None else []), out]
+    X, W, b = gemm_operands(a, OPERAND_NAMES, transpose_b=True)
+    return gemm_template(cfg, target.lanes(a["dtype"]), X, W, b, a["epilogue"], transpose_b=True, name="Y")
 
 
 def default_config(space, workload, target) -> dict:
     """matmul's rule (gemm_default), which packs W (unpacked, its columns are strided)."""
-    a = workload.args
-    return gemm_default(space, a["M"], a["N"], a["K"], target.lanes(a["dtype"]), 4 if a["dtype"] == "float32" else 8)
+    return gemm_workload_default(space, workload, target)
 
 
 def _layouts(a: dict) -> dict[str, str]:

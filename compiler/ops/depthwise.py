@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import te
 from ..schedule import create_schedule
-from .common import knob_choices
+from .common import kernel_args, knob_choices
 from .conv_common import (check_conv, conv_args, conv_flop, finish, has_epilogue, load_or_zero, np_depthwise_nchw,
                           np_finish, out_size)
 from .registry import OpDef, register
@@ -65,7 +65,7 @@ def depthwise_nchw(a: dict, data, weight, bias):
 def compute(a: dict) -> list[te.Tensor]:
     data, weight, bias = _inputs(a)
     *_, out = depthwise_nchw(a, data, weight, bias)
-    return [data, weight, *([bias] if bias is not None else []), out]
+    return kernel_args(data, weight, bias, out)
 
 
 def reference(a: dict, data: np.ndarray, weight: np.ndarray, *rest: np.ndarray) -> list[np.ndarray]:
@@ -91,6 +91,26 @@ def define_knobs(cfg, a: dict, lanes: int) -> None:
     cfg.define_knob("parallel", ["n_c", "n_c_oh"])
 
 
+def schedule_tile_at(sch, acc: te.Tensor, out_stage, loop, *, unrolled_taps: int, vector_columns: bool) -> None:
+    """Compute the register tile `acc` (a cache_write of the convolution) at `loop` of the output
+    stage `out_stage`, its taps outermost: loops (n, c, kh, kw, rows, columns), so each weight tap
+    is loaded once per tile. Unrolls the innermost `unrolled_taps` tap loops (0: none, 1: kw,
+    2: kh and kw) and the rows; vectorizes the columns (`vector_columns`), else unrolls them (a
+    CUDA thread's tile). Shared by the CPU and CUDA templates."""
+    stage = sch[acc]
+    stage.compute_at(out_stage, loop)
+    n, c, rows, cols = stage.op.axis
+    kh, kw = stage.op.reduce_axis
+    stage.reorder(n, c, kh, kw, rows, cols)
+    for tap in (kh, kw)[2 - unrolled_taps:]:
+        stage.unroll(tap)
+    stage.unroll(rows)
+    if vector_columns:
+        stage.vectorize(cols)
+    else:
+        stage.unroll(cols)
+
+
 def schedule(sch, cfg, pad, conv, out) -> None:
     acc = sch.cache_write(conv, "local")
     if out is not conv:
@@ -105,15 +125,7 @@ def schedule(sch, cfg, pad, conv, out) -> None:
     so.unroll(hi)
     so.vectorize(wi)
 
-    sa = sch[acc]
-    sa.compute_at(so, wo)
-    an, ac, ah, aw = sa.op.axis
-    kh, kw = sa.op.reduce_axis
-    sa.reorder(an, ac, kh, kw, ah, aw)
-    if cfg["unroll_kw"].val:
-        sa.unroll(kw)
-    sa.unroll(ah)
-    sa.vectorize(aw)
+    schedule_tile_at(sch, acc, so, wo, unrolled_taps=1 if cfg["unroll_kw"].val else 0, vector_columns=True)
     if pad is not None:
         sp = sch[pad]
         sp.compute_at(so, par)
@@ -128,7 +140,7 @@ def cpu_template(cfg, workload, target):
     pad, conv, out = depthwise_nchw(a, data, weight, bias)
     sch = create_schedule(out)
     schedule(sch, cfg, pad, conv, out)
-    return sch, [data, weight, *([bias] if bias is not None else []), out]
+    return sch, kernel_args(data, weight, bias, out)
 
 
 def default_config(space, workload, target) -> dict:

@@ -15,18 +15,25 @@ import numpy as np
 
 from .. import te
 from ..schedule import TensorIntrin, create_schedule
-from .common import EPILOGUES, apply_epilogue, np_epilogue, pack_blocked
+from .common import EPILOGUES, apply_epilogue, kernel_args, knob_choices, np_epilogue, pack_blocked
 from .registry import ArgDef, OpDef, WorkloadError, register
 
 MAX_DIM = 1 << 16
 
+
+def gemm_args(shape: dict[str, tuple[int, str]], *, bias: bool, bias_description: str) -> list[ArgDef]:
+    """The arguments of a GEMM with bias and epilogue (matmul, dense): `shape` maps M, N and K
+    to (default, description), each in 1..MAX_DIM; then bias (default `bias`), epilogue and
+    dtype (float32 or float64)."""
+    return [*(ArgDef(name, "int", default, 1, MAX_DIM, description=text) for name, (default, text) in shape.items()),
+            ArgDef("bias", "bool", bias, description=bias_description),
+            ArgDef("epilogue", "str", "none", choices=EPILOGUES, description="activation applied last"),
+            ArgDef("dtype", "str", "float32", choices=("float32", "float64"))]
+
+
 ARGS = [
-    ArgDef("M", "int", 1024, 1, MAX_DIM, description="rows of A and C"),
-    ArgDef("N", "int", 1024, 1, MAX_DIM, description="columns of B and C"),
-    ArgDef("K", "int", 1024, 1, MAX_DIM, description="reduction length"),
-    ArgDef("bias", "bool", False, description="add bias[N] to every row"),
-    ArgDef("epilogue", "str", "none", choices=EPILOGUES, description="activation applied last"),
-    ArgDef("dtype", "str", "float32", choices=("float32", "float64")),
+    *gemm_args({"M": (1024, "rows of A and C"), "N": (1024, "columns of B and C"), "K": (1024, "reduction length")},
+               bias=False, bias_description="add bias[N] to every row"),
     ArgDef("micro_kernel", "json", None, description=(
         "optional extern C micro-kernel {func, source, mr, nr}: "
         "void func(int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc) "
@@ -103,17 +110,21 @@ def matmul_expr(A: te.Tensor, B: te.Tensor, bias: te.Tensor | None, epilogue: st
     return prod, te.compute((*batch, M, N), epi, name=name, axis_names=names)
 
 
-def _inputs(a: dict):
-    A = te.placeholder((a["M"], a["K"]), a["dtype"], "A")
-    B = te.placeholder((a["K"], a["N"]), a["dtype"], "B")
-    bias = te.placeholder((a["N"],), a["dtype"], "bias") if a["bias"] else None
+def gemm_operands(a: dict, names: tuple[str, str, str] = ("A", "B", "bias"), *, transpose_b: bool = False
+                  ) -> tuple[te.Tensor, te.Tensor, te.Tensor | None]:
+    """Placeholders of dtype a["dtype"] named `names`: A [M, K], B [K, N] ([N, K] with
+    transpose_b) and bias [N] (None unless a["bias"])."""
+    a_name, b_name, bias_name = names
+    A = te.placeholder((a["M"], a["K"]), a["dtype"], a_name)
+    B = te.placeholder((a["N"], a["K"]) if transpose_b else (a["K"], a["N"]), a["dtype"], b_name)
+    bias = te.placeholder((a["N"],), a["dtype"], bias_name) if a["bias"] else None
     return A, B, bias
 
 
 def compute(a: dict) -> list[te.Tensor]:
-    A, B, bias = _inputs(a)
+    A, B, bias = gemm_operands(a)
     _, out = matmul_expr(A, B, bias, a["epilogue"])
-    return [A, B, *([bias] if bias is not None else []), out]
+    return kernel_args(A, B, bias, out)
 
 
 def reference(a: dict, A: np.ndarray, B: np.ndarray, *rest: np.ndarray) -> list[np.ndarray]:
@@ -206,7 +217,7 @@ def micro_kernel_template(cfg, workload, target):
     cfg.define_knob("order", list(ORDERS))
     cfg.define_knob("parallel", ["outer", "fused"])
     cfg.add_flop(flop(a))
-    A, B, bias = _inputs(a)
+    A, B, bias = gemm_operands(a)
     prod, out = matmul_expr(A, B, bias, a["epilogue"])
     sch = create_schedule(out)
     sp = sch[prod]
@@ -225,36 +236,49 @@ def micro_kernel_template(cfg, workload, target):
     if out is not prod:
         so = sch[out]
         so.parallel(so.op.axis[0])
-    return sch, [A, B, *([bias] if bias is not None else []), out]
+    return sch, kernel_args(A, B, bias, out)
 
 
-def packed_panels(cfg, A: te.Tensor, B: te.Tensor) -> tuple[te.Tensor | None, te.Tensor | None, list[te.Tensor]]:
+def packed_panels(cfg, A: te.Tensor, B: te.Tensor, transpose_b: bool = False
+                  ) -> tuple[te.Tensor | None, te.Tensor | None, list[te.Tensor]]:
     """(A panels, B panels, the packing stages) that the knobs pack_a / pack_b ask for, for
-    A [M, K] and B [*batch, K, N]: pack_blocked along M by mr and along N by nr, the panel
-    counts padded to whole blocks of bm / bn (so edge tiles read zeros, not out of bounds);
-    None for an operand read in place. Packed panels are named `<operand>_packed`."""
-    M, N = A.shape[0], B.shape[-1]
+    A [*batch, M, K] and B [*batch, K, N] (or [*batch, N, K] with transpose_b):
+    pack_blocked along M by mr and along N by nr, the panel counts padded to whole blocks of
+    bm / bn (so edge tiles read zeros, not out of bounds); None for an operand read in place.
+    Packed panels are named `<operand>_packed`."""
+    m_axis, n_axis = len(A.shape) - 2, len(B.shape) - (2 if transpose_b else 1)
+    M, N = A.shape[m_axis], B.shape[n_axis]
     mr, nr = cfg["mr"].val, cfg["nr"].val
-    ap = pack_blocked(A, 0, mr, f"{A.name}_packed", min(cfg["bm"].val, -(-M // mr))) if cfg["pack_a"].val else None
-    bp = (pack_blocked(B, len(B.shape) - 1, nr, f"{B.name}_packed", min(cfg["bn"].val, -(-N // nr)))
+    ap = pack_blocked(A, m_axis, mr, f"{A.name}_packed", min(cfg["bm"].val, -(-M // mr))) if cfg["pack_a"].val else None
+    bp = (pack_blocked(B, n_axis, nr, f"{B.name}_packed", min(cfg["bn"].val, -(-N // nr)))
           if cfg["pack_b"].val else None)
     return ap, bp, [p for p in (bp, ap) if p is not None]
+
+
+def gemm_template(cfg, lanes: int, A: te.Tensor, B: te.Tensor, bias: te.Tensor | None, epilogue: str, *,
+                  transpose_b: bool = False, name: str = "C"):
+    """The CPU GEMM of matmul, dense and batch_matmul: (schedule, kernel arguments) for
+    out = epilogue(A·B + bias) (A·Bᵀ with transpose_b; shapes as in matmul_expr) with the
+    knobs of define_gemm_knobs (`lanes`: vector lanes of the dtype), the packed panels they
+    ask for and schedule_gemm."""
+    M, K = A.shape[-2:]
+    N = B.shape[-2] if transpose_b else B.shape[-1]
+    define_gemm_knobs(cfg, M, N, K, lanes)
+    ap, bp, packs = packed_panels(cfg, A, B, transpose_b)
+    prod, out = matmul_expr(A, B, bias, epilogue, b_panel=bp, nr=cfg["nr"].val, a_panel=ap, mr=cfg["mr"].val,
+                            transpose_b=transpose_b, name=name)
+    sch = create_schedule(out)
+    schedule_gemm(sch, cfg, prod, out, packs, K)
+    return sch, kernel_args(A, B, bias, out)
 
 
 def cpu_template(cfg, workload, target):
     a = workload.args
     if a["micro_kernel"] is not None:
         return micro_kernel_template(cfg, workload, target)
-    M, N, K = a["M"], a["N"], a["K"]
-    lanes = target.lanes(a["dtype"])
-    define_gemm_knobs(cfg, M, N, K, lanes)
     cfg.add_flop(flop(a))
-    A, B, bias = _inputs(a)
-    ap, bp, packs = packed_panels(cfg, A, B)
-    prod, out = matmul_expr(A, B, bias, a["epilogue"], b_panel=bp, nr=cfg["nr"].val, a_panel=ap, mr=cfg["mr"].val)
-    sch = create_schedule(out)
-    schedule_gemm(sch, cfg, prod, out, packs, K)
-    return sch, [A, B, *([bias] if bias is not None else []), out]
+    A, B, bias = gemm_operands(a)
+    return gemm_template(cfg, target.lanes(a["dtype"]), A, B, bias, a["epilogue"])
 
 
 def gemm_default(space, M: int, N: int, K: int, lanes: int, dtype_bytes: int = 4) -> dict:
@@ -274,8 +298,7 @@ def gemm_default(space, M: int, N: int, K: int, lanes: int, dtype_bytes: int = 4
       register tile reads whole vectors at the edge instead of guarding every lane (which
       keeps it scalar); leave A in place (mr row streams prefetch well), ku = 4.
     """
-    choices = {name: [space.knobs[name].entity(i).val for i in range(len(space.knobs[name]))]
-               for name in ("mr", "nr", "bm", "bn")}
+    choices = {name: knob_choices(space, name) for name in ("mr", "nr", "bm", "bn")}
     regs = 24 if lanes * dtype_bytes >= 64 else 12
     wide = [n for n in choices["nr"] if n <= max(N, lanes) and n // lanes <= regs // 6]
     nr = max(wide) if wide else choices["nr"][0]
@@ -296,11 +319,17 @@ def gemm_default(space, M: int, N: int, K: int, lanes: int, dtype_bytes: int = 4
             "pack_b": K * N * dtype_bytes > l2 // 2 or N % (nr * bn) != 0, "pack_a": False}
 
 
-def default_config(space, workload, target) -> dict:
+def gemm_workload_default(space, workload, target) -> dict:
+    """gemm_default for a workload with arguments M, N, K and dtype (for batch_matmul: one
+    product of the batch)."""
     a = workload.args
-    if a["micro_kernel"] is not None:
+    return gemm_default(space, a["M"], a["N"], a["K"], target.lanes(a["dtype"]), te.dtype_of(a["dtype"]).bytes)
+
+
+def default_config(space, workload, target) -> dict:
+    if workload.args["micro_kernel"] is not None:
         return {"bm": 4, "bn": 4, "order": "nm_nm", "parallel": "fused"}
-    return gemm_default(space, a["M"], a["N"], a["K"], target.lanes(a["dtype"]), 4 if a["dtype"] == "float32" else 8)
+    return gemm_workload_default(space, workload, target)
 
 
 def _layouts(a: dict) -> dict[str, str]:

@@ -5,6 +5,7 @@ registers, a K loop staging tiles of both operands in shared memory)."""
 from __future__ import annotations
 
 from ...schedule import Stage
+from ..common import knob_choices
 
 #: Threads per warp.
 WARP = 32
@@ -161,14 +162,11 @@ def gemm_default(space, M: int, N: int, K: int, *, batch: int = 1, sm_count: int
     blocks than about the device's multiprocessors (`sm_count`, 100 if unknown), smaller block
     tiles in turn (128×64, 64×64, then 4×4 thread tiles: 64×64, 32×64, 16×64), the first with
     enough blocks (else the one with the most)."""
-    def values(name):
-        return [space.knobs[name].entity(i).val for i in range(len(space.knobs[name]))]
-
     sms = sm_count or 100
     # (tile_m, tile_n, lanes_y, warps_y, warps_x)
     shapes = [(8, 8, 8, 2, 4), (8, 8, 8, 2, 2), (8, 8, 8, 1, 2), (4, 4, 4, 4, 2), (4, 4, 4, 2, 2), (4, 4, 4, 1, 2)]
-    shapes = [c for c in shapes if c[0] in values("tile_m") and c[1] in values("tile_n")] or \
-        [(values("tile_m")[-1], values("tile_n")[-1], 4, 1, 1)]
+    tile_ms, tile_ns = knob_choices(space, "tile_m"), knob_choices(space, "tile_n")
+    shapes = [c for c in shapes if c[0] in tile_ms and c[1] in tile_ns] or [(tile_ms[-1], tile_ns[-1], 4, 1, 1)]
 
     def blocks(c):
         tm, tn, ly, wy, wx = c
@@ -176,7 +174,7 @@ def gemm_default(space, M: int, N: int, K: int, *, batch: int = 1, sm_count: int
 
     chosen = next((c for c in shapes if blocks(c) >= 0.9 * sms), max(shapes, key=blocks))
     tm, tn, ly, wy, wx = chosen
-    bks = values("bk")
+    bks = knob_choices(space, "bk")
     return {"tile_m": tm, "tile_n": tn, "lanes_y": ly, "warps_y": wy, "warps_x": wx,
             "bk": max([b for b in bks if b <= 8] or [bks[0]]), "unroll_k": True, "vec": True, "pad_shared": True,
             "double_buffer": True}

@@ -19,6 +19,7 @@ from __future__ import annotations
 from ... import te
 from ...gpu_verify import limits_for
 from ...schedule import ScheduleError, create_schedule
+from ..common import kernel_args
 from ..conv_common import finish, load_or_zero, out_size
 from . import common
 
@@ -62,7 +63,7 @@ def conv2d_nchw_template(cfg, workload, target):
         out = te.compute((N, CO, Q), lambda n, co, q: finish(prod[n, co, q], bias, co, a["epilogue"]), name="out")
     sch = create_schedule(out)
     common.schedule_gemm(sch, cfg, prod, out, w_sh, x_sh, a_contiguous=contiguous[0], b_contiguous=contiguous[1])
-    return sch, [data, weight, *([bias] if bias is not None else []), out]
+    return sch, kernel_args(data, weight, bias, out)
 
 
 def conv2d_nchw_default(space, workload, target) -> dict:

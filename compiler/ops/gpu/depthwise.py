@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from ... import te
 from ...schedule import create_schedule
+from ..common import kernel_args, knob_choices
 from ..conv_common import finish, has_epilogue, load_or_zero, out_size
+from ..depthwise import schedule_tile_at
 
 
 def depthwise_template(cfg, workload, target):
@@ -65,16 +67,7 @@ def depthwise_template(cfg, workload, target):
     so.bind(tx, "threadIdx.x")
     so.unroll(yi)
     so.unroll(xi)
-    sa = sch[acc]
-    sa.compute_at(so, tx)
-    an, ac, ah, aw = sa.op.axis
-    rkh, rkw = sa.op.reduce_axis
-    sa.reorder(an, ac, rkh, rkw, ah, aw)
-    if cfg["unroll_taps"].val:
-        sa.unroll(rkh)
-        sa.unroll(rkw)
-    sa.unroll(ah)
-    sa.unroll(aw)
+    schedule_tile_at(sch, acc, so, tx, unrolled_taps=2 if cfg["unroll_taps"].val else 0, vector_columns=False)
     sw_ = sch[w_local]
     sw_.compute_at(so, tx)
     sw_.unroll(sw_.op.axis[1])
@@ -94,7 +87,7 @@ def depthwise_template(cfg, workload, target):
         sp.bind(tx2, "threadIdx.x")
     else:
         sp.compute_inline()
-    return sch, [data, weight, *([bias] if bias is not None else []), out]
+    return sch, kernel_args(data, weight, bias, out)
 
 
 def depthwise_default(space, workload, target) -> dict:
@@ -104,7 +97,7 @@ def depthwise_default(space, workload, target) -> dict:
     OH, OW = out_size(a)
 
     def pick(name, want):
-        values = [space.knobs[name].entity(i).val for i in range(len(space.knobs[name]))]
+        values = knob_choices(space, name)
         return max([v for v in values if v <= want] or [values[0]])
 
     return {"tile_h": pick("tile_h", 2), "tile_w": pick("tile_w", 2 if OW >= 32 else 1),

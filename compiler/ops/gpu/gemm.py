@@ -12,7 +12,7 @@ from __future__ import annotations
 from ... import te
 from ...gpu_verify import limits_for
 from ...schedule import create_schedule
-from ..common import apply_epilogue
+from ..common import apply_epilogue, kernel_args
 from . import common
 
 
@@ -64,7 +64,7 @@ def matmul_template(cfg, workload, target):
     a_sh, b_sh, prod, out = gemm_expr(A, B, bias, a["epilogue"])
     sch = create_schedule(out)
     common.schedule_gemm(sch, cfg, prod, out, a_sh, b_sh, a_contiguous=0, b_contiguous=1)
-    return sch, [A, B, *([bias] if bias is not None else []), out]
+    return sch, kernel_args(A, B, bias, out)
 
 
 def matmul_default(space, workload, target) -> dict:
