@@ -413,3 +413,12 @@ def lower(sch: Schedule, args: Sequence[Tensor], name: str, *, lanes: int = 16) 
     check_args(sch, args)
     func = _Lowering(sch, args).run(name)
     return passes.optimize(func, lanes)
+
+
+def lower_loop_nest(sch: Schedule, args: Sequence[Tensor], name: str) -> tuple[PrimFunc, dict[int, Buffer]]:
+    """The loop nest of `sch` as a PrimFunc `name` over `args`, before any IR pass (loop kinds are
+    still the schedule's annotations, nothing is unrolled or vectorized), and the Buffer of each
+    tensor it stores or reads, by id of the tensor. For the CUDA lowering, which runs its own
+    passes, and for the cost model's features. Raises ScheduleError as `lower` does."""
+    lowering = _Lowering(sch, args)
+    return lowering.run(name), lowering.buffers
