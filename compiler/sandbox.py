@@ -174,9 +174,9 @@ def hidden_paths() -> list[Path]:
 
 
 def _exposed_paths(hidden: Sequence[Path]) -> list[Path]:
-    """The Python installation and ``sys.path`` entries that lie under a hidden folder or under
-    ``/tmp`` (the sandbox's private tmpfs: a checkout and its virtual environment cloned there),
-    to be shown again read-only, except those that are, or contain, a secret (a hidden path that
+    """The Python installation and ``sys.path`` entries that lie under a hidden folder, under
+    ``/tmp`` (the sandbox's private tmpfs: a checkout and its virtual environment cloned there)
+    or in or under a folder closed to other users (a 0700 checkout), to be shown again read-only, except those that are, or contain, a secret (a hidden path that
     is not a mere parent of the installation: TUNEFLEET_HOME, the cache, a token file...)."""
     generic = {Path.home().resolve(), Path("/root"), Path("/home"), Path("/run"), Path("/tmp")}
     secrets = [h for h in hidden if h not in generic]
@@ -185,7 +185,9 @@ def _exposed_paths(hidden: Sequence[Path]) -> list[Path]:
     wanted += [Path(sys.executable).parent, Path(__file__).resolve().parents[1]]
     shown = []
     for path in dict.fromkeys(p.resolve() for p in wanted if p.exists()):
-        if not any(path.is_relative_to(h) for h in covered) or path in generic:
+        if path in generic:
+            continue
+        if not any(path.is_relative_to(h) for h in covered) and all(map(_enterable, [path, *path.parents])):
             continue
         if any(s.is_relative_to(path) or path.is_relative_to(s) for s in secrets):
             continue
@@ -274,15 +276,7 @@ class Sandbox:
             args += ["--ro-bind", str(scratch.parent / "etc" / name), f"/etc/{name}"]
         for path in self.hidden:
             args += ["--tmpfs", str(path)] if path.is_dir() else ["--ro-bind", "/dev/null", str(path)]
-        tmpfs = [Path("/tmp"), *(h for h in self.hidden if h.is_dir())]
-        made: set[Path] = set()
-        for kind, path in [*(("--ro-bind", p) for p in [*self.exposed, *read_only]), ("--bind", scratch)]:
-            # the folders leading to it on a tmpfs: bwrap would make them 0700, closed to the sandbox's uid
-            for folder in reversed(path.parents):
-                if folder not in made and any(folder.is_relative_to(t) for t in tmpfs):
-                    made.add(folder)
-                    args += ["--perms", "0755", "--dir", str(folder)]
-            args += [kind, str(path), str(path)]
+        args += self._shown_again([*self.exposed, *read_only], scratch)
         for device in devices:
             args += ["--dev-bind", device, device]
         args += ["--chdir", str(scratch), "--clearenv"]
@@ -294,6 +288,46 @@ class Sandbox:
         else:
             args[1:1] = ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
         return [*args, "--", self.prlimit, *limits.prlimit_args(), "--", *argv]
+
+
+    def _shown_again(self, read_only: Sequence[Path], scratch: Path) -> list[str]:
+        """bwrap's arguments that show `read_only` read-only and `scratch` writable beneath the
+        hidden folders and /tmp. The folders leading to them on a tmpfs are made 0755 (bwrap
+        would make them 0700, closed to the sandbox's uid). A folder the sandbox's uid cannot
+        enter (a 0700 checkout, or a folder holding one) is covered with a 0755 tmpfs showing
+        only what leads to the paths shown, and a 0700 folder to show is shown entry by entry."""
+        tmpfs = [Path("/tmp"), *(h for h in self.hidden if h.is_dir())]
+        made: set[Path] = set()
+        args: list[str] = []
+
+        def lead_to(path: Path) -> None:
+            for folder in reversed(path.parents):
+                if folder in made:
+                    continue
+                if any(folder.is_relative_to(t) for t in tmpfs):
+                    made.add(folder)
+                    args.extend(["--perms", "0755", "--dir", str(folder)])
+                elif not _enterable(folder):
+                    made.add(folder)
+                    tmpfs.append(folder)
+                    args.extend(["--perms", "0755", "--tmpfs", str(folder)])
+
+        mounts = [("--ro-bind", p) for p in read_only if _enterable(p)]
+        for closed in (p for p in read_only if not _enterable(p)):
+            mounts += [("--ro-bind", entry) for entry in sorted(closed.iterdir())
+                       if not any(entry == h or h.is_relative_to(entry) for h in self.hidden)]
+        for kind, path in [*mounts, ("--bind", scratch)]:
+            lead_to(path)
+            args += [kind, str(path), str(path)]
+        return args
+
+
+def _enterable(path: Path) -> bool:
+    """Whether any user may enter `path` (a folder with the others' x bit) or it is a file."""
+    try:
+        return not path.is_dir() or bool(path.stat().st_mode & 0o001)
+    except OSError:
+        return True
 
 
 def detect() -> Sandbox:

@@ -74,12 +74,20 @@ def test_sandboxed_build_is_correct_and_cannot_include_hidden_files(sandboxed: P
     assert str(sandboxed) not in str(failure.value)
 
 
-def test_a_python_installed_under_tmp_starts_in_the_sandbox(sandboxed: Path, tmp_path: Path) -> None:
-    """The sandbox's /tmp is a private tmpfs: a checkout and its virtual environment cloned under
-    /tmp (as CI clones) must still be shown read-only inside, or no worker there can sandbox."""
-    env_dir = Path("/tmp") / f"tunefleet-venv-{os.getpid()}-{tmp_path.name}"
+@pytest.mark.parametrize("parent", ["/tmp", "/tmp/closed", "/var/tmp/closed"], ids=["tmp", "closed-in-tmp", "closed"])
+def test_a_python_installed_where_nobody_could_reach_it_starts_in_the_sandbox(sandboxed: Path, tmp_path: Path,
+                                                                              parent: str) -> None:
+    """The sandbox's /tmp is a private tmpfs, and its uid (nobody) cannot enter a 0700 folder: a
+    checkout and its virtual environment cloned under /tmp (as CI clones), or into a folder
+    closed to other users (``mktemp -d``), must still be shown read-only inside, or no worker
+    there can sandbox."""
+    base = Path(f"{parent}-{os.getpid()}-{tmp_path.name}") if parent.endswith("closed") else Path(parent)
+    env_dir = base / f"tunefleet-venv-{os.getpid()}-{tmp_path.name}"
     try:
+        if base != Path(parent):
+            base.mkdir(mode=0o700)
         venv.EnvBuilder(with_pip=False, symlinks=True).create(env_dir)
+        env_dir.chmod(0o700)
         packages = next((env_dir / "lib").glob("python3*/site-packages"))
         # this environment's packages (the editable install's finder too) seen from the new one
         (packages / "outer.pth").write_text(f"import site; list(map(site.addsitedir, {site.getsitepackages()!r}))\n")
@@ -88,6 +96,6 @@ def test_a_python_installed_under_tmp_starts_in_the_sandbox(sandboxed: Path, tmp
             [str(python), "-c", "from tunefleet.compiler import sandbox; print(sandbox.detect().describe())"],
             capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": ""})
         assert check.returncode == 0, check.stderr[-2000:]
-        assert str(env_dir).startswith("/tmp/") and sys.prefix != str(env_dir)
+        assert sys.prefix != str(env_dir)
     finally:
-        shutil.rmtree(env_dir, ignore_errors=True)
+        shutil.rmtree(base if base != Path(parent) else env_dir, ignore_errors=True)
