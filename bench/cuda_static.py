@@ -28,7 +28,8 @@ import tempfile
 from pathlib import Path
 
 from tunefleet.compiler import ops
-from tunefleet.compiler.cuda_build import arch_flags, cuda_unit, nvcc_path, workload_kernel
+from tunefleet.compiler.cuda.build import cuda_unit, workload_kernel
+from tunefleet.compiler.cuda.nvcc import arch_flags, nvcc_path
 from tunefleet.compiler.target import Target
 
 WORKLOADS = [

@@ -25,17 +25,19 @@ os.environ.setdefault("CUPY_TF32", "0")  # before cupy is imported: no TF32 in C
 
 import numpy as np  # noqa: E402
 
-from tunefleet.compiler import cuda_build, cuda_device, ops  # noqa: E402
+from tunefleet.compiler import ops  # noqa: E402
+from tunefleet.compiler.build import BuildError  # noqa: E402
+from tunefleet.compiler.cuda import device as cuda_device, nvcc  # noqa: E402
 from tunefleet.compiler.driver import build_workload  # noqa: E402
-from tunefleet.compiler.gpu_kernel import GpuKernel  # noqa: E402
-from tunefleet.compiler.gpu_lower import InvalidConfig  # noqa: E402
+from tunefleet.compiler.cuda.kernel import GpuKernel  # noqa: E402
+from tunefleet.compiler.cuda.limits import InvalidConfig  # noqa: E402
 from tunefleet.compiler.target import Target  # noqa: E402
 
 
 def require_gpu() -> tuple[dict, Target]:
     """(device facts, cuda target of exactly its architecture); exits (status 1) with the
     reason when there is no nvcc or no usable NVIDIA GPU."""
-    if not cuda_build.have_nvcc():
+    if not nvcc.have_nvcc():
         sys.exit("this benchmark needs nvcc (the CUDA toolkit) and an NVIDIA GPU: nvcc not found "
                  "(put it on PATH or set $NVCC)")
     try:
@@ -44,8 +46,8 @@ def require_gpu() -> tuple[dict, Target]:
         sys.exit(f"this benchmark needs an NVIDIA GPU: {exc}")
     target = Target("cuda", info["arch"])
     try:
-        cuda_build.arch_flags(target.isa)
-    except cuda_build.BuildError as exc:
+        nvcc.arch_flags(target.isa)
+    except BuildError as exc:
         sys.exit(str(exc))
     return info, target
 
@@ -54,7 +56,7 @@ def describe(info: dict, target: Target) -> str:
     clocks = cuda_device.clocks(info.get("pci_bus_id")) or {}
     return (f"{info['name']} ({info['arch']}, {info.get('sm_count')} SMs, L2 {(info.get('l2_bytes') or 0) >> 20} MiB), "
             f"driver {info.get('driver_version')}, CUDA driver API {info.get('cuda_driver_version')}, "
-            f"nvcc {cuda_build.nvcc_version()}, target {target}; clocks now: {clocks or 'n/a'}")
+            f"nvcc {nvcc.nvcc_version()}, target {target}; clocks now: {clocks or 'n/a'}")
 
 
 # ----------------------------------------------------------------------------- vendor baselines
@@ -244,7 +246,7 @@ def search(workload, target: Target, n_configs: int, *, seed: int = 0, top: int 
 
 def tune_with_tuner(workload, target: Target, trials: int, records_path: str) -> tuple[float, object, object]:
     """Tune with tunefleet's tuner and the GPU measurer; (seconds re-timed here, config, built)."""
-    from tunefleet.compiler.cuda_device import device_key
+    from tunefleet.compiler.cuda.device import device_key
     from tunefleet.tuner.gpu_runner import GpuMeasurer
     from tunefleet.tuner.tune import tune
 

@@ -29,7 +29,7 @@ ABI_VERSION = 1
 
 _DL_INT, _DL_FLOAT = 0, 2
 #: dtype -> (C type, DLPack type code). Bits come from DTYPE_BYTES.
-_C_TYPES = {
+C_TYPES = {
     "float32": ("float", _DL_FLOAT),
     "float64": ("double", _DL_FLOAT),
     "int32": ("int32_t", _DL_INT),
@@ -66,14 +66,14 @@ class ArgSpec:
         if len(shape) != len(self.shape) or min(shape, default=1) < 1:
             raise ValueError(f"argument {self.name!r}: shape {self.shape} must be positive ints")
         object.__setattr__(self, "shape", shape)
-        if self.dtype not in _C_TYPES:
+        if self.dtype not in C_TYPES:
             raise ValueError(f"argument {self.name!r}: dtype {self.dtype!r} has no C type; "
-                             f"allowed: {', '.join(_C_TYPES)}")
+                             f"allowed: {', '.join(C_TYPES)}")
 
     @property
     def c_type(self) -> str:
         """The C element type, e.g. "float"."""
-        return _C_TYPES[self.dtype][0]
+        return C_TYPES[self.dtype][0]
 
     @property
     def c_pointer(self) -> str:
@@ -126,7 +126,7 @@ def arg_specs(args: Sequence[Tensor], layouts: dict[str, str] | None = None,
 
 def kernel_prototype(name: str, args: Sequence[ArgSpec]) -> str:
     """`int <name>(const float* A, ..., float* C)` (no trailing semicolon)."""
-    _check_signature(name, args)
+    check_signature(name, args)
     return f"int {name}({', '.join(f'{a.c_pointer} {a.name}' for a in args)})"
 
 
@@ -148,7 +148,7 @@ def entry_points_source(name: str, args: Sequence[ArgSpec]) -> str:
     ]
     lines += checked_prologue(checked, args)
     for i, a in enumerate(args):
-        code = _C_TYPES[a.dtype][1]
+        code = C_TYPES[a.dtype][1]
         shape = f"shape_{a.name}" if a.shape else "NULL"
         lines.append(f'  if (tf_check_tensor("{checked}", "{a.name}", args[{i}], {code}, '
                      f"{8 * DTYPE_BYTES[a.dtype]}, {len(a.shape)}, {shape}, &data[{i}]) != 0) "
@@ -210,7 +210,7 @@ def header_text(name: str, args: Sequence[ArgSpec], *, doc: str, dispatch: Seque
     doc_lines = [f" * {line}".rstrip() for line in doc.replace("*/", "* /").splitlines()]
     width = max(len(a.name) for a in args)
     arg_lines = [f" *   {a.name:<{width}}  {'output' if a.is_output else 'input '}  "
-                 f"{a.dtype:<8} {_dims(a.shape):<16} {a.layout}" for a in args]
+                 f"{a.dtype:<8} {format_dims(a.shape):<16} {a.layout}" for a in args]
     example_decls = [f" *   static {t} " + ", ".join(
         f"{a.name}[{' * '.join(map(str, a.shape)) or 1}]" for a in args if a.c_type == t) + ";"
         for t in dict.fromkeys(a.c_type for a in args)]
@@ -261,7 +261,7 @@ def header_text(name: str, args: Sequence[ArgSpec], *, doc: str, dispatch: Seque
         "#endif",
         "",
         "/* The kernel, over dense buffers:",
-        *[f" *   {a.name}: {a.c_pointer}, {a.dtype} {_dims(a.shape)}, {a.layout}"
+        *[f" *   {a.name}: {a.c_pointer}, {a.dtype} {format_dims(a.shape)}, {a.layout}"
           for a in args],
         " */",
         f"{prototype};",
@@ -364,11 +364,14 @@ def dlpack_declarations() -> str:
     return _DLPACK_BLOCK.search(runtime_sources()[0]).group(1)
 
 
-def _dims(shape: Sequence[int]) -> str:
+def format_dims(shape: Sequence[int]) -> str:
+    """A shape as the headers print it: `[64, 128]`."""
     return f"[{', '.join(map(str, shape))}]"
 
 
-def _check_signature(name: str, args: Sequence[ArgSpec]) -> None:
+def check_signature(name: str, args: Sequence[ArgSpec]) -> None:
+    """ValueError unless `name` is a C identifier and `args` are uniquely named, inputs first, then
+    at least one output."""
     if not _C_IDENTIFIER.fullmatch(name):
         raise ValueError(f"kernel name {name!r} is not a C identifier")
     if not args:

@@ -44,7 +44,7 @@ def write_artifact(out_dir: str | os.PathLike, *, name: str, source: str,
     Raises ValueError if so_path was built under another name.
     """
     info = build_info(so_path)
-    gpu = info.get("kind") == "cuda"  # a CUDA build (compiler.cuda_build): .cu source, GPU header
+    gpu = info.get("kind") == "cuda"  # a CUDA build (compiler.cuda.build): .cu source, GPU header
     if info["name"] != name:
         raise ValueError(f"{so_path} was built as {info['name']!r}, not {name!r}")
     out = Path(out_dir)
@@ -68,7 +68,7 @@ def write_artifact(out_dir: str | os.PathLike, *, name: str, source: str,
         "args": [a.to_dict() for a in args],
     }
     if gpu:
-        from tunefleet.compiler.cuda_build import header_text as cuda_header_text
+        from tunefleet.compiler.cuda.entry_points import header_text as cuda_header_text
 
         header = cuda_header_text(name, args, doc=_header_doc(full, "cu"))
     else:

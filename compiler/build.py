@@ -148,10 +148,10 @@ def toolchain_versions() -> dict:
 
 def compile_flags(target: Target, name: str, extra_flags: Sequence[str] = ()) -> list[str]:
     """All compiler flags of a build of library `name` for `target` (sources/output/libs aside)."""
-    return [*_object_flags(target, extra_flags), *LINK_FLAGS, f"-Wl,-soname,{name}.so"]
+    return [*object_flags(target, extra_flags), *LINK_FLAGS, f"-Wl,-soname,{name}.so"]
 
 
-def _object_flags(target: Target, extra_flags: Sequence[str]) -> list[str]:
+def object_flags(target: Target, extra_flags: Sequence[str]) -> list[str]:
     """The flags of compile_flags that are not about linking: those of every object."""
     return [*BASE_FLAGS, *target.cflags, *extra_flags]
 
@@ -178,7 +178,7 @@ def runtime_object(target: Target, extra_flags: Sequence[str] = ()) -> Path:
     unit = _join("the tunefleet runtime, compiled alone to be linked into libraries",
                  [("tunefleet runtime header", header), ("tunefleet runtime", runtime)])
     toolchain = toolchain_versions()
-    flags = _object_flags(target, extra_flags)
+    flags = object_flags(target, extra_flags)
     key = hashlib.sha256(json.dumps([unit, flags, toolchain]).encode()).hexdigest()
     out_dir = cache_dir() / "runtime" / key[:32]
     object_path = out_dir / "tunefleet_runtime.o"
@@ -186,8 +186,8 @@ def runtime_object(target: Target, extra_flags: Sequence[str] = ()) -> Path:
         return object_path
     out_dir.mkdir(parents=True, exist_ok=True)
     source_path = out_dir / "tunefleet_runtime.c"
-    _write_atomic(source_path, unit)
-    _compile_atomic([*toolchain["cc"], *flags, "-c", str(source_path)], object_path, "tunefleet_runtime",
+    write_atomic(source_path, unit)
+    compile_atomic([*toolchain["cc"], *flags, "-c", str(source_path)], object_path, "tunefleet_runtime",
                     inputs=[out_dir])
     return object_path
 
@@ -219,12 +219,12 @@ def compile_shared(sources: Sequence[str], target: Target, *, name: str,
     runtime = runtime_object(target, extra_flags)
     out_dir.mkdir(parents=True, exist_ok=True)
     source_path = out_dir / f"{name}.c"
-    _write_atomic(source_path, unit)
+    write_atomic(source_path, unit)
     info = {"name": name, "target": str(target), "flags": flags, "libs": list(LIBS),
             "toolchain": toolchain, "command": rebuild_command(name, flags),
             "runtime_object": str(runtime)}
-    _write_atomic(out_dir / "build.json", json.dumps(info, indent=2))
-    _compile_atomic([*toolchain["cc"], *flags, f"-D{RUNTIME_LINKED_MACRO}", str(source_path), str(runtime)],
+    write_atomic(out_dir / "build.json", json.dumps(info, indent=2))
+    compile_atomic([*toolchain["cc"], *flags, f"-D{RUNTIME_LINKED_MACRO}", str(source_path), str(runtime)],
                     so_path, name, LIBS, inputs=[out_dir, runtime.parent])
     return so_path
 
@@ -265,8 +265,8 @@ def _run_compiler(command: list[str], name: str, program: str | None = None) -> 
                          sandbox.clean_output(output))
 
 
-def _compile_atomic(command: list[str], path: Path, name: str, libs: Sequence[str] = (), *,
-                    inputs: Sequence[Path] = (), limits: sandbox.Limits = COMPILE_LIMITS) -> None:
+def compile_atomic(command: list[str], path: Path, name: str, libs: Sequence[str] = (), *,
+                   inputs: Sequence[Path] = (), limits: sandbox.Limits = COMPILE_LIMITS) -> None:
     """Runs `command` + ["-o", temporary file] + `libs`, then renames the file to `path`, so
     that no process sees a partial output; the temporary file never stays.
 
@@ -292,7 +292,8 @@ def _compile_atomic(command: list[str], path: Path, name: str, libs: Sequence[st
         temp.unlink(missing_ok=True)
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temporary file renamed over it: no reader sees a partial file."""
     temp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}")
     temp.write_text(text)
     os.replace(temp, path)

@@ -74,11 +74,11 @@ def build(sch: Schedule, args: Sequence[Tensor], target: Target, name: str,
     them (see abi.arg_specs).
 
     Raises ScheduleError for an illegal schedule, BuildError for a compiler failure.
-    A cuda target builds with nvcc (`compiler.cuda_build`; InvalidConfig, a ScheduleError, for
+    A cuda target builds with nvcc (`compiler.cuda.build`; InvalidConfig, a ScheduleError, for
     a kernel over the device's limits) and returns a CudaBuiltKernel.
     """
     if target.kind == "cuda":
-        from .cuda_build import build_cuda
+        from .cuda.build import build_cuda
 
         if extern_sources:
             raise ScheduleError("extern C micro-kernel sources cannot run in a CUDA kernel")
@@ -93,10 +93,10 @@ def build_workload(workload, config, target: Target) -> BuiltKernel:
     for `target`, as kernel `workload.kernel_name(target)`.
 
     Raises ScheduleError / BuildError; WorkloadError when the target kind has no template.
-    A cuda target gives a CudaBuiltKernel (`compiler.cuda_build.build_cuda_workload`).
+    A cuda target gives a CudaBuiltKernel (`compiler.cuda.build.build_cuda_workload`).
     """
     if target.kind == "cuda":
-        from .cuda_build import build_cuda_workload
+        from .cuda.build import build_cuda_workload
 
         return build_cuda_workload(workload, config, target)
     return build_func(*lower_workload(workload, config, target), target)

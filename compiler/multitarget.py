@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .abi import ArgSpec, entry_points_source, kernel_prototype, thread_api_source
-from .build import (LIBS, LINK_FLAGS, RUNTIME_LINKED_MACRO, BuildError, _compile_atomic, _object_flags,
-                    _run_compiler, _write_atomic, cache_dir, runtime_object,
+from .build import (LIBS, LINK_FLAGS, RUNTIME_LINKED_MACRO, BuildError, compile_atomic, object_flags,
+                    _run_compiler, write_atomic, cache_dir, runtime_object,
                     toolchain_versions, translation_unit)
 from .codegen.c import generate_c
 from .driver import lower_workload
@@ -89,8 +89,8 @@ def build_multi_target(workload, configs: Mapping[str, ConfigEntity]) -> MultiTa
         parts.append((isa, translation_unit([source], func.extern_sources)))
     text = _c_file(name, parts, translation_unit([dispatcher_source(name, specs, isas)]))
     toolchain = toolchain_versions()
-    flags = {isa: _object_flags(Target("cpu", isa), ()) for isa in isas}
-    link_flags = [*_object_flags(_BASE, ()), *LINK_FLAGS, f"-Wl,-soname,{name}.so"]
+    flags = {isa: object_flags(Target("cpu", isa), ()) for isa in isas}
+    link_flags = [*object_flags(_BASE, ()), *LINK_FLAGS, f"-Wl,-soname,{name}.so"]
     key = hashlib.sha256(json.dumps([text, flags, link_flags, toolchain]).encode()).hexdigest()
     out_dir = cache_dir() / key[:2] / key[2:32]
     so_path = out_dir / f"{name}.so"
@@ -102,12 +102,12 @@ def build_multi_target(workload, configs: Mapping[str, ConfigEntity]) -> MultiTa
     runtime = runtime_object(_BASE)
     out_dir.mkdir(parents=True, exist_ok=True)
     source_path = out_dir / f"{name}.c"
-    _write_atomic(source_path, text)
+    write_atomic(source_path, text)
     info = {"name": name, "target": f"cpu, dispatching between {', '.join(isas)}",
             "targets": [str(Target("cpu", isa)) for isa in isas], "flags": flags, "libs": list(LIBS),
             "toolchain": toolchain, "command": rebuild_command(name, isas, flags, link_flags),
             "runtime_object": str(runtime)}
-    _write_atomic(out_dir / "build.json", json.dumps(info, indent=2))
+    write_atomic(out_dir / "build.json", json.dumps(info, indent=2))
     with tempfile.TemporaryDirectory(dir=out_dir, prefix=".parts-") as tmp:
         objects = []
         for isa in isas:
@@ -116,7 +116,7 @@ def build_multi_target(workload, configs: Mapping[str, ConfigEntity]) -> MultiTa
                            "-c", str(source_path), "-o", str(obj)], f"{name}_{isa}")
             _run_compiler([objcopy, "--localize-hidden", str(obj)], f"{name}_{isa}")
             objects.append(str(obj))
-        _compile_atomic([*toolchain["cc"], *link_flags, f"-D{RUNTIME_LINKED_MACRO}", str(source_path),
+        compile_atomic([*toolchain["cc"], *link_flags, f"-D{RUNTIME_LINKED_MACRO}", str(source_path),
                          *objects, str(runtime)], so_path, name, LIBS)
     return MultiTargetKernel(name, so_path, text, list(specs), isas)
 

@@ -9,8 +9,8 @@ import random
 import pytest
 
 from tunefleet.compiler import ops
-from tunefleet.compiler.cuda_build import have_nvcc
-from tunefleet.compiler.gpu_lower import InvalidConfig
+from tunefleet.compiler.cuda.limits import InvalidConfig
+from tunefleet.compiler.cuda.nvcc import have_nvcc
 from tunefleet.compiler.target import Target
 
 NO_NVCC = "nvcc not found (install the CUDA toolkit or set $NVCC): the CUDA compile tests need it"

@@ -13,7 +13,8 @@ import subprocess
 
 import pytest
 
-from tunefleet.compiler import cuda_build, ops
+from tunefleet.compiler import ops
+from tunefleet.compiler.cuda import build as cuda_build, entry_points, nvcc
 from tunefleet.compiler.artifact import read_manifest, write_artifact
 from tunefleet.compiler.build import BuildError, build_info
 from tunefleet.compiler.driver import build_workload
@@ -26,7 +27,7 @@ WORKLOAD = ops.make_workload("matmul", {"M": 64, "N": 96, "K": 40, "bias": True,
 
 @pytest.fixture(scope="module")
 def artifact(tmp_path_factory):
-    if not cuda_build.have_nvcc():
+    if not nvcc.have_nvcc():
         pytest.skip("nvcc not found")
     cache = tmp_path_factory.mktemp("cache")
     mp = pytest.MonkeyPatch()
@@ -48,7 +49,7 @@ def test_artifact_holds_cu_source_gpu_header_and_manifest(artifact):
     assert sorted(p.name for p in out.iterdir()) == sorted([f"{name}.so", f"{name}.cu", f"{name}.h", "manifest.json"])
     manifest = read_manifest(out)
     assert manifest["build_target"] == "cuda -arch=sm_90" and "-arch=sm_90" in manifest["flags"]
-    assert manifest["toolchain"]["nvcc_version"] == cuda_build.nvcc_version()
+    assert manifest["toolchain"]["nvcc_version"] == nvcc.nvcc_version()
     assert "-cudart" in manifest["flags"] and "static" in manifest["flags"]
     header = (out / f"{name}.h").read_text()
     assert f"int {name}(const float* A, const float* B, const float* bias, float* C, cudaStream_t stream);" in header
@@ -107,7 +108,7 @@ int main() {{
     cu = tmp_path / "main.cu"
     cu.write_text(f'#include <cuda_runtime.h>\n#include "{name}.h"\n'
                   f"int use(float* C) {{ return {name}(0, 0, 0, C, cudaStreamPerThread); }}\n")
-    proc = subprocess.run([cuda_build.nvcc_path(), "-c", str(cu), f"-I{out}", "-o", str(tmp_path / "main.o")],
+    proc = subprocess.run([nvcc.nvcc_path(), "-c", str(cu), f"-I{out}", "-o", str(tmp_path / "main.o")],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     # and as C11
@@ -125,27 +126,27 @@ def test_a_launcher_that_disagrees_with_the_header_does_not_build(tmp_path, monk
     part = cuda_build.workload_kernel(WORKLOAD, ops.default_config(WORKLOAD, SM80), SM80)
     part.launcher = part.launcher.replace("float* C, cudaStream_t stream) {", "double* C, cudaStream_t stream) {", 1)
     with pytest.raises(BuildError, match="conflicting declaration|incompatible|declaration is incompatible"):
-        cuda_build.compile_cuda_shared(cuda_build.cuda_unit([part]), SM80, name=part.name)
+        nvcc.compile_cuda_shared(cuda_build.cuda_unit([part]), SM80, name=part.name)
 
 
 @needs_nvcc
 def test_unsupported_architecture_names_it_and_the_toolkit(tmp_path, monkeypatch):
     monkeypatch.setenv("TUNEFLEET_CACHE_DIR", str(tmp_path))
     old = Target("cuda", "sm_50")
-    assert "sm_50" not in cuda_build.supported_archs()
+    assert "sm_50" not in nvcc.supported_archs()
     with pytest.raises(BuildError) as exc:
         build_workload(WORKLOAD, ops.default_config(WORKLOAD, old), old)
     text = str(exc.value)
-    assert "sm_50" in text and cuda_build.nvcc_version() in text and "sm_90" in text
+    assert "sm_50" in text and nvcc.nvcc_version() in text and "sm_90" in text
 
 
 def test_missing_nvcc_is_a_build_error(monkeypatch):
     monkeypatch.setenv("NVCC", "/nonexistent/nvcc")
-    monkeypatch.setattr(cuda_build.shutil, "which", lambda name: None)
-    monkeypatch.setattr(cuda_build, "NVCC_FALLBACKS", ("/nonexistent/cuda/bin/nvcc",))
+    monkeypatch.setattr(nvcc.shutil, "which", lambda name: None)
+    monkeypatch.setattr(nvcc, "NVCC_FALLBACKS", ("/nonexistent/cuda/bin/nvcc",))
     with pytest.raises(BuildError, match="nvcc not found"):
-        cuda_build.nvcc_path()
-    assert not cuda_build.have_nvcc()
+        nvcc.nvcc_path()
+    assert not nvcc.have_nvcc()
 
 
 def test_template_views_must_match_the_operator_arguments():
@@ -164,7 +165,7 @@ def test_header_without_nvcc_documents_device_pointers_and_stream():
     from tunefleet.compiler.abi import ArgSpec
 
     args = [ArgSpec("x", (4, 8), "float32", False, "row-major [M, K]"), ArgSpec("y", (4,), "float32", True)]
-    text = cuda_build.header_text("k", args, doc="Target: cuda -arch=sm_90",
+    text = entry_points.header_text("k", args, doc="Target: cuda -arch=sm_90",
                                   launch={"grid": [1, 1, 1], "block": [32, 1, 1], "shared_bytes": 0})
     assert "int k(const float* x, float* y, cudaStream_t stream);" in text
     assert "int k_checked(DLTensor** args, int num_args);" in text and "device memory" in text
@@ -177,8 +178,8 @@ def test_load_gives_a_gpu_kernel(artifact):
     import numpy as np
 
     import tunefleet
-    from tunefleet.compiler import cuda_device
-    from tunefleet.compiler.gpu_kernel import GpuKernel, GpuUnavailable
+    from tunefleet.compiler.cuda import device as cuda_device
+    from tunefleet.compiler.cuda.kernel import GpuKernel, GpuUnavailable
 
     built, out = artifact
     kernel = tunefleet.load(out)

@@ -9,7 +9,8 @@ import itertools
 
 import pytest
 
-from tunefleet.compiler.cuda_build import check_compiles, cuda_unit, workload_kernel
+from tunefleet.compiler.cuda.build import cuda_unit, workload_kernel
+from tunefleet.compiler.cuda.nvcc import check_compiles
 
 from cuda_helpers import SM90, TEMPLATE_WORKLOADS, needs_nvcc, random_valid_configs
 

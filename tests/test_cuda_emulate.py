@@ -1,5 +1,5 @@
 """GPU templates against the operators' numpy references, without a GPU: the generated CUDA
-kernels run on the CPU under `compiler.gpu_emulate` (one host thread per CUDA thread, threads
+kernels run on the CPU under `compiler.cuda.emulate` (one host thread per CUDA thread, threads
 of a block taking turns between barriers, shared memory poisoned with NaN bytes). This checks
 lowering and code generation (indices, guards, shared-memory regions, barriers, vector
 accesses as code), not the hardware; tests on a GPU are in test_cuda_gpu.py."""
@@ -11,9 +11,10 @@ import itertools
 import numpy as np
 import pytest
 
-from tunefleet.compiler import gpu_lower, ops
-from tunefleet.compiler.cuda_build import workload_kernel
-from tunefleet.compiler.gpu_emulate import emulate_many
+from tunefleet.compiler import ops
+from tunefleet.compiler.cuda import shared_memory
+from tunefleet.compiler.cuda.build import workload_kernel
+from tunefleet.compiler.cuda.emulate import emulate_many
 from tunefleet.compiler.ir import For, Seq, map_stmt, seq
 from tunefleet.tuner.measure_child import TOLERANCE, relative_error
 
@@ -74,14 +75,14 @@ def test_a_missing_barrier_gives_a_wrong_answer(monkeypatch):
     """The emulation really checks barriers: without the one after each shared-memory copy, the
     threads of a block read tiles not yet written."""
     w = ops.make_workload("matmul", {"M": 64, "N": 64, "K": 32})
-    original = gpu_lower._dedupe_barriers
+    original = shared_memory.dedupe_barriers
 
     def drop_read_barriers(stmt):
         def fs(n):
             if isinstance(n, Seq):
                 kept, seen = [], 0
                 for x in n.stmts:
-                    if gpu_lower._is_barrier(x):
+                    if shared_memory.is_barrier(x):
                         seen += 1
                         if seen == 2:
                             continue
@@ -91,7 +92,7 @@ def test_a_missing_barrier_gives_a_wrong_answer(monkeypatch):
 
         return map_stmt(original(stmt), lambda e: e, fs)
 
-    monkeypatch.setattr(gpu_lower, "_dedupe_barriers", drop_read_barriers)
+    monkeypatch.setattr(shared_memory, "dedupe_barriers", drop_read_barriers)
     space = ops.config_space(w, SM90)
     single = space.from_json({"knobs": {**ops.default_config(w, SM90).to_json()["knobs"], "double_buffer": False}})
     part = workload_kernel(w, single, SM90, name="no_barrier")
@@ -104,11 +105,11 @@ def test_a_missing_barrier_in_a_double_buffered_loop_gives_a_wrong_answer(monkey
     """Without the barrier that ends each K tile, fast threads overwrite the half that slow ones
     still read; the emulation (threads in turn between barriers) shows it."""
     w = ops.make_workload("matmul", {"M": 64, "N": 64, "K": 32})
-    original = gpu_lower.double_buffer
+    original = shared_memory.double_buffer
 
     def drop_barriers(n):
         if isinstance(n, Seq):
-            return seq(x for x in n.stmts if not gpu_lower._is_barrier(x))
+            return seq(x for x in n.stmts if not shared_memory.is_barrier(x))
         return None
 
     def without_loop_barrier(body, shared, ids):
@@ -121,7 +122,7 @@ def test_a_missing_barrier_in_a_double_buffered_loop_gives_a_wrong_answer(monkey
 
         return map_stmt(out, lambda e: e, fs), shared
 
-    monkeypatch.setattr(gpu_lower, "double_buffer", without_loop_barrier)
+    monkeypatch.setattr(shared_memory, "double_buffer", without_loop_barrier)
     space = ops.config_space(w, SM90)
     cfg = space.from_json({"knobs": {**ops.default_config(w, SM90).to_json()["knobs"], "bk": 4,
                                      "double_buffer": True}})

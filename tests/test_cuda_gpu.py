@@ -10,9 +10,10 @@ import ctypes
 import numpy as np
 import pytest
 
-from tunefleet.compiler import cuda_build, cuda_device, ops
+from tunefleet.compiler import ops
+from tunefleet.compiler.cuda import device as cuda_device, nvcc
 from tunefleet.compiler.driver import build_workload
-from tunefleet.compiler.gpu_kernel import GpuKernel
+from tunefleet.compiler.cuda.kernel import GpuKernel
 from tunefleet.compiler.target import Target
 from tunefleet.tuner.measure_child import TOLERANCE, relative_error
 
@@ -20,7 +21,7 @@ from cuda_helpers import NO_NVCC, random_valid_configs
 
 
 def _gpu():
-    if not cuda_build.have_nvcc():
+    if not nvcc.have_nvcc():
         return None, NO_NVCC
     try:
         info = cuda_device.query(0)

@@ -8,9 +8,10 @@ from __future__ import annotations
 import pytest
 
 from tunefleet.compiler import ops, te
-from tunefleet.compiler.cuda_build import workload_kernel
+from tunefleet.compiler.cuda.build import workload_kernel
 from tunefleet.compiler.codegen.cuda import generate_cuda, index_type
-from tunefleet.compiler.gpu_lower import BARRIER, lower_cuda
+from tunefleet.compiler.cuda.lower import lower_cuda
+from tunefleet.compiler.cuda.shared_memory import BARRIER
 from tunefleet.compiler.ir import Evaluate, For, walk_stmt
 from tunefleet.compiler.schedule import ScheduleError, create_schedule
 

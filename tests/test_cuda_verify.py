@@ -7,9 +7,10 @@ from __future__ import annotations
 import pytest
 
 from tunefleet.compiler import ops, te
-from tunefleet.compiler.cuda_build import lower_and_verify, workload_kernel
-from tunefleet.compiler.gpu_lower import InvalidConfig, lower_cuda
-from tunefleet.compiler.gpu_verify import DeviceLimits, limits_for, register_estimate, verify
+from tunefleet.compiler.cuda.build import lower_and_verify, workload_kernel
+from tunefleet.compiler.cuda.limits import DeviceLimits, InvalidConfig, limits_for
+from tunefleet.compiler.cuda.lower import lower_cuda
+from tunefleet.compiler.cuda.verify import register_estimate, verify
 from tunefleet.compiler.schedule import ScheduleError, create_schedule
 from tunefleet.compiler.target import Target
 

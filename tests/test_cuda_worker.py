@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from tunefleet.compiler import cuda_build, cuda_device, ops
-from tunefleet.compiler.gpu_verify import DeviceLimits
+from tunefleet.compiler import ops
+from tunefleet.compiler.cuda import device as cuda_device, nvcc
+from tunefleet.compiler.cuda.limits import DeviceLimits
 from tunefleet.compiler.target import Target
 from tunefleet.tuner.gpu_runner import GpuMeasurer, measurer_for
 from tunefleet.tuner.measure import MeasureInput, MeasureProtocol
@@ -80,4 +81,4 @@ def test_a_missing_gpu_costs_one_trial(tmp_path, monkeypatch):
     with GpuMeasurer(n_parallel=1) as measurer:
         (result,) = measurer.measure_batch([inp], MeasureProtocol(repeat=1, min_repeat_ms=0))
     assert result.status == "runtime_error" and "GpuUnavailable" in result.error, result.error
-    assert result.build_s > 0 and cuda_build.have_nvcc()
+    assert result.build_s > 0 and nvcc.have_nvcc()

@@ -9,8 +9,8 @@ import pytest
 from cuda_helpers import TEMPLATE_WORKLOADS
 
 from tunefleet.compiler import ops
-from tunefleet.compiler.cuda_build import workload_kernel
-from tunefleet.compiler.gpu_lower import InvalidConfig
+from tunefleet.compiler.cuda.build import workload_kernel
+from tunefleet.compiler.cuda.limits import InvalidConfig
 from tunefleet.compiler.target import Target
 from tunefleet.tuner.features import (FEATURE_NAMES, GPU_FEATURES, KINDS, N_FEATURES, N_LEVELS, Featurizer,
                                       config_features)

@@ -16,7 +16,7 @@ from tunefleet.compiler.target import Target
 
 def load(path: str | os.PathLike) -> Kernel:
     """Loads an artifact: its directory, or its `.so` with manifest.json beside it. A GPU
-    artifact gives a `tunefleet.compiler.gpu_kernel.GpuKernel` (numpy inputs are copied to the
+    artifact gives a `tunefleet.compiler.cuda.kernel.GpuKernel` (numpy inputs are copied to the
     current CUDA device and the outputs back).
 
     Raises FileNotFoundError without a manifest, ValueError when the artifact's ABI
@@ -30,7 +30,7 @@ def load(path: str | os.PathLike) -> Kernel:
                          f"this tunefleet's ({ABI_VERSION}); upgrade tunefleet")
     so_path = path if path.is_file() else directory / f"{manifest['name']}.so"
     if str(manifest.get("build_target", manifest.get("target", ""))).startswith("cuda"):
-        from tunefleet.compiler.gpu_kernel import GpuKernel  # a GPU artifact: numpy in, device copies, numpy out
+        from tunefleet.compiler.cuda.kernel import GpuKernel  # a GPU artifact: numpy in, device copies, numpy out
 
         return GpuKernel(so_path, manifest)
     return Kernel(so_path, manifest)

@@ -87,10 +87,11 @@ from functools import cached_property
 import numpy as np
 
 from tunefleet.compiler import ops
-from tunefleet.compiler.gpu_lower import SHARED_ALIGN, InvalidConfig, double_buffered_buffers, launch_extents
-from tunefleet.compiler.gpu_verify import DeviceLimits, check_limits, limits_for
+from tunefleet.compiler.cuda.limits import DeviceLimits, InvalidConfig, limits_for
+from tunefleet.compiler.cuda.resources import SHARED_ALIGN, check_limits, launch_extents
+from tunefleet.compiler.cuda.shared_memory import double_buffered_buffers
 from tunefleet.compiler.ir import Allocate, Buffer, For, IfThenElse, Load, PrimFunc, Ramp, Seq, Store, expr_nodes
-from tunefleet.compiler.lower import _Lowering
+from tunefleet.compiler.lower import lower_loop_nest
 from tunefleet.compiler.ops.gpu.common import WARP
 from tunefleet.compiler.schedule import BLOCK_TAGS, GPU_TAGS, THREAD_TAGS, ScheduleError
 from tunefleet.compiler.space import ConfigEntity
@@ -459,12 +460,11 @@ def config_features(workload: ops.Workload, target: Target, config: ConfigEntity
     grid, shared memory or registers, as the verifier counts them), gets only ``invalid = 1``."""
     try:
         sch, args = workload.template(target.kind)(config, workload, target)
-        lowering = _Lowering(sch, args)
-        func = lowering.run(workload.kernel_name(target))
+        func, buffers = lower_loop_nest(sch, args, workload.kernel_name(target))
     except ScheduleError:
         return _invalid()
     limits = limits_for(target) if target.kind == "cuda" else None
-    return nest_features(func, workload.flop, double_buffered_buffers(sch, lowering), limits)
+    return nest_features(func, workload.flop, double_buffered_buffers(sch, buffers), limits)
 
 
 class Featurizer:

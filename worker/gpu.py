@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import os
 
-from tunefleet.compiler.cuda_device import GpuNotFound, clocks, device_key, name_slug, query
-from tunefleet.compiler.gpu_verify import DeviceLimits
+from tunefleet.compiler.cuda.device import GpuNotFound, clocks, device_key, name_slug, query
+from tunefleet.compiler.cuda.limits import DeviceLimits
 from tunefleet.compiler.target import Target
 
 __all__ = ["GpuMode", "GpuNotFound", "select", "facts", "device_key", "target", "limits", "clocks", "name_slug",
@@ -42,9 +42,9 @@ def select(index: int) -> str:
 
 
 def facts(index: int = 0) -> dict:
-    """What the worker registers with: kind "cuda", the device's facts (compute.cuda_device.query),
+    """What the worker registers with: kind "cuda", the device's facts (compiler.cuda.device.query),
     toolkit (nvcc version, or None without nvcc) and current clocks where NVML reports them."""
-    from tunefleet.compiler.cuda_build import have_nvcc, nvcc_path, nvcc_version
+    from tunefleet.compiler.cuda.nvcc import have_nvcc, nvcc_path, nvcc_version
 
     info = query(index)
     info["kind"] = "cuda"

@@ -1,6 +1,6 @@
 """CUDA C++ code generation for NVIDIA GPU targets.
 
-From a lowered `GpuFunc` (`compiler.gpu_lower.lower_cuda`):
+From a lowered `GpuFunc` (`compiler.cuda.lower.lower_cuda`):
 
 - the kernel `__global__ void __launch_bounds__(<threads>) <name>_kernel(const float* __restrict__ A, ...,
   float* __restrict__ C)`: the code one thread runs. A loop bound to a block or thread index
@@ -20,14 +20,15 @@ From a lowered `GpuFunc` (`compiler.gpu_lower.lower_cuda`):
 - `#pragma unroll` on loops the unroller left ('unroll_pragma') and small leftover loops.
 
 `generate_cuda(g)` gives the kernel source (to follow `PRELUDE` once per unit); the launcher and the ABI entry points around it
-come from `compiler.cuda_build`.
+come from `compiler.cuda.build` and `compiler.cuda.entry_points`.
 """
 
 from __future__ import annotations
 
 import math
 
-from ..gpu_lower import BARRIER, GpuFunc
+from ..cuda.lower import GpuFunc
+from ..cuda.shared_memory import BARRIER
 from ..ir import (Address, Allocate, Broadcast, Buffer, Evaluate, For, IfThenElse, Load, Ramp, Seq, Stmt, Store,
                   expr_nodes, lanes_of, stmt_exprs, walk_stmt)
 from ..schedule import BLOCK_TAGS, GPU_TAGS

@@ -17,7 +17,7 @@ convolution with stride 1 and no padding reads the data as [N, CI, H·W] (a plai
 from __future__ import annotations
 
 from ... import te
-from ...gpu_verify import limits_for
+from ...cuda.limits import limits_for
 from ...schedule import ScheduleError, create_schedule
 from ..common import kernel_args
 from ..conv_common import finish, load_or_zero, out_size

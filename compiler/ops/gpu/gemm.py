@@ -10,7 +10,7 @@ transposed B). Global reads of both are along their contiguous axis, 16 bytes pe
 from __future__ import annotations
 
 from ... import te
-from ...gpu_verify import limits_for
+from ...cuda.limits import limits_for
 from ...schedule import create_schedule
 from ..common import apply_epilogue, kernel_args
 from . import common

@@ -30,9 +30,9 @@ from typing import Sequence
 
 import numpy as np
 
-from .build import BuildError, compiler_command
-from .codegen.cuda import PRELUDE, kernel_symbol
-from .cuda_build import CudaKernelSource
+from ..build import BuildError, compiler_command
+from ..codegen.cuda import PRELUDE, kernel_symbol
+from .build import CudaKernelSource
 
 SHIM = r"""
 #include <math.h>
@@ -126,7 +126,7 @@ _SHARED_DECL = "extern __shared__ __align__(16) unsigned char tf_smem[];"
 def emulator_source(parts: Sequence[CudaKernelSource]) -> str:
     """The C++ text that runs the kernels of `parts` on the CPU: per kernel `name`,
     `extern "C" int tf_emu_run_<name>(void** args)` (names must differ)."""
-    from .te import DTYPES
+    from ..te import DTYPES
 
     out = [SHIM, PRELUDE.replace("#include <cuda_runtime.h>", "")]
     for part in parts:

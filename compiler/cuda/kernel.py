@@ -1,4 +1,4 @@
-"""Calling a built CUDA kernel (`.so` from `compiler.cuda_build`) from Python over numpy arrays.
+"""Calling a built CUDA kernel (`.so` from `compiler.cuda.build`) from Python over numpy arrays.
 
 The library links the CUDA runtime statically and exports small helpers (device memory,
 copies, device count, the event timer), so this needs no CUDA Python package and no
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .abi import ArgSpec
+from ..abi import ArgSpec
 
 _H2D, _D2H = 1, 2
 
