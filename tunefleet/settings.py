@@ -98,6 +98,11 @@ class Settings(BaseSettings):
         description="bytes of a request body (413 past it, before the body is parsed); a task "
         "with a 64 kB source or a large custom tensor expression fits well within 1 MiB",
     )
+    max_model_bytes: int = Field(
+        default=1 << 30, ge=1,
+        description="bytes of an ONNX model to tune (`tunefleet tune-model`): it is parsed whole "
+        "in memory; BERT-base in float32 is ~440 MB, ResNet-50 ~100 MB",
+    )
     max_artifact_bytes: int = Field(
         default=256 << 20, ge=1,
         description="bytes of an artifact a worker uploads (a GPU artifact with the CUDA "

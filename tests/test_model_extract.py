@@ -1,0 +1,110 @@
+"""Task extraction from ONNX models built in the test (tests/onnx_models.py): which subgraphs
+become which workloads, how often each occurs, what stays untuned and why, and the errors for
+models that cannot be tuned as given."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("onnx")
+
+from onnx_models import depthwise_block, encoder_layer, resnet_block  # noqa: E402
+
+from tunefleet.tuner.model import ModelError, extract_tasks, load_model, parse_input_shape  # noqa: E402
+
+
+def _extract(model, **shapes):
+    return extract_tasks(load_model(model.SerializeToString(), shapes, max_bytes=1 << 20))
+
+
+def test_resnet_block_tasks_fuse_bias_and_relu_and_count_occurrences():
+    result = _extract(resnet_block())
+    by_op = {(t.workload.op, t.workload.args.get("epilogue")): t for t in result.tasks}
+    first = by_op[("conv2d_nchw", "relu")]
+    second = by_op[("conv2d_nchw", "none")]
+    assert first.occurrences == 2 and second.occurrences == 2
+    assert first.workload.args["bias"] and second.workload.args["bias"]  # a bias input, a bias Add
+    assert first.workload.args["padding"] == [1, 1] and first.workload.args["CI"] == 8
+    assert [m.op_types for m in second.matches] == [("Conv", "Add")] * 2
+    dense = by_op[("dense", "none")]
+    assert dense.workload.args == {**dense.workload.args, "M": 1, "N": 10, "K": 8, "bias": True}
+    assert [b.arg for b in dense.matches[0].bindings] == ["X", "W", "b", "Y"]
+    assert len(result.tasks) == 3
+    untuned = {u.op_type for u in result.untuned}
+    assert untuned == {"Add", "Relu", "GlobalAveragePool", "Flatten"}  # the residual Add and the Relu after it
+    assert 0 < result.untuned_share < 0.05
+    assert sum(result.share(t) for t in result.tasks) + result.untuned_share == pytest.approx(1.0)
+
+
+def test_depthwise_block_maps_depthwise_and_pointwise_and_reports_grouped_conv():
+    result = _extract(depthwise_block())
+    ops = sorted(t.workload.op for t in result.tasks)
+    assert ops == ["conv2d_nchw", "depthwise_conv2d_nchw"]
+    depthwise = next(t for t in result.tasks if t.workload.op == "depthwise_conv2d_nchw")
+    assert depthwise.workload.args["C"] == 8 and depthwise.workload.args["stride"] == [2, 2]
+    assert depthwise.workload.args["epilogue"] == "relu"
+    grouped = [u for u in result.untuned if u.op_type == "Conv"]
+    assert len(grouped) == 1 and "group=2" in grouped[0].reason
+    assert grouped[0].flop == 2 * 16 * 6 * 6 * 8 * 9  # [CO, CI/group, KH, KW] = [16, 8, 3, 3]
+
+
+def test_encoder_layer_gemms():
+    result = _extract(encoder_layer())
+    summary = sorted((t.workload.op, t.occurrences, t.workload.args.get("epilogue"),
+                      t.workload.args.get("transpose_b")) for t in result.tasks)
+    assert summary == [
+        ("batch_matmul", 1, None, False),  # attention · V
+        ("batch_matmul", 1, None, True),  # Q · Kᵀ, the Transpose taken in
+        ("matmul", 1, "gelu", None),  # FFN up
+        ("matmul", 1, "none", None),  # FFN down
+        ("matmul", 4, "none", None),  # Q, K, V and output projections
+    ]
+    qk = next(t for t in result.tasks if t.workload.args.get("transpose_b"))
+    assert qk.workload.args == {**qk.workload.args, "batch": 2, "M": 8, "N": 8, "K": 16}
+    assert qk.matches[0].op_types == ("MatMul", "Transpose")
+    assert {u.op_type for u in result.untuned} >= {"Softmax", "Reshape", "Transpose"}
+
+
+def test_dynamic_input_needs_a_shape_and_a_given_shape_fixes_it():
+    model = resnet_block(batch="N")
+    with pytest.raises(ModelError) as info:
+        _extract(model)
+    [problem] = info.value.problems
+    assert (problem.node, problem.op_type) == ("x", "input") and "--input-shape x=1,8,8,8" in problem.reason
+    result = _extract(model, x=(2, 8, 8, 8))
+    assert {t.workload.args["N"] for t in result.tasks if t.workload.op == "conv2d_nchw"} == {2}
+    assert {t.workload.args["M"] for t in result.tasks if t.workload.op == "dense"} == {2}
+
+
+def test_unsupported_dtype_and_wrong_shapes_are_listed():
+    from onnx import TensorProto, helper
+
+    model = resnet_block()
+    model.graph.input[0].type.tensor_type.elem_type = TensorProto.FLOAT16
+    for init in model.graph.initializer:
+        init.data_type = TensorProto.FLOAT16
+        init.raw_data = init.raw_data[:len(init.raw_data) // 2]
+    with pytest.raises(ModelError) as info:
+        _extract(model)
+    assert {p.op_type for p in info.value.problems} == {"Conv", "Gemm"}
+    assert all("float16" in p.reason for p in info.value.problems)
+    with pytest.raises(ModelError, match="no such graph input"):
+        _extract(resnet_block(), y=(1, 2))
+    with pytest.raises(ModelError, match="dimension 1 is 8 in the model"):
+        _extract(resnet_block(), x=(1, 4, 8, 8))
+    assert helper  # the helper module stays importable for model surgery above
+
+
+def test_size_bound_and_garbage():
+    data = resnet_block().SerializeToString()
+    with pytest.raises(ModelError, match="over the bound"):
+        load_model(data, max_bytes=len(data) - 1)
+    with pytest.raises(ModelError, match="not an ONNX model"):
+        load_model(b"\xff" * 64, max_bytes=1 << 20)
+
+
+def test_parse_input_shape():
+    assert parse_input_shape("input_ids=1,128") == ("input_ids", (1, 128))
+    for bad in ("x", "x=1,a", "x=0,3"):
+        with pytest.raises(ValueError):
+            parse_input_shape(bad)
