@@ -26,6 +26,8 @@ from tunefleet.compiler.build import build_info
 from tunefleet.compiler.target import Target
 
 MANIFEST = "manifest.json"
+#: The manifest of a model bundle (tuner/model/bundle.py): one kernel library for a whole model.
+MODEL_MANIFEST = "model_manifest.json"
 
 
 def write_artifact(out_dir: str | os.PathLike, *, name: str, source: str,

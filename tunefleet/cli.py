@@ -78,6 +78,7 @@ def main() -> None:
 register("ops", "ops:ops_command")
 register("build", "build:build_command")
 register("tune", "tune:tune_command", "tuner")
+register("tune-model", "tune_model:tune_model_command", "model")
 register("db", "db:db_group", "server")
 register("token", "token:token_group", "server")
 register("server", "server:server_command", "server")

@@ -1,8 +1,10 @@
-"""`tunefleet.load`: call a tuned kernel artifact from Python over numpy (or DLPack) arrays."""
+"""`tunefleet.load`: call a tuned kernel artifact, or the kernels of a model bundle, from Python
+over numpy (or DLPack) arrays."""
 
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -10,30 +12,67 @@ from pathlib import Path
 import numpy as np
 
 from tunefleet.compiler.abi import ABI_VERSION, ArgSpec
-from tunefleet.compiler.artifact import read_manifest
+from tunefleet.compiler.artifact import MODEL_MANIFEST, read_manifest
 from tunefleet.compiler.target import Target
 
 
-def load(path: str | os.PathLike) -> Kernel:
+def load(path: str | os.PathLike) -> Kernel | ModelBundle:
     """Loads an artifact: its directory, or its `.so` with manifest.json beside it. A GPU
     artifact gives a `tunefleet.compiler.cuda.kernel.GpuKernel` (numpy inputs are copied to the
-    current CUDA device and the outputs back).
+    current CUDA device and the outputs back); a model bundle (model_manifest.json beside the
+    `.so`) a ModelBundle.
 
     Raises FileNotFoundError without a manifest, ValueError when the artifact's ABI
     version is newer than this tunefleet's, OSError when the library cannot be loaded.
     """
     path = Path(path)
     directory = path if path.is_dir() else path.parent
+    if (directory / MODEL_MANIFEST).exists():
+        return ModelBundle(directory)
     manifest = read_manifest(directory)
-    if manifest["abi_version"] > ABI_VERSION:
-        raise ValueError(f"{path}: artifact ABI version {manifest['abi_version']} is newer than "
-                         f"this tunefleet's ({ABI_VERSION}); upgrade tunefleet")
+    _check_abi(path, manifest)
     so_path = path if path.is_file() else directory / f"{manifest['name']}.so"
     if str(manifest.get("build_target", manifest.get("target", ""))).startswith("cuda"):
         from tunefleet.compiler.cuda.kernel import GpuKernel  # a GPU artifact: numpy in, device copies, numpy out
 
         return GpuKernel(so_path, manifest)
     return Kernel(so_path, manifest)
+
+
+def _check_abi(path: Path, manifest: dict) -> None:
+    if manifest["abi_version"] > ABI_VERSION:
+        raise ValueError(f"{path}: artifact ABI version {manifest['abi_version']} is newer than "
+                         f"this tunefleet's ({ABI_VERSION}); upgrade tunefleet")
+
+
+class ModelBundle:
+    """A loaded model bundle (tuner/model/bundle.py): `manifest` (model_manifest.json),
+    `kernels` (symbol → Kernel, all in the bundle's one library) and `nodes` (ONNX node name →
+    its manifest entry: kernel symbol, fused nodes, and per kernel argument the ONNX tensor,
+    its ONNX shape and the layout). ``bundle.kernel_for(node)`` is the Kernel replacing ONNX
+    node `node` (the anchor of its subgraph); call it with the node's tensors reshaped to the
+    kernel's argument shapes (the same row-major memory)."""
+
+    def __init__(self, directory: str | os.PathLike) -> None:
+        directory = Path(directory)
+        self.manifest: dict = json.loads((directory / MODEL_MANIFEST).read_text())
+        _check_abi(directory, self.manifest)
+        so_path = directory / self.manifest["library"]
+        self.kernels: dict[str, Kernel] = {
+            symbol: Kernel(so_path, {**entry, "name": symbol, "abi_version": self.manifest["abi_version"],
+                                     "build_target": self.manifest["target"]})
+            for symbol, entry in self.manifest["kernels"].items()}
+        self.nodes: dict[str, dict] = {entry["node"]: entry for entry in self.manifest["nodes"]}
+
+    def kernel_for(self, node: str) -> Kernel:
+        """The kernel replacing ONNX node `node`; KeyError naming the tuned nodes if none does."""
+        if node not in self.nodes:
+            raise KeyError(f"no kernel replaces node {node!r}; tuned nodes: {', '.join(self.nodes)}")
+        return self.kernels[self.nodes[node]["kernel"]]
+
+    def __repr__(self) -> str:
+        return (f"<tunefleet.ModelBundle {self.manifest['model']}: {len(self.kernels)} kernels for "
+                f"{len(self.nodes)} nodes>")
 
 
 class Kernel:

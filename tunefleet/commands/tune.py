@@ -64,7 +64,7 @@ class _Display:
         return grid
 
 
-def _executable_here(target):
+def executable_here(target):
     """`target` when this machine executes it; ArgumentError naming what it executes else (a
     candidate for another ISA would die of SIGILL, every trial)."""
     from tunefleet.compiler.target import Target, TargetError
@@ -90,7 +90,7 @@ def _enable_sandbox() -> None:
     sandbox.enable(True)
 
 
-def _cpus(text: str | None) -> list[int] | None:
+def cpus_option(text: str | None) -> list[int] | None:
     from tunefleet.tuner.host import parse_cpus
 
     if text is None:
@@ -154,8 +154,8 @@ def tune_command(op, op_args, workload_file, target, trials, timeout, repeat, ou
     if use_sandbox:
         _enable_sandbox()
     workload = workload_from_cli(op, list(op_args), workload_file)
-    parsed = _executable_here(parse_target(target))
-    cpus = _cpus(cpus_text)
+    parsed = executable_here(parse_target(target))
+    cpus = cpus_option(cpus_text)
     records_path = records_path or out / "records.jsonl"
     records_path.parent.mkdir(parents=True, exist_ok=True)
     transfer = [r for f in transfer_files for r in records.load(f)]
