@@ -250,16 +250,7 @@ def header_text(name: str, args: Sequence[ArgSpec], *, doc: str, dispatch: Seque
         " *   }",
         f" * Build: cc main.c -I<dir> -L<dir> -l:{name}.so -Wl,-rpath,<dir>",
         " */",
-        f"#ifndef {guard}",
-        f"#define {guard}",
-        "",
-        "#include <stdint.h>",
-        "",
-        dlpack_declarations(),
-        "#ifdef __cplusplus",
-        'extern "C" {',
-        "#endif",
-        "",
+        *header_opening(guard),
         "/* The kernel, over dense buffers:",
         *[f" *   {a.name}: {a.c_pointer}, {a.dtype} {format_dims(a.shape)}, {a.layout}"
           for a in args],
@@ -279,6 +270,31 @@ def header_text(name: str, args: Sequence[ArgSpec], *, doc: str, dispatch: Seque
         "",
         *dispatch_declarations(name, args, dispatch),
         *runtime_api_declarations(name),
+        *header_closing(guard),
+    ])
+
+
+def header_opening(guard: str) -> list[str]:
+    """The opening lines of a public header after its comment: the include guard `guard`,
+    <stdint.h>, the DLPack declarations, and `extern "C" {` for C++."""
+    return [
+        f"#ifndef {guard}",
+        f"#define {guard}",
+        "",
+        "#include <stdint.h>",
+        "",
+        dlpack_declarations(),
+        "#ifdef __cplusplus",
+        'extern "C" {',
+        "#endif",
+        "",
+    ]
+
+
+def header_closing(guard: str) -> list[str]:
+    """The closing lines of a public header: the tunefleet_timer declaration, the end of
+    `extern "C"` and of the include guard `guard`."""
+    return [
         "",
         "/* Times fn(args): a warm-up call, then `repeat` repeats of `number` calls (number grows",
         " * until a repeat lasts min_repeat_ms), cooldown_ms sleep between repeats, optional",
@@ -293,7 +309,7 @@ def header_text(name: str, args: Sequence[ArgSpec], *, doc: str, dispatch: Seque
         "",
         f"#endif /* {guard} */",
         "",
-    ])
+    ]
 
 
 def dispatch_doc(name: str, isas: Sequence[str]) -> list[str]:

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .abi import (ABI_VERSION, ArgSpec, dlpack_declarations, entry_points_source, kernel_prototype,
+from .abi import (ABI_VERSION, ArgSpec, entry_points_source, header_closing, header_opening, kernel_prototype,
                   runtime_api_declarations, thread_api_source)
 from .build import LINK_FLAGS, BuildError, object_flags, translation_unit
 from .codegen.c import generate_c
@@ -93,27 +93,8 @@ def library_header_text(name: str, kernels: Mapping[str, Sequence[ArgSpec]], *, 
         " * <kernel>_packed takes the pointers in an array (for tunefleet_timer).",
         f" * Build: cc main.c -I<dir> -L<dir> -l:{name}.so -Wl,-rpath,<dir>",
         " */",
-        f"#ifndef {guard}",
-        f"#define {guard}",
-        "",
-        "#include <stdint.h>",
-        "",
-        dlpack_declarations(),
-        "#ifdef __cplusplus",
-        'extern "C" {',
-        "#endif",
-        "",
+        *header_opening(guard),
         *declarations,
         *runtime_api_declarations(name),
-        "",
-        "int tunefleet_timer(int (*fn)(void** args), void** args, int number, int repeat,",
-        "                    int min_repeat_ms, int cooldown_ms, int flush_cache,",
-        "                    double* out_seconds);",
-        "",
-        "#ifdef __cplusplus",
-        "}",
-        "#endif",
-        "",
-        f"#endif /* {guard} */",
-        "",
+        *header_closing(guard),
     ])
