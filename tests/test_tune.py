@@ -1,5 +1,7 @@
 """The tuning loop on real builds and runs: resume, records, validation, apply_best, transfer."""
 
+from pathlib import Path
+
 import helpers_ops  # noqa: F401  (registers the test operator "faulty")
 import numpy as np
 import pytest
@@ -116,3 +118,20 @@ def test_cost_model_ranks_held_out_configs_of_real_runs():
     model.update(X[:64], y[:64], [w.key] * 64)
     rho = spearmanr(model.predict(X[64:]), y[64:]).statistic
     assert rho > 0.5, rho
+
+
+def test_a_record_file_written_before_the_one_loop_still_resumes(tmp_path, measurer):
+    """tests/data/records_faulty_64_v0.1.0.jsonl was written by `tune` as it was before the
+    Runner / Database seams (grid search, 6 trials, its 2 correct configs validated with 4
+    repeats); resuming it measures only new configs, and the best stays a validated one."""
+    path = tmp_path / "records.jsonl"
+    path.write_bytes((Path(__file__).parent / "data" / "records_faulty_64_v0.1.0.jsonl").read_bytes())
+    old = records.load(path)
+    target = Target.parse("cpu -isa=generic")
+    result = tune(faulty(64), target, records_path=path, protocol=FAST, device_key=DEVICE, measurer=measurer,
+                  trials=8, strategy="grid", resume=True, validate_top=2, validation_repeat=4)
+    assert result.measured == 2 and len(result.trials) == 8
+    indices = [t.config["index"] for t in result.trials]
+    assert len(set(indices)) == 8 and indices[:6] == [r.config["index"] for r in old[:6]]
+    assert records.load(path)[:len(old)] == old
+    assert result.best.config["knobs"]["mode"] == "ok" and len(result.best.result.costs) == 4
