@@ -25,7 +25,7 @@ with measurement dispatched to the workers instead of the local runner:
    registers. While the SQL database is away, the loop keeps its jobs in flight and its
    search, and goes on once the database answers again. The search ends on the trial budget, the wall-time budget (counted from the
    task's first start), early stopping, or an exhausted config space.
-3. **Export.** The ``VALIDATE_TOP`` fastest correct trials (by fastest repeat, as
+3. **Export.** The task's finalists (:func:`tunefleet.tuner.validation.finalists`, as
    ``tunefleet tune`` picks them) go to an export job (id
    ``export-<task id>``) on a worker of the device key, which re-measures them side by
    side, builds the fastest into an artifact and uploads it; the task is then done, and
@@ -61,6 +61,7 @@ from tunefleet.server.errors import FieldError
 from tunefleet.server.services import pools, tuning
 from tunefleet.server.services import tasks as task_service
 from tunefleet.settings import Settings
+from tunefleet.tuner import validation
 from tunefleet.tuner.features import Featurizer
 from tunefleet.tuner.measure import MeasureProtocol, MeasureResult
 from tunefleet.tuner.search import EarlyStopping, SearchStrategy
@@ -68,15 +69,13 @@ from tunefleet.tuner.tune import make_strategy
 from tunefleet.worker import jobs as worker_jobs
 from tunefleet.worker import redisconn
 
-__all__ = ["PER_WORKER_DEPTH", "VALIDATE_TOP", "CHECK_S", "RIDE_OUT_S", "TunerContext", "bind", "current",
+__all__ = ["PER_WORKER_DEPTH", "CHECK_S", "RIDE_OUT_S", "TunerContext", "bind", "current",
            "run_task", "make_search"]
 
 log = logging.getLogger(__name__)
 
 #: Trials kept in flight per live worker: one being measured, one waiting in its queue.
 PER_WORKER_DEPTH = 2
-#: Correct trials re-measured side by side by the export job; the fastest is exported.
-VALIDATE_TOP = 3
 #: Seconds between rereads of the task's status and of the live workers.
 CHECK_S = 1.0
 #: Measure and export jobs are retried once when they fail or their worker dies.
@@ -331,7 +330,7 @@ class _TaskRun:
         trials = tuning.trials_of(self.session, self.task_id)
         measured = [t for t in trials if t.status not in _UNFINISHED]
         if measured:  # resume: the cost model learns from every trial already measured
-            results = [_stored_result(t) for t in measured]
+            results = [tuning.trial_result(t) for t in measured]
             search.update([space.get(t.config_index) for t in measured], results)
             if stopper:
                 stopper.update(results)
@@ -475,14 +474,14 @@ class _TaskRun:
         job_id = f"export-{self.task_id}"
         job = Job.fetch_many([job_id], connection=self.redis, serializer=queue.SERIALIZER)[0]
         if job is None or job.get_status(refresh=False) in (JobStatus.CANCELED, JobStatus.STOPPED):
-            best = tuning.best_trials(self.session, self.task_id, VALIDATE_TOP)
+            best = tuning.best_trials(self.session, self.task_id)
             if not best:
                 errors = collections.Counter(t.status for t in tuning.trials_of(self.session, self.task_id))
                 summary = ", ".join(f"{n} {s}" for s, n in errors.most_common()) or "no trials"
                 tuning.fail(self.session, self.task_id, f"no config built and ran correctly ({summary})")
                 return "failed: no correct config"
             candidates = [{"trial_id": t.id, "config": t.config} for t in best]
-            repeat = max(15, 3 * self.protocol.repeat)
+            repeat = validation.validation_repeat(self.protocol)
             job = self.queue.enqueue(
                 "tunefleet.worker.jobs.export",
                 self.task_id, self.workload_json, self.target, self.device_key, candidates,
@@ -528,15 +527,6 @@ def _elapsed_s(started: Any) -> float:
     from tunefleet.server.db import utcnow
 
     return (utcnow() - started).total_seconds()
-
-
-def _stored_result(trial: Trial) -> MeasureResult:
-    """The measure result a stored trial holds (for the search to learn from on resume)."""
-    return MeasureResult(
-        trial.status, list(trial.costs or []), trial.build_s or 0.0, trial.run_s or 0.0, trial.error or "",
-        host=str(trial.worker_id or ""),
-        timestamp=trial.finished_at.timestamp() if trial.finished_at else 0.0,
-    )
 
 
 def _job_outcome(job: Job, status: JobStatus) -> tuple[MeasureResult, int | None]:

@@ -14,10 +14,10 @@ from tunefleet.compiler.space import ConfigEntity
 from tunefleet.compiler.target import Target
 
 from . import records as records_mod
-from .measure import workload_key
+from .measure import MeasureResult, workload_key
 from .records import Record
 
-__all__ = ["build_artifact", "apply_best", "best_of_records", "build_multi_target_artifact"]
+__all__ = ["build_artifact", "apply_best", "measured_manifest", "best_of_records", "build_multi_target_artifact"]
 
 
 def build_artifact(workload: ops.Workload, target: Target, config: ConfigEntity, out_dir: str | os.PathLike,
@@ -84,9 +84,7 @@ def apply_best(records: Iterable[Record] | str | os.PathLike, workload: ops.Work
     """Build the best record (``records.best``) of ``workload`` on ``target`` into an artifact in ``out_dir``.
 
     ``records``: records, or the path of a record file. The manifest adds the
-    record's device key, median latency (``latency_s``, seconds), ``gflops``,
-    per-repeat ``costs``, their coefficient of variation ``cv``, and where and
-    when it was measured. Raises LookupError when no correct record exists
+    fields of :func:`measured_manifest`. Raises LookupError when no correct record exists
     (naming the workload, target and device key), ScheduleError / BuildError
     / ConfigError when the record's config no longer builds.
     """
@@ -98,13 +96,21 @@ def apply_best(records: Iterable[Record] | str | os.PathLike, workload: ops.Work
         where = f" on device key {device_key!r}" if device_key else ""
         raise LookupError(f"no correct record of {workload!r} for target {str(target)!r}{where}")
     config = ops.config_space(workload, target).from_json(found.config)
-    result = found.result
-    return build_artifact(workload, target, config, out_dir, {
-        "device_key": found.device_key,
+    manifest = measured_manifest(workload, found.device_key, found.result)
+    return build_artifact(workload, target, config, out_dir, manifest)
+
+
+def measured_manifest(workload: ops.Workload, device_key: str, result: MeasureResult) -> dict:
+    """The manifest fields of a tuned artifact (``tunefleet tune`` and a service task's export alike):
+    the device key, median latency (``latency_s``, seconds), ``gflops``, per-repeat ``costs``
+    (seconds), their coefficient of variation ``cv``, and where (``measured_on``) and when
+    (``measured_at``, Unix seconds) the winning measurement was taken."""
+    return {
+        "device_key": device_key,
         "latency_s": result.median,
         "gflops": result.gflops(workload.flop),
         "costs": result.costs,
         "cv": result.cv,
         "measured_on": result.host,
         "measured_at": result.timestamp,
-    })
+    }

@@ -24,6 +24,7 @@ from pathlib import Path
 from tunefleet import __version__
 from tunefleet.compiler.build import toolchain_versions
 
+from . import validation
 from .measure import MeasureInput, MeasureResult, canonical_json, workload_key
 
 __all__ = [
@@ -197,33 +198,13 @@ def load(path: str | os.PathLike) -> list[Record]:
 
 
 def best(records: Iterable[Record], workload_key: str, target: str, device_key: str | None = None) -> Record | None:
-    """The fastest correct record of a workload on a target (restricted to ``device_key`` when given).
-
-    * A config that ever gave a ``wrong_answer`` or a ``runtime_error`` is out:
-      a kernel that is wrong once is wrong.
-    * A config measured several times is represented by its correct
-      measurement with the most repeats (the latest of those on a tie).
-    * Only configs represented by the most repeats compete: after the final
-      validation of a tuning run (the top configs re-measured side by side
-      with more repeats), the winner is chosen among those, and a
-      noise-lucky short measurement of another config cannot beat them.
-    * Then the least median cost wins; ties go to the config measured first.
-
-    ``None`` when no record qualifies.
-    """
-    chosen: dict[str, Record] = {}
-    failed: set[str] = set()
-    for r in records:
-        if r.workload_key != workload_key or r.target != target or (device_key and r.device_key != device_key):
-            continue
-        key = canonical_json(r.config["knobs"])
-        if r.result.status in ("wrong_answer", "runtime_error"):
-            failed.add(key)
-        elif r.result.ok and (key not in chosen or len(r.result.costs) >= len(chosen[key].result.costs)):
-            chosen[key] = r
-    eligible = [r for key, r in chosen.items() if key not in failed]
-    most = max((len(r.result.costs) for r in eligible), default=0)
-    return min((r for r in eligible if len(r.result.costs) == most), key=lambda r: r.result.median, default=None)
+    """The fastest correct record of a workload on a target (restricted to ``device_key`` when
+    given), by the one rule of :func:`.validation.best`: configs ever wrong are out, the most
+    repeated (validated) measurements compete, the least median wins. ``None`` when no record
+    qualifies."""
+    return validation.best((canonical_json(r.config["knobs"]), r, r.result) for r in records
+                           if r.workload_key == workload_key and r.target == target
+                           and (not device_key or r.device_key == device_key))
 
 
 def host_toolchain() -> Toolchain:

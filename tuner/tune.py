@@ -32,6 +32,7 @@ from tunefleet.compiler.target import Target
 
 from . import host
 from . import records as records_mod
+from . import validation
 from .cost_model import CostModel
 from .features import Featurizer, feature_schema
 from .measure import MeasureInput, MeasureProtocol, MeasureResult, canonical_json, workload_key
@@ -185,7 +186,7 @@ def tune(
     resume: bool = False,
     early_stopping: int | None = None,
     transfer_records: Iterable[Record] = (),
-    validate_top: int = 5,
+    validate_top: int = validation.FINALISTS,
     validation_repeat: int | None = None,
     measurer: LocalMeasurer | None = None,
     batch_size: int | None = None,
@@ -313,12 +314,6 @@ def tune(
 
 def _validate(history: list[Trial], top: int, protocol: MeasureProtocol, repeat: int | None,
               measure: Callable[[list[dict], MeasureProtocol], list[Record]]) -> list[Record]:
-    """Re-measure the ``top`` fastest correct configs of ``history`` (by peak throughput, the ranking
-    least disturbed by other processes) with more repeats and a timeout longer in proportion."""
-    ranked = sorted((t for t in history if t.result.ok), key=lambda t: -t.result.peak_throughput())[:top]
-    if not ranked:
-        return []
-    repeat = repeat or max(15, 3 * protocol.repeat)
-    longer = dataclasses.replace(protocol, repeat=repeat,
-                                 timeout_s=protocol.timeout_s * max(1.0, repeat / protocol.repeat))
-    return measure([t.config for t in ranked], longer)
+    """Re-measure the ``top`` finalists of ``history`` (:mod:`.validation`)."""
+    chosen = validation.finalists(((canonical_json(t.config["knobs"]), t, t.result) for t in history), top)
+    return measure([t.config for t in chosen], validation.validation_protocol(protocol, repeat)) if chosen else []

@@ -28,13 +28,14 @@ import httpx
 from tunefleet.compiler.artifact import pack_artifact, read_manifest
 from tunefleet.compiler.build import COMPILE_TIMEOUT_S
 from tunefleet.compiler.target import Target, TargetError
-from tunefleet.tuner.apply import build_artifact
+from tunefleet.tuner import validation
+from tunefleet.tuner.apply import build_artifact, measured_manifest
 from tunefleet.tuner.measure import MeasureInput, MeasureProtocol, MeasureResult
 from tunefleet.tuner.resolve import resolve
 from tunefleet.tuner.runner import STARTUP_TIMEOUT_S, LocalMeasurer
 
 __all__ = ["WorkerContext", "ExportError", "bind", "current", "unsupported", "measure", "export",
-           "measure_timeout_s", "export_timeout_s", "validation_protocol"]
+           "measure_timeout_s", "export_timeout_s"]
 
 log = logging.getLogger(__name__)
 
@@ -84,16 +85,9 @@ def measure_timeout_s(protocol: MeasureProtocol, candidates: int = 1) -> int:
     return int(candidates * (COMPILE_TIMEOUT_S + STARTUP_TIMEOUT_S + protocol.timeout_s) + 30)
 
 
-def validation_protocol(protocol: MeasureProtocol, repeat: int) -> MeasureProtocol:
-    """The task's protocol with `repeat` repeats and a timeout longer in proportion (as
-    ``tunefleet tune`` validates)."""
-    return dataclasses.replace(protocol, repeat=repeat,
-                               timeout_s=protocol.timeout_s * max(1.0, repeat / protocol.repeat))
-
-
 def export_timeout_s(protocol: MeasureProtocol, candidates: int, repeat: int) -> int:
     """RQ job timeout of an export job: the validation measurements, a build, an upload."""
-    return measure_timeout_s(validation_protocol(protocol, repeat), candidates) + COMPILE_TIMEOUT_S + 120
+    return measure_timeout_s(validation.validation_protocol(protocol, repeat), candidates) + COMPILE_TIMEOUT_S + 120
 
 
 class _Working:
@@ -166,19 +160,18 @@ def export(
     reason = unsupported(context, target)
     if reason is not None:
         raise ExportError(f"unsupported_target: {reason}")
-    longer = validation_protocol(MeasureProtocol.from_json(protocol), validation_repeat)
+    longer = validation.validation_protocol(MeasureProtocol.from_json(protocol), validation_repeat)
     with _Working(context, task_id):
         inputs = [MeasureInput(workload, target, c["config"]) for c in candidates]
         results = context.measurer.measure_batch(inputs, longer)
-        validation = [
+        measured = [
             {"trial_id": c["trial_id"], "status": r.status, "median_s": r.median if r.ok else None}
             for c, r in zip(candidates, results)
         ]
-        ok = [(r.median, i) for i, r in enumerate(results) if r.ok]
-        if not ok:
+        best = validation.best((i, i, r) for i, r in enumerate(results))
+        if best is None:
             raise ExportError(f"none of the {len(candidates)} best configs of task {task_id} measured "
-                              f"correctly again: {[(v['trial_id'], v['status']) for v in validation]}")
-        best = min(ok)[1]
+                              f"correctly again: {[(v['trial_id'], v['status']) for v in measured]}")
         result = results[best]
         archive, name = _build_archive(task_id, workload, target, device_key, candidates[best]["config"], result)
         artifact = _upload(context.http, archive)
@@ -187,22 +180,13 @@ def export(
         extra={"event": "exported", "task_id": task_id, "kernel": name, "sha256": artifact["sha256"]},
     )
     return {"trial_id": candidates[best]["trial_id"], "result": result.to_json(), "artifact": artifact,
-            "validation": validation}
+            "validation": measured}
 
 
 def _build_archive(task_id: int, workload: dict, target: str, device_key: str, config: dict,
                    result: MeasureResult) -> tuple[bytes, str]:
     wl, tgt, cfg = resolve(workload, target, config)
-    manifest = {
-        "device_key": device_key,
-        "task_id": task_id,
-        "latency_s": result.median,
-        "gflops": result.gflops(wl.flop),
-        "costs": result.costs,
-        "cv": result.cv,
-        "measured_on": result.host,
-        "measured_at": result.timestamp,
-    }
+    manifest = {**measured_manifest(wl, device_key, result), "task_id": task_id}
     with tempfile.TemporaryDirectory(prefix="tunefleet-export-") as tmp:
         folder = build_artifact(wl, tgt, cfg, Path(tmp) / "artifact", manifest)
         return pack_artifact(folder), read_manifest(folder)["name"]

@@ -27,6 +27,7 @@ from tunefleet.server.db.models import (
     WorkerState,
 )
 from tunefleet.server.services.tasks import FINAL, TRANSITIONS, gflops
+from tunefleet.tuner import validation
 from tunefleet.tuner.measure import MeasureResult
 
 S = TaskStatus
@@ -276,15 +277,23 @@ def delete_unfinished(session: Session, task_id: int) -> int:
     return result.rowcount or 0
 
 
-def best_trials(session: Session, task_id: int, n: int) -> list[Trial]:
-    """The task's `n` fastest correct trials by their fastest repeat (the ranking least
-    disturbed by other processes on a shared host, as ``tunefleet tune`` validates), fastest
-    first."""
+def trial_result(trial: Trial) -> MeasureResult:
+    """The measure result a measured trial holds (its worker's id as ``host``)."""
+    return MeasureResult(
+        trial.status, list(trial.costs or []), trial.build_s or 0.0, trial.run_s or 0.0, trial.error or "",
+        host=str(trial.worker_id or ""),
+        timestamp=trial.finished_at.timestamp() if trial.finished_at else 0.0,
+    )
+
+
+def best_trials(session: Session, task_id: int, n: int = validation.FINALISTS) -> list[Trial]:
+    """The task's finalists: its `n` fastest correct trials by their fastest repeat
+    (:func:`tunefleet.tuner.validation.finalists`, as ``tunefleet tune`` picks them), fastest first."""
     trials = session.scalars(
-        select(Trial).where(Trial.task_id == task_id, Trial.status == TrialStatus.OK).order_by(Trial.id)
+        select(Trial).where(Trial.task_id == task_id, Trial.status.not_in(UNFINISHED_TRIAL)).order_by(Trial.id)
     ).all()
     session.commit()
-    return sorted(trials, key=lambda t: min(t.costs or [float("inf")]))[:n]
+    return validation.finalists(((t.config_index, t, trial_result(t)) for t in trials), n)
 
 
 # --- export ----------------------------------------------------------------------------
