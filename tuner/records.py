@@ -10,6 +10,8 @@ A line is ``Record.to_json()``::
 :func:`append` writes and fsyncs one line per call, so a crash loses at most
 the line being written; :func:`load` skips such a torn last line with a
 warning. One writer per file.
+
+:class:`RecordFile` is the tuning loop's :class:`~.interfaces.Database` over such a file.
 """
 
 from __future__ import annotations
@@ -18,13 +20,16 @@ import dataclasses
 import json
 import os
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from tunefleet import __version__
 from tunefleet.compiler.build import toolchain_versions
 
+from tunefleet.compiler.space import ConfigEntity
+
 from . import validation
+from .interfaces import Candidate, Database, RunnerResult, StoredTrial
 from .measure import MeasureInput, MeasureResult, canonical_json, workload_key
 
 __all__ = [
@@ -37,6 +42,7 @@ __all__ = [
     "load",
     "best",
     "host_toolchain",
+    "RecordFile",
 ]
 
 SCHEMA_VERSION = 1
@@ -211,3 +217,48 @@ def host_toolchain() -> Toolchain:
     """The toolchain builds on this host use: ``$CC`` (default gcc) and its version line."""
     versions = toolchain_versions()
     return Toolchain(Path(versions["cc"][0]).name, versions["cc_version"] or "unknown")
+
+
+class RecordFile(Database):
+    """The trials of ``workload`` (JSON) on ``target`` and ``device_key`` in the record file
+    ``path`` (absent until the first record), among any other records it holds. Each
+    measurement is appended as a :class:`Record` built with ``toolchain`` (default
+    :func:`host_toolchain`)."""
+
+    def __init__(self, path: str | os.PathLike, workload: dict, target: str, device_key: str,
+                 toolchain: Toolchain | None = None) -> None:
+        self.path = Path(path)
+        self.workload = workload
+        self.workload_key = workload_key(workload)
+        self.target = target
+        self.device_key = device_key
+        self.toolchain = toolchain or host_toolchain()
+
+    def load(self) -> list[Record]:
+        """Every record of the file (of any tuning); [] while it does not exist."""
+        return load(self.path) if self.path.exists() else []
+
+    def mine(self, records: Iterable[Record]) -> list[Record]:
+        """The records of this tuning among ``records``."""
+        return [r for r in records if r.workload_key == self.workload_key and r.target == self.target
+                and r.device_key == self.device_key]
+
+    def trials(self) -> list[StoredTrial]:
+        first: dict[str, Record] = {}
+        for r in self.mine(self.load()):
+            first.setdefault(canonical_json(r.config["knobs"]), r)
+        return [StoredTrial(r.config, r.result) for r in first.values()]
+
+    def add(self, configs: Sequence[ConfigEntity]) -> list[Candidate]:
+        """Candidates of ``configs``: a record file keeps measurements only."""
+        return [Candidate(c) for c in configs]
+
+    def record(self, candidate: Candidate, measured: RunnerResult) -> Record:
+        record = Record.of(MeasureInput(self.workload, self.target, candidate.config.to_json()), measured.result,
+                           self.device_key, self.toolchain)
+        append(self.path, record)
+        return record
+
+    def best(self) -> Record | None:
+        """The best record of this tuning in the file (:func:`best`)."""
+        return best(self.load(), self.workload_key, self.target, self.device_key)

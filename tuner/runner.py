@@ -27,6 +27,9 @@ gives the error and the tolerance), ``runtime_error`` (the kernel returned
 nonzero, an exception in the child, the child exited or died by a signal:
 the text names the signal, e.g. SIGSEGV, and ends with the child's output),
 ``timeout``. A failed candidate costs its own trial only.
+
+:class:`LocalRunner` is the tuning loop's :class:`~.interfaces.Runner` over a LocalMeasurer
+(or its GPU variant): a batch of its builders' size at a time, measured in the loop's thread.
 """
 
 from __future__ import annotations
@@ -48,10 +51,11 @@ from tunefleet.compiler import sandbox
 
 from . import plugins, processes
 from .builder import Builder, BuildResult
+from .interfaces import Candidate, Runner, RunnerFuture, RunnerResult
 from .measure import MeasureInput, MeasureProtocol, MeasureResult
 from .measure_child import child_main
 
-__all__ = ["STARTUP_TIMEOUT_S", "LocalMeasurer", "measure_batch"]
+__all__ = ["STARTUP_TIMEOUT_S", "LocalMeasurer", "LocalRunner", "measure_batch"]
 
 #: Seconds a child may take to start and load its library before it counts as a runtime error.
 STARTUP_TIMEOUT_S = 60.0
@@ -269,6 +273,53 @@ def _tail(log: Path) -> str:
     except OSError:
         return ""
     return f"output of the candidate's process:\n{text[-_LOG_TAIL:]}" if text else ""
+
+
+class _LocalFuture(RunnerFuture):
+    def __init__(self, candidate: Candidate) -> None:
+        self.candidate = candidate
+        self.measured: RunnerResult | None = None
+
+    def done(self) -> bool:
+        return self.measured is not None
+
+    def result(self) -> RunnerResult:
+        if self.measured is None:
+            raise RuntimeError("the candidate is not measured yet: poll the runner first")
+        return self.measured
+
+
+class LocalRunner(Runner):
+    """Measures candidates of ``workload`` (JSON) for ``target`` on this machine with
+    ``measurer``, ``batch_size`` at a time (default: its builders, so that each batch builds in
+    parallel and runs back to back). :meth:`poll` measures whatever was submitted, in the
+    caller's thread, so that nothing else of this process runs while a candidate is timed;
+    KeyboardInterrupt stops it at once (LocalMeasurer.measure_batch)."""
+
+    def __init__(self, measurer: LocalMeasurer, workload: dict, target: str, batch_size: int | None = None) -> None:
+        self.measurer = measurer
+        self.workload = workload
+        self.target = target
+        self.batch_size = batch_size or measurer.n_parallel
+        self._submitted: list[tuple[list[_LocalFuture], MeasureProtocol]] = []
+
+    def capacity(self) -> int:
+        return self.batch_size
+
+    def submit(self, candidates: Sequence[Candidate], protocol: MeasureProtocol) -> list[RunnerFuture]:
+        futures = [_LocalFuture(c) for c in candidates]
+        self._submitted.append((futures, protocol))
+        return list(futures)
+
+    def poll(self, futures: Sequence[RunnerFuture]) -> None:
+        while self._submitted:
+            batch, protocol = self._submitted.pop(0)
+            inputs = [MeasureInput(self.workload, self.target, f.candidate.config.to_json()) for f in batch]
+            for future, result in zip(batch, self.measurer.measure_batch(inputs, protocol)):
+                future.measured = RunnerResult(result)
+
+    def wait(self, futures: Sequence[RunnerFuture], *, proposals_due: bool) -> None:
+        """Nothing to wait for: :meth:`poll` measured everything submitted."""
 
 
 def measure_batch(inputs: Sequence[MeasureInput], protocol: MeasureProtocol | None = None,

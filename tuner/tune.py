@@ -1,10 +1,11 @@
-"""The tuning loop on one machine: propose, measure, record, learn; then validate the best.
+"""Tuning on one machine (``tunefleet tune``): the one loop over a local runner and a record file.
 
-:func:`tune` runs a search strategy (``"xgb"``: cost-model-guided, the
-default; ``"random"``; ``"grid"``) for up to ``trials`` distinct configs of a
-workload, measuring them in batches with a
-:class:`~.runner.LocalMeasurer` (batch size: its number of builders, so
-each batch builds in parallel and runs back to back). Every result is
+:func:`tune` runs the :class:`~.loop.TuningLoop` with a search strategy (:func:`make_strategy`:
+``"xgb"``: cost-model-guided, the default; ``"random"``; ``"grid"``) for up to ``trials``
+distinct configs of a workload, measuring them in batches with a
+:class:`~.runner.LocalRunner` over a :class:`~.runner.LocalMeasurer` (batch size: its number
+of builders, so each batch builds in parallel and runs back to back), keeping them in a
+:class:`~.records.RecordFile`. Every result is
 appended to the record file at once, so an interrupted run loses nothing and
 ``resume=True`` continues from the file without re-measuring any config
 (they count toward ``trials``). The cost model is refit as results arrive and
@@ -12,8 +13,8 @@ is seeded, before the first trial, from the file's records of other
 workloads of the same operator family on the same device key, and from
 ``transfer_records`` (transfer learning across shapes).
 
-At the end, the ``validate_top`` fastest configs are re-measured side by
-side with more repeats; the record file's :func:`~.records.best` then
+At the end, the ``validate_top`` finalists are re-measured side by side with
+more repeats (:mod:`.validation`); the record file's :func:`~.records.best` then
 chooses among those, by median (a noise-lucky config cannot win), and the
 result reports the winner's coefficient of variation.
 """
@@ -30,16 +31,15 @@ from pathlib import Path
 from tunefleet.compiler import ops
 from tunefleet.compiler.target import Target
 
-from . import host
-from . import records as records_mod
-from . import validation
+from . import host, validation
 from .cost_model import CostModel
 from .features import Featurizer, feature_schema
-from .measure import MeasureInput, MeasureProtocol, MeasureResult, canonical_json, workload_key
-from .records import Record
+from .loop import Budget, Trial, TuningLoop
+from .measure import MeasureProtocol, canonical_json, workload_key
+from .records import Record, RecordFile
 from .resolve import resolve
-from .runner import LocalMeasurer
-from .search import EarlyStopping, GridSearch, ModelGuidedSearch, RandomSearch, SearchStrategy
+from .runner import LocalMeasurer, LocalRunner
+from .search import GridSearch, ModelGuidedSearch, RandomSearch, SearchStrategy
 
 __all__ = ["STRATEGIES", "SEARCH_SETTINGS", "TuneError", "Trial", "Progress", "TuneResult", "tune"]
 
@@ -57,17 +57,6 @@ _RATE_WINDOW_S = 60.0
 
 class TuneError(RuntimeError):
     """A tuning run cannot start (e.g. its record file already holds trials and resume is off)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Trial:
-    """One search trial: its 1-based ``number``, ``config`` JSON, ``result``, and ``elapsed_s`` since
-    the run started when it finished (0 for a trial resumed from the record file)."""
-
-    number: int
-    config: dict
-    result: MeasureResult
-    elapsed_s: float
 
 
 @dataclasses.dataclass(frozen=True)
@@ -219,31 +208,16 @@ def tune(
 
         device_key = gpu_device_key(target)
     device_key = device_key or host.device_key(cpus)
-    records_path = Path(records_path)
-    wkey = workload_key(workload.to_json())
-    existing = records_mod.load(records_path) if records_path.exists() else []
-    mine = [r for r in existing if r.workload_key == wkey and r.target == str(target) and r.device_key == device_key]
+    database = RecordFile(records_path, workload.to_json(), str(target), device_key)
+    existing = database.load()
+    mine = database.mine(existing)
     if mine and not resume:
         configs = len({canonical_json(r.config["knobs"]) for r in mine})
-        raise TuneError(f"{records_path} already holds {configs} measured configs of this workload on {device_key}; "
-                        f"resume to continue from them, or use another record file")
-    toolchain = records_mod.host_toolchain()
+        raise TuneError(f"{database.path} already holds {configs} measured configs of this workload on "
+                        f"{device_key}; resume to continue from them, or use another record file")
     featurizer = Featurizer()
     transfer = _transfer_set([*existing, *transfer_records], workload, device_key) if strategy == "xgb" else []
     search = make_strategy(strategy, workload, target, featurizer, seed, transfer)
-    space = search.space
-    stopper = EarlyStopping(early_stopping) if early_stopping else None
-
-    history: list[Trial] = []
-    first: dict[int, Record] = {}
-    for r in mine:  # resumed trials: the first measurement of each config (later ones are validations)
-        first.setdefault(space.from_json(r.config).index, r)
-    if first:
-        configs = [space.get(i) for i in first]
-        search.update(configs, [r.result for r in first.values()])
-        history = [Trial(n + 1, r.config, r.result, 0.0) for n, r in enumerate(first.values())]
-        if stopper:
-            stopper.update(r.result for r in first.values())
 
     start = time.perf_counter()
     own = measurer is None
@@ -252,68 +226,31 @@ def tune(
 
         measurer = GpuMeasurer(cpus=cpus)
     measurer = measurer or LocalMeasurer(cpus=cpus)
-    batch_size = batch_size or measurer.n_parallel
-    finished: collections.deque[float] = collections.deque()
+    runner = LocalRunner(measurer, workload.to_json(), str(target), batch_size)
 
-    def report(phase: str) -> None:
+    def report(phase: str, loop: TuningLoop) -> None:
         if progress is None:
             return
         now = time.perf_counter() - start
-        while finished and finished[0] < now - _RATE_WINDOW_S:
-            finished.popleft()
         window = min(now, _RATE_WINDOW_S)
-        errors = collections.Counter(t.result.status for t in history if not t.result.ok)
-        best_gflops = max((t.result.gflops(workload.flop) for t in history), default=0.0)
-        progress(Progress(phase, len(history), trials, best_gflops, len(finished) / window if window else 0.0,
+        recent = sum(1 for t in loop.history[loop.resumed:] if t.elapsed_s >= now - _RATE_WINDOW_S)
+        errors = collections.Counter(t.result.status for t in loop.history if not t.result.ok)
+        best_gflops = max((t.result.gflops(workload.flop) for t in loop.history), default=0.0)
+        progress(Progress(phase, len(loop.history), trials, best_gflops, recent / window if window else 0.0,
                           now, dict(errors)))
 
-    def measure(configs: list[dict], proto: MeasureProtocol) -> list[Record]:
-        inputs = [MeasureInput(workload.to_json(), str(target), c) for c in configs]
-        out = []
-        for inp, result in zip(inputs, measurer.measure_batch(inputs, proto)):
-            record = Record.of(inp, result, device_key, toolchain)
-            records_mod.append(records_path, record)
-            out.append(record)
-        return out
-
-    stopped = "budget"
-    search_s = 0.0
+    loop = TuningLoop(search, runner, database, protocol, Budget(trials, early_stopping=early_stopping),
+                      on_round=lambda loop: report("search", loop), clock=lambda: time.perf_counter() - start)
     try:
-        report("search")
-        while len(history) < trials:
-            t0 = time.perf_counter()
-            batch = search.next_batch(min(batch_size, trials - len(history)))
-            search_s += time.perf_counter() - t0
-            if not batch:
-                stopped = "space_exhausted"
-                break
-            measured = measure([c.to_json() for c in batch], protocol)
-            now = time.perf_counter() - start
-            for record in measured:
-                history.append(Trial(len(history) + 1, record.config, record.result, now))
-                finished.append(now)
-            t0 = time.perf_counter()
-            search.update(batch, [r.result for r in measured])
-            search_s += time.perf_counter() - t0
-            report("search")
-            if stopper and stopper.update(r.result for r in measured):
-                stopped = "early_stopping"
-                break
-        report("validate")
-        validation = _validate(history, validate_top, protocol, validation_repeat, measure)
+        stopped = loop.run()
+        report("validate", loop)
+        validated = loop.validate(validate_top, validation_repeat)
     finally:
         if own:
             measurer.close()
-    found = records_mod.best(records_mod.load(records_path), wkey, str(target), device_key)
-    report("done")
-    return TuneResult(workload=workload, target=target, device_key=device_key, best=found, trials=history,
-                      measured=len(history) - len(first), transferred=len(transfer), validation=validation,
-                      elapsed_s=time.perf_counter() - start, search_s=search_s, stopped=stopped,
-                      records_path=records_path)
-
-
-def _validate(history: list[Trial], top: int, protocol: MeasureProtocol, repeat: int | None,
-              measure: Callable[[list[dict], MeasureProtocol], list[Record]]) -> list[Record]:
-    """Re-measure the ``top`` finalists of ``history`` (:mod:`.validation`)."""
-    chosen = validation.finalists(((canonical_json(t.config["knobs"]), t, t.result) for t in history), top)
-    return measure([t.config for t in chosen], validation.validation_protocol(protocol, repeat)) if chosen else []
+    found = database.best()
+    report("done", loop)
+    return TuneResult(workload=workload, target=target, device_key=device_key, best=found, trials=loop.history,
+                      measured=len(loop.history) - loop.resumed, transferred=len(transfer), validation=validated,
+                      elapsed_s=time.perf_counter() - start, search_s=loop.search_s, stopped=stopped,
+                      records_path=database.path)
