@@ -16,7 +16,7 @@ def tuner_command(burst: bool, heartbeat_s: float) -> None:
     TUNEFLEET_HOME). SIGTERM or Ctrl-C requeue the running task and stop."""
     from tunefleet.server.db import migrate
     from tunefleet.server.logs import configure_logging
-    from tunefleet.server.tuner_job import serve
+    from tunefleet.server.tuner_process import serve
     from tunefleet.settings import Settings
 
     settings = Settings()
