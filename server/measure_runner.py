@@ -13,12 +13,14 @@ longer has. Workers push a job's id to the task's *done key* once its result is 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from redis import Redis
 from rq import Retry
 from rq.job import Job, JobStatus
+from rq.queue import Queue
 
 from tunefleet.server import queue
 from tunefleet.tuner.interfaces import Candidate, Runner, RunnerFuture, RunnerResult
@@ -38,46 +40,41 @@ _FINAL = (JobStatus.FINISHED, JobStatus.FAILED, JobStatus.STOPPED, JobStatus.CAN
 
 class _JobFuture(RunnerFuture):
     def __init__(self, job_id: str, candidate: Candidate, protocol: MeasureProtocol, running: bool = False) -> None:
+        super().__init__(candidate)
         self.job_id = job_id
-        self.candidate = candidate
         self.protocol = protocol
         self.running = running
-        self.measured: RunnerResult | None = None
-
-    def done(self) -> bool:
-        return self.measured is not None
-
-    def result(self) -> RunnerResult:
-        if self.measured is None:
-            raise RuntimeError(f"job {self.job_id} has no result yet: poll the runner first")
-        return self.measured
 
     def started(self) -> bool:
         return self.running
 
 
+@dataclasses.dataclass
 class DistributedRunner(Runner):
     """Measures the candidates of task ``task_id`` (``workload`` JSON on ``target``) on the
-    workers behind ``measure_queue``. ``live_workers``: how many workers of the device key are
-    live now (the loop keeps :data:`PER_WORKER_DEPTH` candidates in flight per worker);
-    ``protocol``: the task's, for jobs adopted from an earlier run; ``poll_s``, ``check_s``:
-    the longest wait for a result while proposals are due, and otherwise."""
+    workers behind ``measure_queue`` (``measure:<device_key>``). ``live_workers``: how many workers
+    of the device key are live now (the loop keeps :data:`PER_WORKER_DEPTH` candidates in
+    flight per worker); ``protocol``: the task's, for jobs adopted from an earlier run;
+    ``poll_s``, ``check_s``: the longest wait for a result while proposals are due, and
+    otherwise, in seconds."""
 
-    remote = True
+    measure_queue: Queue
+    task_id: int
+    workload: dict
+    target: str
+    protocol: MeasureProtocol
+    live_workers: Callable[[], int]
+    poll_s: float
+    check_s: float
+    remote: ClassVar[bool] = True
 
-    def __init__(self, redis: Redis, measure_queue: Any, task_id: int, workload: dict, target: str,
-                 protocol: MeasureProtocol, live_workers: Callable[[], int], *, poll_s: float,
-                 check_s: float) -> None:
-        self.redis = redis
-        self.queue = measure_queue
-        self.task_id = task_id
-        self.workload = workload
-        self.target = target
-        self.protocol = protocol
-        self.live_workers = live_workers
-        self.poll_s = poll_s
-        self.check_s = check_s
-        self.done_key = done_key(task_id)
+    @property
+    def redis(self) -> Redis:
+        return self.measure_queue.connection
+
+    @property
+    def done_key(self) -> str:
+        return done_key(self.task_id)
 
     def capacity(self) -> int:
         return PER_WORKER_DEPTH * self.live_workers()
@@ -139,7 +136,7 @@ class DistributedRunner(Runner):
 
     def _enqueue(self, future: _JobFuture, pipeline: Any = None) -> None:
         trial_id = future.candidate.ref
-        self.queue.enqueue(
+        self.measure_queue.enqueue(
             "tunefleet.worker.jobs.measure",
             self.task_id, trial_id, self.workload, self.target, future.candidate.config.to_json(),
             future.protocol.to_json(),

@@ -254,8 +254,8 @@ class _TaskRun(Supervisor):
 
     def _search(self) -> str:
         search = make_search(self.workload, Target.parse(self.target), seed=self.task_id)
-        runner = DistributedRunner(self.redis, self.queue, self.task_id, self.workload_json, self.target,
-                                   self.protocol, lambda: self.live, poll_s=self.context.poll_s, check_s=CHECK_S)
+        runner = DistributedRunner(self.queue, self.task_id, self.workload_json, self.target, self.protocol,
+                                   lambda: self.live, poll_s=self.context.poll_s, check_s=CHECK_S)
         budget = Budget(int(self.budget["trials"]), self.budget.get("wall_time_s"), self.budget.get("early_stopping"))
         clock = (lambda: _elapsed_s(self.started)) if self.started else (lambda: 0.0)
         loop = TuningLoop(search, runner, SqlDatabase(self.session, self.task_id), self.protocol, budget,

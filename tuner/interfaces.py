@@ -50,19 +50,23 @@ class RunnerResult:
     worker_id: int | None = None
 
 
-class RunnerFuture(abc.ABC):
-    """The measurement of one candidate, under way. Its state changes only in
-    :meth:`Runner.poll`, so reading it costs nothing."""
+class RunnerFuture:
+    """The measurement of one candidate, under way. Its runner sets ``measured`` in
+    :meth:`Runner.poll` (and only there), so reading its state costs nothing."""
 
-    candidate: Candidate
+    def __init__(self, candidate: Candidate) -> None:
+        self.candidate = candidate
+        self.measured: RunnerResult | None = None
 
-    @abc.abstractmethod
     def done(self) -> bool:
         """The result is in."""
+        return self.measured is not None
 
-    @abc.abstractmethod
     def result(self) -> RunnerResult:
-        """The measurement; only once :meth:`done`."""
+        """The measurement; RuntimeError before :meth:`done`."""
+        if self.measured is None:
+            raise RuntimeError(f"{self.candidate.config} is not measured yet: poll its runner first")
+        return self.measured
 
     def started(self) -> bool:
         """The measurement began (a worker took the job); always False where it is not known."""

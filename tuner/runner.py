@@ -275,20 +275,6 @@ def _tail(log: Path) -> str:
     return f"output of the candidate's process:\n{text[-_LOG_TAIL:]}" if text else ""
 
 
-class _LocalFuture(RunnerFuture):
-    def __init__(self, candidate: Candidate) -> None:
-        self.candidate = candidate
-        self.measured: RunnerResult | None = None
-
-    def done(self) -> bool:
-        return self.measured is not None
-
-    def result(self) -> RunnerResult:
-        if self.measured is None:
-            raise RuntimeError("the candidate is not measured yet: poll the runner first")
-        return self.measured
-
-
 class LocalRunner(Runner):
     """Measures candidates of ``workload`` (JSON) for ``target`` on this machine with
     ``measurer``, ``batch_size`` at a time (default: its builders, so that each batch builds in
@@ -301,13 +287,13 @@ class LocalRunner(Runner):
         self.workload = workload
         self.target = target
         self.batch_size = batch_size or measurer.n_parallel
-        self._submitted: list[tuple[list[_LocalFuture], MeasureProtocol]] = []
+        self._submitted: list[tuple[list[RunnerFuture], MeasureProtocol]] = []
 
     def capacity(self) -> int:
         return self.batch_size
 
     def submit(self, candidates: Sequence[Candidate], protocol: MeasureProtocol) -> list[RunnerFuture]:
-        futures = [_LocalFuture(c) for c in candidates]
+        futures = [RunnerFuture(c) for c in candidates]
         self._submitted.append((futures, protocol))
         return list(futures)
 
