@@ -73,6 +73,7 @@ from tunefleet.tuner.search import SearchStrategy
 from tunefleet.tuner.tune import make_strategy
 from tunefleet.worker import jobs as worker_jobs
 from tunefleet.worker import redisconn
+from tunefleet.worker.rqworker import JobContext
 
 __all__ = ["CHECK_S", "TunerContext", "bind", "current", "run_task", "make_search"]
 
@@ -99,20 +100,11 @@ class TunerContext:
     sql_outages: redisconn.Outages = dataclasses.field(default_factory=lambda: redisconn.Outages("SQL database"))
 
 
-_context: TunerContext | None = None
-
-
-def bind(context: TunerContext | None) -> None:
-    """Set (or clear) the context of this process's tune jobs."""
-    global _context
-    _context = context
-
-
-def current() -> TunerContext:
-    """The bound context; RuntimeError outside a tuner process."""
-    if _context is None:
-        raise RuntimeError("tune jobs run only inside `tunefleet tuner`")
-    return _context
+_context: JobContext[TunerContext] = JobContext("tune jobs run only inside `tunefleet tuner`")
+#: Set (or clear) the context of this process's tune jobs (the tuner process does).
+bind = _context.bind
+#: The bound context; RuntimeError outside a tuner process.
+current = _context.current
 
 
 def run_task(task_id: int) -> str:

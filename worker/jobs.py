@@ -33,6 +33,7 @@ from tunefleet.tuner.apply import build_artifact, measured_manifest
 from tunefleet.tuner.measure import MeasureInput, MeasureProtocol, MeasureResult
 from tunefleet.tuner.resolve import resolve
 from tunefleet.tuner.runner import STARTUP_TIMEOUT_S, LocalMeasurer
+from tunefleet.worker.rqworker import JobContext
 
 __all__ = ["WorkerContext", "ExportError", "bind", "current", "unsupported", "measure", "export",
            "measure_timeout_s", "export_timeout_s"]
@@ -62,20 +63,11 @@ class ExportError(RuntimeError):
     or the server refused the upload)."""
 
 
-_context: WorkerContext | None = None
-
-
-def bind(context: WorkerContext | None) -> None:
-    """Set (or clear) the context this process's jobs run with."""
-    global _context
-    _context = context
-
-
-def current() -> WorkerContext:
-    """The bound context; RuntimeError outside a worker daemon."""
-    if _context is None:
-        raise RuntimeError("tunefleet worker jobs run only inside `tunefleet worker`")
-    return _context
+_context: JobContext[WorkerContext] = JobContext("tunefleet worker jobs run only inside `tunefleet worker`")
+#: Set (or clear) the context this process's jobs run with (the worker daemon does).
+bind = _context.bind
+#: The bound context; RuntimeError outside a worker daemon.
+current = _context.current
 
 
 def measure_timeout_s(protocol: MeasureProtocol, candidates: int = 1) -> int:

@@ -14,6 +14,9 @@ and fork server, the tuner's database engine) plus two things RQ's forking worke
 - a job whose ``meta["notify"]`` names a Redis list gets its id pushed there once its
   outcome is stored (RQ's own callbacks run before that), so whoever waits for it can block
   on the list instead of polling.
+
+RQ calls a job by its function's name with JSON arguments, so what a job needs from its
+process (a measurer, a database engine) is bound once per process in a :class:`JobContext`.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from redis import Redis
 from redis.exceptions import RedisError
@@ -34,6 +37,28 @@ log = logging.getLogger(__name__)
 
 #: Every tunefleet queue carries JSON (job arguments and results are plain data).
 SERIALIZER = JSONSerializer
+
+
+T = TypeVar("T")
+
+
+class JobContext(Generic[T]):
+    """The context the jobs of this process run with, bound by the process that runs them;
+    `outside`: the RuntimeError's message for a job run anywhere else."""
+
+    def __init__(self, outside: str) -> None:
+        self._value: T | None = None
+        self._outside = outside
+
+    def bind(self, value: T | None) -> None:
+        """Set (or clear) the context."""
+        self._value = value
+
+    def current(self) -> T:
+        """The bound context; RuntimeError when none is."""
+        if self._value is None:
+            raise RuntimeError(self._outside)
+        return self._value
 
 
 def measure_queue_name(device_key: str) -> str:
