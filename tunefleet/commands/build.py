@@ -13,7 +13,7 @@ from tunefleet.compiler.schedule import ScheduleError
 from tunefleet.compiler.space import ConfigError
 from tunefleet.compiler.target import DISPATCH_ISAS, Target, TargetError, cpu_features
 
-from .opargs import OP_ARGS_SETTINGS, ArgumentError, workload_from_cli
+from .opargs import ArgumentError, workload_command, workload_from_cli
 
 
 def parse_target(text: str | None) -> Target:
@@ -40,13 +40,8 @@ def _config(workload: ops.Workload, target: Target, text: str | None):
         raise ArgumentError(f"--config: {exc}") from None
 
 
-@click.command("build", context_settings=OP_ARGS_SETTINGS)
-@click.argument("op", required=False)
-@click.argument("op_args", nargs=-1, type=click.UNPROCESSED)
-@click.option("--workload", "workload_file", type=click.Path(dir_okay=False, path_type=Path),
-              help="a workload JSON file {\"op\": ..., \"args\": {...}} instead of OP and its arguments")
-@click.option("--target", help="code generation target, e.g. 'cpu -isa=avx512'; 'cpu' or 'cuda' alone: this "
-              "machine's best of that kind [default: cpu]")
+@workload_command("build", "code generation target, e.g. 'cpu -isa=avx512'; 'cpu' or 'cuda' alone: this "
+                           "machine's best of that kind [default: cpu]")
 @click.option("--config", "config_text", metavar="JSON|FILE",
               help="the config to build ({\"knobs\": {...}}, as in a record file) [default: the operator's rule]")
 @click.option("--targets", "targets_text", metavar="ISA,ISA",

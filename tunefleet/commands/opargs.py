@@ -12,6 +12,7 @@ field.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ import click
 from tunefleet.compiler import ops
 from tunefleet.tuner.plugins import PluginError, load_plugins
 
-__all__ = ["ArgumentError", "OP_ARGS_SETTINGS", "workload_from_cli"]
+__all__ = ["ArgumentError", "OP_ARGS_SETTINGS", "workload_command", "workload_from_cli"]
 
 #: click context settings of a command taking operator arguments as unknown options.
 OP_ARGS_SETTINGS = {"ignore_unknown_options": True, "allow_extra_args": True}
@@ -81,6 +82,22 @@ def _parse(opdef: ops.OpDef, tokens: list[str]) -> dict[str, Any]:
         values[name] = _convert(schema[name], text)
         i += 1
     return values
+
+
+def workload_command(name: str, target_help: str) -> Callable[[Callable[..., Any]], click.Command]:
+    """The click command `name` whose workload is OP with its arguments (``op``, ``op_args``) or
+    a ``--workload`` file (``workload_file``; see :func:`workload_from_cli`), with a
+    ``--target`` option described by `target_help`, before the command's own options."""
+    def decorate(function: Callable[..., Any]) -> click.Command:
+        function = click.option("--target", help=target_help)(function)
+        function = click.option("--workload", "workload_file", type=click.Path(dir_okay=False, path_type=Path),
+                                help="a workload JSON file {\"op\": ..., \"args\": {...}} instead of OP and its "
+                                     "arguments")(function)
+        function = click.argument("op_args", nargs=-1, type=click.UNPROCESSED)(function)
+        function = click.argument("op", required=False)(function)
+        return click.command(name, context_settings=OP_ARGS_SETTINGS)(function)
+
+    return decorate
 
 
 def workload_from_cli(op: str | None, tokens: list[str], workload_file: Path | None) -> ops.Workload:

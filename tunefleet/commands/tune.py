@@ -14,7 +14,7 @@ from rich.table import Table
 from tunefleet.compiler import ops
 
 from .build import parse_target
-from .opargs import OP_ARGS_SETTINGS, ArgumentError, workload_from_cli
+from .opargs import ArgumentError, workload_command, workload_from_cli
 
 EXIT_INTERRUPTED = 130
 
@@ -101,13 +101,8 @@ def cpus_option(text: str | None) -> list[int] | None:
         raise ArgumentError(f"--{exc}") from None
 
 
-@click.command("tune", context_settings=OP_ARGS_SETTINGS)
-@click.argument("op", required=False)
-@click.argument("op_args", nargs=-1, type=click.UNPROCESSED)
-@click.option("--workload", "workload_file", type=click.Path(dir_okay=False, path_type=Path),
-              help="a workload JSON file {\"op\": ..., \"args\": {...}} instead of OP and its arguments")
-@click.option("--target", help="code generation target this machine executes, e.g. 'cpu -isa=avx2'; 'cpu' or "
-              "'cuda' alone: its best of that kind [default: cpu]")
+@workload_command("tune", "code generation target this machine executes, e.g. 'cpu -isa=avx2'; 'cpu' or "
+                          "'cuda' alone: its best of that kind [default: cpu]")
 @click.option("--trials", type=click.IntRange(min=1), default=64, show_default=True,
               help="distinct configs to measure (resumed ones count)")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True,
