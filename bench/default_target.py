@@ -23,12 +23,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import interleaved_best_seconds, kernel_code  # noqa: E402
 
+from tunefleet.base.settings import Settings  # noqa: E402
 from tunefleet.client import Client  # noqa: E402
 from tunefleet.commands.demo import SEED_ARGS, SEED_OP  # noqa: E402
 from tunefleet.compiler import ops  # noqa: E402
 from tunefleet.compiler.target import Target  # noqa: E402
 from tunefleet.server.embedded import EmbeddedService  # noqa: E402
-from tunefleet.settings import Settings  # noqa: E402
 
 WORKLOADS = {"matmul": ("matmul", {"M": 512, "N": 512, "K": 512}), "conv": (SEED_OP, SEED_ARGS)}
 BEFORE = "cpu -isa=generic"

@@ -8,7 +8,9 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
-from tunefleet import __version__
+from tunefleet.base.redisconn import Outages, count_reconnects
+from tunefleet.base.settings import Settings
+from tunefleet.base.version import __version__
 from tunefleet.server.api import body_limits, include_routes
 from tunefleet.server.artifact_store import ArtifactStore
 from tunefleet.server.body_limit import BodyLimit
@@ -18,8 +20,6 @@ from tunefleet.server.errors import install_error_handlers
 from tunefleet.server.metrics import MetricsMiddleware, QueueCollector, StoreCollector
 from tunefleet.server.queue import LazyConnection, server_name
 from tunefleet.server.ratelimit import SubmissionLimiter
-from tunefleet.settings import Settings
-from tunefleet.worker.redisconn import Outages, count_reconnects
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

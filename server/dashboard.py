@@ -27,7 +27,7 @@ from pydantic import BaseModel
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from tunefleet import __version__
+from tunefleet.base.version import __version__
 from tunefleet.server.api.routes import API_PREFIX
 from tunefleet.server.db import utcnow
 from tunefleet.server.db.models import Task, Trial, TrialStatus

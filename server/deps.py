@@ -13,10 +13,10 @@ from redis import Redis
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
+from tunefleet.base.settings import Settings
 from tunefleet.server.artifact_store import ArtifactStore
 from tunefleet.server.db.models import TokenScope
 from tunefleet.server.services import tokens
-from tunefleet.settings import Settings
 
 
 async def get_settings(request: Request) -> Settings:

@@ -31,8 +31,8 @@ from pathlib import Path
 
 import httpx
 
+from tunefleet.base.settings import Settings
 from tunefleet.server.supervision import Program, SupervisionError, Supervisor
-from tunefleet.settings import Settings
 
 __all__ = ["EmbeddedService", "ServiceError"]
 

@@ -23,7 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from tunefleet.server.db import utcnow
 from tunefleet.server import queue
 from tunefleet.server.db.models import Artifact, Task, TaskStatus, Trial, TrialStatus, Worker, WorkerState
-from tunefleet.worker import redisconn
+from tunefleet.base import redisconn
 
 
 class StoreCollector(Collector):

@@ -37,14 +37,14 @@ from redis.lock import Lock
 from rq import Queue
 from rq.job import Job, JobStatus
 
+from tunefleet.base import redisconn
+from tunefleet.base.rqworker import SERIALIZER, measure_queue, measure_queue_name
 from tunefleet.server.embedded_redis import open_embedded_redis
-from tunefleet.worker import redisconn
-from tunefleet.worker.rqworker import SERIALIZER, measure_queue, measure_queue_name
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
-    from tunefleet.settings import Settings
+    from tunefleet.base.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ def connect(settings: Settings, *, ride_out_s: float, outages: redisconn.Outages
     other process runs it, shared with every process that opens it, shut down when the last
     of them ends, however it ends). Its commands ride
     out an outage of up to `ride_out_s` seconds, followed by `outages`
-    (:mod:`tunefleet.worker.redisconn`)."""
+    (:mod:`tunefleet.base.redisconn`)."""
     if settings.redis_url:
         return redisconn.connect(settings.redis_url, ride_out_s=ride_out_s, outages=outages)
     return open_embedded_redis(settings.home, **redisconn.options(ride_out_s, outages))

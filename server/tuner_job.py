@@ -63,7 +63,7 @@ from tunefleet.server.measure_runner import DistributedRunner
 from tunefleet.server.services import pools, tuning
 from tunefleet.server.services import tasks as task_service
 from tunefleet.server.trial_database import SqlDatabase
-from tunefleet.settings import Settings
+from tunefleet.base.settings import Settings
 from tunefleet.tuner import validation
 from tunefleet.tuner.features import Featurizer
 from tunefleet.tuner.interfaces import Candidate, RunnerResult
@@ -72,8 +72,8 @@ from tunefleet.tuner.measure import MeasureProtocol, MeasureResult
 from tunefleet.tuner.search import SearchStrategy
 from tunefleet.tuner.tune import make_strategy
 from tunefleet.worker import jobs as worker_jobs
-from tunefleet.worker import redisconn
-from tunefleet.worker.rqworker import JobContext
+from tunefleet.base import redisconn
+from tunefleet.base.rqworker import JobContext
 
 __all__ = ["CHECK_S", "TunerContext", "bind", "current", "run_task", "make_search"]
 
@@ -89,7 +89,7 @@ class TunerContext:
     connection, and `stopping`, set on a warm shutdown. `poll_s`: the longest wait for a
     result while proposals may be due (results themselves wake the loop at once).
     `outages`, `sql_outages`: what the Redis connection and the database went through
-    (:mod:`tunefleet.worker.redisconn`)."""
+    (:mod:`tunefleet.base.redisconn`)."""
 
     settings: Settings
     sessions: sessionmaker[Session]

@@ -11,9 +11,9 @@ import time
 
 from sqlalchemy.exc import OperationalError
 
+from tunefleet.base import redisconn
+from tunefleet.base.settings import Settings
 from tunefleet.server import queue, tuner_job
-from tunefleet.settings import Settings
-from tunefleet.worker import redisconn
 
 __all__ = ["RIDE_OUT_S", "serve"]
 
@@ -30,8 +30,8 @@ def serve(settings: Settings, *, burst: bool = False, heartbeat_s: float = 5.0) 
     that tasks whose tuner died, or that no job announced, are enqueued again. With `burst`,
     return once the queue is empty. SIGTERM / Ctrl-C stop the running task within a poll
     (it is requeued) and then the process."""
+    from tunefleet.base.rqworker import HeartbeatWorker
     from tunefleet.server.db import follow_outages, make_engine, make_sessionmaker
-    from tunefleet.worker.rqworker import HeartbeatWorker
 
     engine = make_engine(settings.database_url)
     sessions = make_sessionmaker(engine)

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from redis import Redis
     from sqlalchemy.orm import Session
 
-    from tunefleet.settings import Settings
+    from tunefleet.base.settings import Settings
 
 POSTGRES_ENV = "TUNEFLEET_TEST_DATABASE_URL"
 REDIS_ENV = "TUNEFLEET_TEST_REDIS_URL"
@@ -154,7 +154,7 @@ def settings(database_url: str, tmp_path: Path, redis_url: str) -> Settings:
     """Settings of a service whose home, database and artifact store are private to the test
     (Redis is the tests' one, so submissions per minute, counted there by token name, are
     not limited: test_server_bounds tests that limit)."""
-    from tunefleet.settings import Settings
+    from tunefleet.base.settings import Settings
 
     return Settings(home=tmp_path / "home", database_url=database_url, redis_url=redis_url,
                     max_submissions_per_minute=1_000_000)

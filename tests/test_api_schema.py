@@ -22,11 +22,11 @@ from schemathesis.checks import not_a_server_error  # noqa: E402
 from schemathesis.specs.openapi.checks import positive_data_acceptance  # noqa: E402
 from server_helpers import artifact_files, tarball  # noqa: E402
 
+from tunefleet.base.settings import Settings  # noqa: E402
 from tunefleet.server.app import create_app  # noqa: E402
 from tunefleet.server.db import make_engine, make_sessionmaker  # noqa: E402
 from tunefleet.server.db.models import TokenScope  # noqa: E402
 from tunefleet.server.services import tokens  # noqa: E402
-from tunefleet.settings import Settings  # noqa: E402
 
 EXAMPLES = 25
 

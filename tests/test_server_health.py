@@ -70,8 +70,8 @@ def test_readyz_needs_a_live_worker_for_each_device_key_with_unfinished_tasks(ap
 
 
 def test_metrics_show_queue_depths_restarts_and_reconnects(api, tokens, redis) -> None:
+    from tunefleet.base import redisconn
     from tunefleet.server import queue
-    from tunefleet.worker import redisconn
 
     task = {"op": "matmul", "args": {"M": 8, "N": 8, "K": 8}, "target": "cpu", "device_key": "cpu-test"}
     api.post("/api/v1/tasks", json=task, headers=tokens["user"])

@@ -59,7 +59,7 @@ def test_cli_upgrade_runs_from_any_directory(empty_database_url: str, tmp_path: 
 
 
 def test_default_database_is_sqlite_under_home(tmp_path: Path, monkeypatch) -> None:
-    from tunefleet.settings import Settings
+    from tunefleet.base.settings import Settings
 
     for name in ("TUNEFLEET_DATABASE_URL", "TUNEFLEET_ARTIFACT_DIR"):
         monkeypatch.delenv(name, raising=False)

@@ -16,12 +16,12 @@ from dashboard_helpers import add_worker, record, start
 from fastapi.testclient import TestClient
 from server_helpers import artifact_files, tarball
 
+from tunefleet.base.settings import Settings
 from tunefleet.server.app import create_app
 from tunefleet.server.db import make_engine, make_sessionmaker
 from tunefleet.server.db.models import Artifact, Task, TokenScope
 from tunefleet.server.services import tokens as token_service
 from tunefleet.server.services.access import HIDDEN
-from tunefleet.settings import Settings
 
 CALLERS = ("anonymous", "read", "worker", "other", "owner", "admin")
 SOURCE = "void gemm_4x16(long K, const float* A, long lda, const float* B, long ldb, float* C, long ldc) {}\n"

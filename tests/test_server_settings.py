@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from tunefleet.settings import Settings
+from tunefleet.base.settings import Settings
 
 VARIABLES = ("HOME", "DATABASE_URL", "REDIS_URL", "ARTIFACT_DIR", "HOST", "PORT", "LOG_FORMAT", "LOG_LEVEL")
 

@@ -1,9 +1,15 @@
-"""tunefleet: auto-tuning service for tensor kernels."""
+"""tunefleet: auto-tuning service for tensor kernels.
 
-__version__ = "0.1.0"
+This package is the shell users touch: :func:`load` of an artifact, :class:`Client` of the
+service's API, and the command line (``tunefleet.cli``, ``tunefleet.commands``). The shared
+base every layer above the compiler may import is :mod:`tunefleet.base`; the layers are in
+docs/architecture.md.
+"""
 
-# Imported eagerly: the submodule tunefleet.load would otherwise shadow the function.
-from tunefleet.load import load  # noqa: E402
+from tunefleet.base.load import load
+from tunefleet.base.version import __version__
+
+__all__ = ["load", "Client", "__version__"]
 
 
 def __getattr__(name: str) -> object:

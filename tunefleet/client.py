@@ -25,7 +25,7 @@ import httpx
 MULTI_TARGET_TIMEOUT_S = 600.0
 
 if TYPE_CHECKING:
-    from tunefleet.load import Kernel
+    from tunefleet.base.load import Kernel
 
 FINAL_STATUSES = frozenset({"done", "failed", "cancelled"})
 
@@ -222,7 +222,7 @@ class Client:
     def load(self, task_id: int, cache_dir: str | Path | None = None) -> Kernel:
         """Download the task's artifact (into `cache_dir`, default a folder per task under
         ~/.tunefleet/kernels) and load it as a Python callable over numpy arrays."""
-        from tunefleet.load import load
+        from tunefleet.base.load import load
 
         folder = Path(cache_dir) if cache_dir else Path.home() / ".tunefleet" / "kernels" / f"task-{task_id}"
         return load(self.download(task_id, folder))

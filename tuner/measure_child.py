@@ -30,8 +30,8 @@ from multiprocessing.connection import Connection
 
 import numpy as np
 
+from tunefleet.base.load import Kernel
 from tunefleet.compiler import ops
-from tunefleet.load import Kernel
 
 from . import plugins, processes
 from .measure import MeasureProtocol

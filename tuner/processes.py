@@ -30,7 +30,7 @@ __all__ = ["PRELOAD", "context", "parent_state", "adopt", "init_worker", "CpuGat
 #: instead of in every child (multiprocessing's rule holds: a main script must guard its work
 #: with ``if __name__ == "__main__":``).
 PRELOAD = ["tunefleet.tuner.forkserver_lifeline", "__main__", "numpy", "tunefleet.compiler.ops",
-           "tunefleet.compiler.driver", "tunefleet.load", "tunefleet.tuner.builder",
+           "tunefleet.compiler.driver", "tunefleet.base.load", "tunefleet.tuner.builder",
            "tunefleet.tuner.measure_child"]
 
 

@@ -23,7 +23,7 @@ import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from tunefleet import __version__
+from tunefleet.base.version import __version__
 from tunefleet.compiler.build import toolchain_versions
 
 from tunefleet.compiler.space import ConfigEntity

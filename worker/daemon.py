@@ -4,8 +4,8 @@ On start it pins itself to its CPUs (``--cpus``, default the affinity mask), so 
 builders, its measurement children and everything else it starts stay there: two workers
 on one host with disjoint CPU sets never run on each other's CPUs. It then detects its host
 (:mod:`.host`), registers with the server under a name unique per host and CPU set, and
-consumes ``measure:<device_key>`` with a :class:`~.rqworker.HeartbeatWorker`, running each
-job with the tuner's isolated runner (:class:`~tunefleet.tuner.runner.LocalMeasurer`) on its
+consumes ``measure:<device_key>`` with a :class:`~tunefleet.base.rqworker.HeartbeatWorker`,
+running each job with the tuner's isolated runner (:class:`~tunefleet.tuner.runner.LocalMeasurer`) on its
 CPUs. A thread heartbeats the server every ``heartbeat_s`` with what it is doing (and
 registers again if the server forgot it).
 
@@ -25,13 +25,14 @@ from collections.abc import Sequence
 
 import httpx
 
+from tunefleet.base import redisconn
+from tunefleet.base.rqworker import SERIALIZER, HeartbeatWorker, measure_queue
 from tunefleet.compiler.target import Target
 from tunefleet.tuner import host
 from tunefleet.tuner.runner import LocalMeasurer
 
-from . import jobs, redisconn
+from . import jobs
 from .host import default_name, host_facts
-from .rqworker import SERIALIZER, HeartbeatWorker, measure_queue
 
 __all__ = ["WorkerDaemon", "RegistrationError", "pin_process", "RIDE_OUT_S"]
 

@@ -2,7 +2,7 @@
 
 Tuners enqueue them by name on ``measure:<device_key>`` (``tunefleet.worker.jobs.measure``,
 ``tunefleet.worker.jobs.export``) with JSON arguments; the worker daemon runs them in its
-own process (:class:`~tunefleet.worker.rqworker.HeartbeatWorker`) with the context it
+own process (:class:`~tunefleet.base.rqworker.HeartbeatWorker`) with the context it
 :func:`bind`\\ s: its measurer (the tuner's isolated runner pinned to the worker's CPUs),
 its server registration and an HTTP client for uploads.
 
@@ -25,6 +25,7 @@ from typing import Any
 
 import httpx
 
+from tunefleet.base.rqworker import JobContext
 from tunefleet.compiler.artifact import pack_artifact, read_manifest
 from tunefleet.compiler.build import COMPILE_TIMEOUT_S
 from tunefleet.compiler.target import Target, TargetError
@@ -33,7 +34,6 @@ from tunefleet.tuner.apply import build_artifact, measured_manifest
 from tunefleet.tuner.measure import MeasureInput, MeasureProtocol, MeasureResult
 from tunefleet.tuner.resolve import resolve
 from tunefleet.tuner.runner import STARTUP_TIMEOUT_S, LocalMeasurer
-from tunefleet.worker.rqworker import JobContext
 
 __all__ = ["WorkerContext", "ExportError", "bind", "current", "unsupported", "measure", "export",
            "measure_timeout_s", "export_timeout_s"]

@@ -4,8 +4,8 @@ from collections.abc import Callable
 
 from fastapi import FastAPI
 
+from tunefleet.base.settings import Settings
 from tunefleet.server.api.routes import API_PREFIX, catalog, health, tasks, workers
-from tunefleet.settings import Settings
 
 
 def include_routes(app: FastAPI) -> None:

@@ -10,7 +10,7 @@ from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from tunefleet.worker.redisconn import Outages
+from tunefleet.base.redisconn import Outages
 
 
 def make_engine(url: str) -> Engine:

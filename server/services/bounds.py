@@ -1,14 +1,14 @@
-"""The server's bounds on what one task may ask for (tunefleet.settings: max_trials,
+"""The server's bounds on what one task may ask for (tunefleet.base.settings: max_trials,
 max_trial_timeout_s, max_min_repeat_ms, max_operand_bytes, max_extern_source_bytes),
 checked at submission; each violation is a FieldError naming the field and the bound."""
 
 from __future__ import annotations
 
+from tunefleet.base.settings import Settings
 from tunefleet.compiler.ops import Workload
 from tunefleet.compiler.te import dtype_of
 from tunefleet.server.errors import FieldError
 from tunefleet.server.schemas.tasks import TaskCreate
-from tunefleet.settings import Settings
 
 #: The largest FLOP count stored (tasks.flop is a signed 64-bit integer).
 MAX_FLOP = 2**63 - 1

@@ -19,12 +19,12 @@ from typing import Literal
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, joinedload
 
+from tunefleet.base.settings import Settings
 from tunefleet.server.db import utcnow
 from tunefleet.server.db.models import BestRecord, Task, TaskStatus, Trial, TrialStatus, Worker
 from tunefleet.server.errors import Conflict, FieldError, NotFound
 from tunefleet.server.schemas.tasks import TaskCreate
 from tunefleet.server.services import bounds, catalog
-from tunefleet.settings import Settings
 
 S = TaskStatus
 # Tasks read for the API come with their artifact in the same query: TaskOut includes it,

@@ -15,7 +15,7 @@ def db_group() -> None:
 def upgrade_command(revision: str) -> None:
     """Create or migrate the schema."""
     from tunefleet.server.db import migrate
-    from tunefleet.settings import Settings
+    from tunefleet.base.settings import Settings
 
     settings = Settings()
     migrate.upgrade(settings.database_url, revision)
@@ -26,7 +26,7 @@ def upgrade_command(revision: str) -> None:
 def current_command() -> None:
     """Print the schema revision of the database and the newest one available."""
     from tunefleet.server.db import make_engine, migrate
-    from tunefleet.settings import Settings
+    from tunefleet.base.settings import Settings
 
     engine = make_engine(Settings().database_url)
     try:
@@ -42,7 +42,7 @@ def current_command() -> None:
 def revision_command(message: str, autogenerate: bool) -> None:
     """Write a new migration into migrations/versions (for developers changing the models)."""
     from tunefleet.server.db import migrate
-    from tunefleet.settings import Settings
+    from tunefleet.base.settings import Settings
 
     migrate.revision(Settings().database_url, message, autogenerate)
 

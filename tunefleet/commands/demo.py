@@ -69,7 +69,7 @@ def demo_command(trials: int, out_dir: Path, port: int) -> None:
     from tunefleet.client import Client
     from tunefleet.compiler import ops
     from tunefleet.server.embedded import EmbeddedService, ServiceError
-    from tunefleet.settings import Settings
+    from tunefleet.base.settings import Settings
 
     began = time.monotonic()
     out_dir = out_dir.resolve()

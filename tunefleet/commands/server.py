@@ -15,7 +15,7 @@ def server_command(host: str | None, port: int | None) -> None:
     from tunefleet.server.app import create_app
     from tunefleet.server.db import migrate
     from tunefleet.server.logs import configure_logging
-    from tunefleet.settings import Settings
+    from tunefleet.base.settings import Settings
 
     settings = Settings()
     configure_logging(settings.log_level, settings.log_format)

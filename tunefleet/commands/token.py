@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 @contextmanager
 def _session() -> Iterator[Session]:
     from tunefleet.server.db import make_engine, make_sessionmaker
-    from tunefleet.settings import Settings
+    from tunefleet.base.settings import Settings
 
     engine = make_engine(Settings().database_url)
     try:

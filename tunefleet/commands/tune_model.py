@@ -73,7 +73,7 @@ def tune_model_command(model, input_shapes, trials, out, records_path, target, c
     listed as untuned with their share of the FLOPs. `tunefleet.load(OUT)` loads the bundle;
     OUT/model_manifest.json maps each ONNX node to its kernel symbol and argument order.
     """
-    from tunefleet.settings import Settings
+    from tunefleet.base.settings import Settings
     from tunefleet.tuner.measure import MeasureProtocol
     from tunefleet.tuner.model import ModelError, extract_tasks, load_model, parse_input_shape
     from tunefleet.tuner.model.bundle import write_bundle

@@ -14,10 +14,10 @@ def tuner_command(burst: bool, heartbeat_s: float) -> None:
     candidates measured by the workers of its device key, then have one of them export the
     best. Uses TUNEFLEET_DATABASE_URL and TUNEFLEET_REDIS_URL (or the embedded Redis under
     TUNEFLEET_HOME). SIGTERM or Ctrl-C requeue the running task and stop."""
+    from tunefleet.base.settings import Settings
     from tunefleet.server.db import migrate
     from tunefleet.server.logs import configure_logging
     from tunefleet.server.tuner_process import serve
-    from tunefleet.settings import Settings
 
     settings = Settings()
     configure_logging(settings.log_level, settings.log_format)

@@ -21,7 +21,7 @@ def up_command(port: int | None, cpus: str | None, no_sandbox: bool) -> None:
     dying as it starts stops the service (exit status 1). Ctrl-C or SIGTERM stops
     everything, and the next `tunefleet up` resumes unfinished tasks."""
     from tunefleet.server.embedded import EmbeddedService, ServiceError
-    from tunefleet.settings import Settings
+    from tunefleet.base.settings import Settings
     from tunefleet.tuner.host import parse_cpus
 
     try:

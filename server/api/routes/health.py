@@ -11,7 +11,7 @@ from redis.exceptions import RedisError
 from sqlalchemy import select, text
 from sqlalchemy.exc import SQLAlchemyError
 
-from tunefleet import __version__
+from tunefleet.base.version import __version__
 from tunefleet.server.api.routes import API_PREFIX
 from tunefleet.server.db.models import Task, TaskStatus
 from tunefleet.server.deps import ReadAuth, SessionDep
