@@ -218,9 +218,9 @@ class EmbeddedService:
     def _worker_registered(self) -> bool:
         import datetime as dt
 
-        from tunefleet.worker.host import default_name
+        from tunefleet.tuner.host import worker_name
 
-        name = default_name(self.cpus)
+        name = worker_name(self.cpus)
         workers = httpx.get(f"{self.url}/api/v1/workers", timeout=5,
                             headers={"Authorization": f"Bearer {self.user_token}"}).json()["items"]
         return any(w["name"] == name and dt.datetime.fromisoformat(w["last_heartbeat"]) >= self._started

@@ -198,6 +198,7 @@ def test_worker_imports_stay_light() -> None:
 
 
 def test_worker_host_facts() -> None:
+    from tunefleet.tuner.host import worker_name
     from tunefleet.worker import host
 
     cpuinfo = "processor : 0\nmodel name : AMD EPYC 9B14 96-Core Processor\nflags : fpu sse4_2 avx avx2 fma avx512f\n"
@@ -206,4 +207,4 @@ def test_worker_host_facts() -> None:
     facts = host.host_facts([0])
     assert facts["kind"] == "cpu" and facts["affinity"] == [0] and facts["cores"] >= 1
     assert "cc_version" in facts["toolchain"]
-    assert host.default_name([0, 1, 2, 5]).endswith("/cpu0-2,5")
+    assert worker_name([0, 1, 2, 5]).endswith("/cpu0-2,5")

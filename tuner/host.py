@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["affinity", "parse_cpus", "format_cpus", "cpu_model", "device_key"]
+__all__ = ["affinity", "parse_cpus", "format_cpus", "cpu_model", "device_key", "worker_name"]
 
 _CPU_RANGE = re.compile(r"(\d+)(?:-(\d+))?")
 #: Words of a /proc/cpuinfo model name that say nothing about the kind of CPU.
@@ -88,3 +89,10 @@ def device_key(cpus: Iterable[int] | None = None) -> str:
     """
     n = len(set(cpus)) if cpus is not None else len(affinity())
     return f"cpu-{cpu_model()}-{n}c"
+
+
+def worker_name(cpus: Iterable[int]) -> str:
+    """``<host name>/cpu<list>``, the name a worker measuring on `cpus` registers under:
+    unique per host and CPU set, and stable across restarts (a restarted worker keeps its
+    registration). Here, not in the worker, because ``tunefleet up`` looks its worker up by it."""
+    return f"{socket.gethostname()}/cpu{format_cpus(cpus)}"

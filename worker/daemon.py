@@ -32,7 +32,7 @@ from tunefleet.tuner import host
 from tunefleet.tuner.runner import LocalMeasurer
 
 from . import jobs
-from .host import default_name, host_facts
+from .host import host_facts
 
 __all__ = ["WorkerDaemon", "RegistrationError", "pin_process", "RIDE_OUT_S"]
 
@@ -92,7 +92,7 @@ class WorkerDaemon:
             self.gpu = GpuMode(gpu)
         default_key = self.gpu.device_key if self.gpu else host.device_key(self.cpus)
         self.device_key = device_key or default_key
-        self.name = name or default_name(self.cpus) + (f"/gpu{gpu}" if gpu is not None else "")
+        self.name = name or host.worker_name(self.cpus) + (f"/gpu{gpu}" if gpu is not None else "")
         self.redis_url = redis_url
         self.heartbeat_s = heartbeat_s
         self.register_timeout_s = register_timeout_s

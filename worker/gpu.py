@@ -90,7 +90,7 @@ class GpuMode:
 
         mode = GpuMode(index)                  # selects the GPU, reads its facts (GpuNotFound)
         device_key = device_key or mode.device_key
-        name = name or f"{default_name(cpus)}/gpu{index}"
+        name = name or f"{worker_name(cpus)}/gpu{index}"
         facts = mode.host_facts(cpus)          # instead of host_facts(cpus)
         measurer = mode.measurer(cpus=cpus, host=name)   # instead of LocalMeasurer(...)
     """

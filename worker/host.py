@@ -6,7 +6,8 @@ does not), and a task's default target is the best its hosts execute. `isa` list
 /proc/cpuinfo flags behind it.
 
 The default device key comes from :func:`tunefleet.tuner.host.device_key`, so a worker and
-``tunefleet tune`` on the same kind of host measuring on as many CPUs name the same pool.
+``tunefleet tune`` on the same kind of host measuring on as many CPUs name the same pool;
+its default name from :func:`tunefleet.tuner.host.worker_name`.
 """
 
 from __future__ import annotations
@@ -18,9 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from tunefleet.compiler.target import Target
-from tunefleet.tuner import host
 
-__all__ = ["ISA_FLAGS", "cpu_model_name", "isa", "host_facts", "default_name"]
+__all__ = ["ISA_FLAGS", "cpu_model_name", "isa", "host_facts"]
 
 #: /proc/cpuinfo flags that change which code is fastest (reported in this order).
 ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni",
@@ -70,9 +70,3 @@ def host_facts(cpus: Sequence[int]) -> dict[str, Any]:
         "affinity": sorted(cpus),
         "toolchain": {"cc": " ".join(tools["cc"]), "cc_version": tools["cc_version"] or "unknown"},
     }
-
-
-def default_name(cpus: Sequence[int]) -> str:
-    """``<host name>/cpu<list>``: unique per host and CPU set, and stable across restarts
-    (a restarted worker keeps its registration)."""
-    return f"{socket.gethostname()}/cpu{host.format_cpus(cpus)}"
