@@ -234,10 +234,10 @@ def reconcile(session: Session, connection: Redis, settings: Settings, *, mark_l
     outage, when no heartbeat could be stored), then enqueue a ``tune`` job for every task
     that needs a tuner and has none: queued, running or exporting tasks, and tasks waiting
     for a worker once a live worker serves their device key. Returns the ids enqueued."""
-    from tunefleet.server.services import tuning
+    from tunefleet.server.services import liveness, tuning
 
     if mark_lost:
-        tuning.mark_lost_workers(session, settings.worker_lost_after_s)
+        liveness.mark_lost_workers(session, settings.worker_lost_after_s)
     enqueued = []
     for task_id in tuning.tasks_needing_tuner(session, settings.worker_lost_after_s):
         if enqueue_tune(connection, task_id, settings.lease_s) is not None:

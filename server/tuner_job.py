@@ -60,7 +60,7 @@ from tunefleet.server import measure_runner, queue
 from tunefleet.server.db.models import Task, TaskStatus, TrialStatus
 from tunefleet.server.errors import FieldError
 from tunefleet.server.measure_runner import DistributedRunner
-from tunefleet.server.services import pools, tuning
+from tunefleet.server.services import liveness, pools, tuning
 from tunefleet.server.services import tasks as task_service
 from tunefleet.server.trial_database import SqlDatabase
 from tunefleet.base.settings import Settings
@@ -212,7 +212,7 @@ class _TaskRun(Supervisor):
             raise StopTuning(f"task {status}: dispatch stopped", drop=True)
         if not self.context.outages.recovering(self.settings.worker_lost_after_s + redisconn.BACKOFF_CAP_S):
             StartedJobRegistry(self.queue.name, connection=self.redis, serializer=queue.SERIALIZER).cleanup()
-        live = len(tuning.live_workers(self.session, self.device_key, self.settings.worker_lost_after_s))
+        live = len(liveness.live_workers(self.session, self.device_key, self.settings.worker_lost_after_s))
         if live or not self.context.sql_outages.recovering(self.settings.worker_lost_after_s):
             self.live = live  # (the workers' heartbeats are stale just after a database outage)
         if self.live == 0:

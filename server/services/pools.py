@@ -30,7 +30,7 @@ from tunefleet.compiler.target import Target, bare_kind
 from tunefleet.server.db.models import Task, Worker
 from tunefleet.server.errors import Conflict, FieldError
 from tunefleet.server.schemas.workers import HostFacts, WorkerRegister
-from tunefleet.server.services.tuning import live_device_keys, live_workers
+from tunefleet.server.services.liveness import live_device_keys, live_workers
 
 __all__ = ["Pool", "live_pool", "check_agreement", "task_target", "resolve_pending", "live_pools"]
 

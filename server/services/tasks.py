@@ -24,7 +24,8 @@ from tunefleet.server.db import utcnow
 from tunefleet.server.db.models import BestRecord, Task, TaskStatus, Trial, TrialStatus, Worker
 from tunefleet.server.errors import Conflict, FieldError, NotFound
 from tunefleet.server.schemas.tasks import TaskCreate
-from tunefleet.server.services import bounds, catalog
+from tunefleet.server.services import bounds, catalog, pools
+from tunefleet.server.services.liveness import live_device_keys
 
 S = TaskStatus
 # Tasks read for the API come with their artifact in the same query: TaskOut includes it,
@@ -78,8 +79,6 @@ def submit(
     same workload, target and device key, the task is `done` at once with that best's trial
     and artifact. Nothing is written when the request is invalid.
     """
-    from tunefleet.server.services import pools
-
     if limits is not None:
         bounds.check_request(request, limits)
     workload = catalog.make_workload(request.op, request.args)
@@ -122,8 +121,6 @@ def default_device_key(session: Session, kind: str | None, lost_after_s: float) 
     """The device key of the only pool of live workers of target `kind` (None: of any
     kind); FieldError on `device_key` naming the live pools (or every known one, when none
     is live)."""
-    from tunefleet.server.services.tuning import live_device_keys
-
     live = live_device_keys(session, lost_after_s, kind)
     workers = f"{kind} workers" if kind else "workers"
     if len(live) == 1:

@@ -1,5 +1,6 @@
 """What tuning changes in the store: task status as tuners take, pause and finish tasks;
-trials as they are dispatched and measured; workers' liveness; the best record.
+trials as they are dispatched and measured; the best record. Workers' liveness is
+:mod:`tunefleet.server.services.liveness`.
 
 Status changes here are conditional updates (``UPDATE ... WHERE status IN (...)``), so a
 cancel committed by the API between a tuner's read and its write is never overwritten: the
@@ -8,7 +9,6 @@ tuner's change then affects no row and the function says so. Every function comm
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -24,61 +24,14 @@ from tunefleet.server.db.models import (
     Trial,
     TrialStatus,
     Worker,
-    WorkerState,
 )
+from tunefleet.server.services.liveness import live_device_keys
 from tunefleet.server.services.tasks import FINAL, TRANSITIONS, gflops
 from tunefleet.tuner import validation
 from tunefleet.tuner.measure import MeasureResult
 
 S = TaskStatus
 UNFINISHED_TRIAL = (TrialStatus.QUEUED, TrialStatus.RUNNING)
-
-
-# --- workers ---------------------------------------------------------------------------
-
-
-def _fresh_since(lost_after_s: float) -> dt.datetime:
-    return utcnow() - dt.timedelta(seconds=lost_after_s)
-
-
-def live_workers(session: Session, device_key: str, lost_after_s: float) -> Sequence[Worker]:
-    """Workers of `device_key` that heartbeat within the last `lost_after_s` seconds."""
-    workers = session.scalars(
-        select(Worker).where(
-            Worker.device_key == device_key,
-            Worker.state != WorkerState.LOST,
-            Worker.last_heartbeat >= _fresh_since(lost_after_s),
-        )
-    ).all()
-    session.commit()  # end the read transaction: the next read sees newer commits
-    return workers
-
-
-def live_device_keys(session: Session, lost_after_s: float, kind: str | None = None) -> list[str]:
-    """Device keys served by at least one live worker (of target `kind`, e.g. "cpu", as the
-    worker reported in its host facts; workers that reported none count as "cpu"), with the
-    most live workers first."""
-    rows = session.execute(
-        select(Worker.device_key, Worker.host)
-        .where(Worker.state != WorkerState.LOST, Worker.last_heartbeat >= _fresh_since(lost_after_s))
-    ).all()
-    session.commit()
-    counts: dict[str, int] = {}
-    for key, host in rows:
-        if kind is None or (host or {}).get("kind", "cpu") == kind:
-            counts[key] = counts.get(key, 0) + 1
-    return sorted(counts, key=lambda k: (-counts[k], k))
-
-
-def mark_lost_workers(session: Session, lost_after_s: float) -> int:
-    """Record as `lost` every worker silent for `lost_after_s` seconds; returns how many."""
-    result = session.execute(
-        update(Worker)
-        .where(Worker.state != WorkerState.LOST, Worker.last_heartbeat < _fresh_since(lost_after_s))
-        .values(state=WorkerState.LOST, current_task_id=None)
-    )
-    session.commit()
-    return result.rowcount or 0
 
 
 # --- tasks -----------------------------------------------------------------------------

@@ -77,7 +77,7 @@ def readyz(request: Request, session: SessionDep) -> JSONResponse:
     """Readiness: 200 when the service can make progress, else 503 with ``Retry-After``; the
     body has each check's result: ``database`` (it answers), ``redis`` (it answers) and
     ``workers`` (every device key with an unfinished task has a live worker)."""
-    from tunefleet.server.services import tuning
+    from tunefleet.server.services import liveness
 
     checks: dict[str, str] = {}
     try:
@@ -93,7 +93,7 @@ def readyz(request: Request, session: SessionDep) -> JSONResponse:
     if checks["database"] == "ok":
         settings = request.app.state.settings
         needed = set(session.scalars(select(Task.device_key).distinct().where(Task.status.in_(_UNFINISHED))))
-        missing = sorted(needed - set(tuning.live_device_keys(session, settings.worker_lost_after_s)))
+        missing = sorted(needed - set(liveness.live_device_keys(session, settings.worker_lost_after_s)))
         checks["workers"] = f"no live worker for device keys {missing}" if missing else "ok"
     else:
         checks["workers"] = "unknown: no database"
