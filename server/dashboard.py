@@ -31,12 +31,13 @@ from tunefleet.base.version import __version__
 from tunefleet.server.api.routes import API_PREFIX
 from tunefleet.server.db import utcnow
 from tunefleet.server.db.models import Task, Trial, TrialStatus
-from tunefleet.server.deps import Caller, ReadAuth, SessionDep, in_session
+from tunefleet.server.deps import ReadAuth, SessionDep, in_session
 from tunefleet.server.errors import NotFound
 from tunefleet.server.schemas.common import DB_INT_MAX
 from tunefleet.server.schemas.errors import errors
 from tunefleet.server.schemas.tasks import TaskOut
 from tunefleet.server.services import access, tasks
+from tunefleet.server.services.access import Caller
 
 HERE = Path(__file__).parent
 STATIC = HERE / "static"

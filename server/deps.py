@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass
 from typing import Annotated, TypeVar
 
 from fastapi import Depends, HTTPException, Request, status
@@ -17,6 +16,7 @@ from tunefleet.base.settings import Settings
 from tunefleet.server.artifact_store import ArtifactStore
 from tunefleet.server.db.models import TokenScope
 from tunefleet.server.services import tokens
+from tunefleet.server.services.access import Caller
 
 
 async def get_settings(request: Request) -> Settings:
@@ -76,24 +76,6 @@ ADMITS: dict[TokenScope, frozenset[TokenScope]] = {
     TokenScope.WORKER: frozenset({TokenScope.WORKER, TokenScope.ADMIN}),
     TokenScope.ADMIN: frozenset({TokenScope.ADMIN}),
 }
-
-
-@dataclass(frozen=True)
-class Caller:
-    """Who sent a request: the token's name and scope, or anonymous (both None; only for
-    reads, and only where the server's `anonymous_read` setting opens them)."""
-
-    name: str | None
-    scope: TokenScope | None
-
-    @property
-    def admin(self) -> bool:
-        """Whether the caller may act on every task."""
-        return self.scope is TokenScope.ADMIN
-
-    def owns(self, owner: str | None) -> bool:
-        """Whether the caller may manage a task owned by `owner` (its owner or an admin)."""
-        return self.admin or (self.name is not None and self.name == owner)
 
 
 def _caller(session: Session, secret: str) -> Caller | None:

@@ -5,18 +5,37 @@ them. Best records stay shared: a task's best latency, GFLOP/s and config are no
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from tunefleet.compiler import ops
-from tunefleet.server.db.models import Task
-from tunefleet.server.deps import Caller
+from tunefleet.server.db.models import Task, TokenScope
 from tunefleet.server.errors import Conflict, Forbidden
 from tunefleet.server.schemas.tasks import TaskOut, TrialOut
 from tunefleet.server.services.tasks import FINAL
 
 #: What a hidden source or error text reads as.
 HIDDEN = "hidden: only the task's owner and admins see it"
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who sent a request: the token's name and scope, or anonymous (both None; only for
+    reads, and only where the server's `anonymous_read` setting opens them)."""
+
+    name: str | None
+    scope: TokenScope | None
+
+    @property
+    def admin(self) -> bool:
+        """Whether the caller may act on every task."""
+        return self.scope is TokenScope.ADMIN
+
+    def owns(self, owner: str | None) -> bool:
+        """Whether the caller may manage a task owned by `owner` (its owner or an admin)."""
+        return self.admin or (self.name is not None and self.name == owner)
 
 
 def require_owner(caller: Caller, task: Task) -> None:
