@@ -8,15 +8,23 @@ import importlib
 
 import click
 
+# The extra (pyproject's optional-dependencies) that holds everything a command needs beyond
+# the base install (None: the base install suffices) -> its commands, each as
+# name: "module:attribute" under tunefleet.commands.
+_COMMANDS_BY_EXTRA: dict[str | None, dict[str, str]] = {
+    None: {"ops": "ops:ops_command", "build": "build:build_command"},
+    "tuner": {"tune": "tune:tune_command"},
+    "model": {"tune-model": "tune_model:tune_model_command"},
+    "server": {"db": "db:db_group", "token": "token:token_group", "server": "server:server_command"},
+    "client": {"submit": "submit:submit_command", "status": "submit:status_command",
+               "wait": "submit:wait_command", "download": "submit:download_command"},
+    "worker": {"worker": "worker:worker_command"},
+    "all": {"tuner": "tuner:tuner_command", "up": "up:up_command", "demo": "demo:demo_command"},
+}
 # command name -> ("module:attribute" under tunefleet.commands, the extra it needs or None)
-COMMANDS: dict[str, tuple[str, str | None]] = {}
-
-
-def register(name: str, target: str, extra: str | None = None) -> None:
-    """Register a lazily imported command: `target` is "module:attribute" in tunefleet.commands,
-    `extra` the optional dependency group (pyproject's optional-dependencies) that holds
-    everything the command needs beyond the base install (None: the base install suffices)."""
-    COMMANDS[name] = (target, extra)
+COMMANDS: dict[str, tuple[str, str | None]] = {
+    name: (target, extra) for extra, commands in _COMMANDS_BY_EXTRA.items() for name, target in commands.items()
+}
 
 
 def missing_extra(name: str, exc: ModuleNotFoundError) -> click.ClickException:
@@ -73,20 +81,3 @@ class LazyGroup(click.Group):
 @click.version_option(package_name="tunefleet")
 def main() -> None:
     """tunefleet: auto-tune tensor kernels and ship them as self-contained .so + C header."""
-
-
-register("ops", "ops:ops_command")
-register("build", "build:build_command")
-register("tune", "tune:tune_command", "tuner")
-register("tune-model", "tune_model:tune_model_command", "model")
-register("db", "db:db_group", "server")
-register("token", "token:token_group", "server")
-register("server", "server:server_command", "server")
-register("submit", "submit:submit_command", "client")
-register("status", "submit:status_command", "client")
-register("wait", "submit:wait_command", "client")
-register("download", "submit:download_command", "client")
-register("worker", "worker:worker_command", "worker")
-register("tuner", "tuner:tuner_command", "all")
-register("up", "up:up_command", "all")
-register("demo", "demo:demo_command", "all")
