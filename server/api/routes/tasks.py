@@ -5,13 +5,13 @@ from __future__ import annotations
 import hashlib
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Path, Query, Request, status
+from fastapi import APIRouter, Depends, Path, Query, Request, status
 from fastapi.responses import FileResponse, Response
 from sqlalchemy.orm import Session
 
 from tunefleet.server import artifact_store, queue
 from tunefleet.server.api.routes import API_PREFIX
-from tunefleet.server.db.models import TaskStatus, TrialStatus
+from tunefleet.server.db.models import Artifact, TaskStatus, TrialStatus
 from tunefleet.server.deps import ReadAuth, RedisDep, SessionDep, SettingsDep, StoreDep, UserAuth, in_session
 from tunefleet.server.schemas.artifacts import ArtifactHeaderOut
 from tunefleet.server.schemas.common import DB_INT_MAX, Page
@@ -120,18 +120,26 @@ def cancel_task(task_id: TaskId, session: SessionDep, caller: UserAuth) -> TaskO
     return access.task_out(tasks.cancel(session, task_id), caller)
 
 
-@router.get(
-    "/{task_id}/artifact",
-    response_class=FileResponse,
-    responses={200: {"content": {"application/gzip": {}}}, **errors(401, 403, 404, 422)},
-)
-def download_artifact(
-    task_id: TaskId, session: SessionDep, store: StoreDep, caller: UserAuth
-) -> FileResponse:
+def _download(media_type: str, *statuses: int) -> dict:
+    """The OpenAPI responses of a download: 200 with a body of `media_type`, and `statuses`."""
+    return {200: {"content": {media_type: {}}}, **errors(*statuses)}
+
+
+def _owned_artifact(task_id: TaskId, session: SessionDep, caller: UserAuth) -> Artifact:
+    """The artifact of task `task_id`, for its owner or an admin: 404 without the task or
+    its artifact, 403 for anyone else."""
+    access.require_owner(caller, tasks.get(session, task_id))
+    return artifacts.of_task(session, task_id)
+
+
+OwnedArtifact = Annotated[Artifact, Depends(_owned_artifact)]
+
+
+@router.get("/{task_id}/artifact", response_class=FileResponse,
+            responses=_download("application/gzip", 401, 403, 404, 422))
+def download_artifact(task_id: TaskId, artifact: OwnedArtifact, store: StoreDep) -> FileResponse:
     """The task's artifact: a tar.gz of the .so, .h, manifest.json and source. The
     `X-Content-SHA256` header carries the archive's digest."""
-    access.require_owner(caller, tasks.get(session, task_id))
-    artifact = artifacts.of_task(session, task_id)
     return FileResponse(
         store.path(artifact.path),
         media_type="application/gzip",
@@ -140,17 +148,10 @@ def download_artifact(
     )
 
 
-@router.get(
-    "/{task_id}/artifact/so",
-    response_class=Response,
-    responses={200: {"content": {"application/octet-stream": {}}}, **errors(401, 403, 404, 422)},
-)
-def download_shared_library(
-    task_id: TaskId, session: SessionDep, store: StoreDep, caller: UserAuth
-) -> Response:
+@router.get("/{task_id}/artifact/so", response_class=Response,
+            responses=_download("application/octet-stream", 401, 403, 404, 422))
+def download_shared_library(artifact: OwnedArtifact, store: StoreDep) -> Response:
     """Just the artifact's shared library."""
-    access.require_owner(caller, tasks.get(session, task_id))
-    artifact = artifacts.of_task(session, task_id)
     name, data = artifact_store.shared_library(store.path(artifact.path))
     return Response(
         data,
@@ -159,11 +160,8 @@ def download_shared_library(
     )
 
 
-@router.get(
-    "/{task_id}/artifact/multi-target",
-    response_class=Response,
-    responses={200: {"content": {"application/gzip": {}}}, **errors(401, 403, 404, 409, 422)},
-)
+@router.get("/{task_id}/artifact/multi-target", response_class=Response,
+            responses=_download("application/gzip", 401, 403, 404, 409, 422))
 def download_multi_target_artifact(
     task_id: TaskId, session: SessionDep, caller: UserAuth,
     targets: Annotated[str, Query(max_length=256, description="CPU ISAs, comma-separated, e.g. avx2,avx512")],
