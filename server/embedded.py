@@ -200,14 +200,9 @@ class EmbeddedService:
             time.sleep(0.2)
 
     def _redis_up(self) -> bool:
-        from redis import Redis
-        from redis.exceptions import RedisError
+        from tunefleet.base import redisconn
 
-        try:
-            with Redis.from_url(self.redis_url, socket_timeout=2) as redis:
-                return bool(redis.ping())
-        except RedisError:
-            return False
+        return redisconn.answers(self.redis_url)
 
     def _server_up(self) -> bool:
         try:

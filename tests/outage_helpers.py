@@ -12,9 +12,9 @@ import subprocess
 import threading
 from pathlib import Path
 
-from redis import Redis
-from redis.exceptions import RedisError
 from service_helpers import free_port, wait_for
+
+from tunefleet.base import redisconn
 
 
 def redis_server_binary() -> str | None:
@@ -52,11 +52,7 @@ class PrivateRedis:
 
     def _answers(self) -> bool:
         assert self.process is not None and self.process.poll() is None, (self.data / "redis.log").read_text()
-        try:
-            with Redis.from_url(self.url, socket_timeout=2) as redis:
-                return bool(redis.ping())
-        except RedisError:
-            return False
+        return redisconn.answers(self.url)
 
     def stop(self) -> None:
         """Shut it down as a restart does (SIGTERM: it writes its data and exits)."""

