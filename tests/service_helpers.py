@@ -7,17 +7,21 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
+
+if TYPE_CHECKING:
+    import pytest
 
 TUNEFLEET = str(Path(sys.executable).with_name("tunefleet"))
 #: Fast measurements: two repeats of at least 1 ms; enough to rank and to check numbers.
@@ -41,6 +45,24 @@ def wait_for(predicate: Callable[[], Any], timeout_s: float, what: str, poll_s: 
             return value
         assert time.monotonic() < deadline, f"timed out after {timeout_s}s waiting for {what}"
         time.sleep(poll_s)
+
+
+def answers_healthz(url: str) -> bool:
+    """Whether the tunefleet server at `url` answers GET /api/v1/healthz with 200 now."""
+    try:
+        return httpx.get(f"{url}/api/v1/healthz", timeout=2).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def wait_healthy(url: str, process: subprocess.Popen, log: Path, timeout_s: float = 60) -> None:
+    """Wait until the server `process` answers /healthz at `url`; AssertionError with its
+    output (`log`) when it exits first or after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not answers_healthz(url):
+        assert process.poll() is None, f"server exited with {process.returncode}:\n{log.read_text()}"
+        assert time.monotonic() < deadline, f"server did not come up:\n{log.read_text()}"
+        time.sleep(0.2)
 
 
 @dataclass
@@ -68,15 +90,7 @@ class Service:
         return process
 
     def start_server(self) -> None:
-        self._start("server", "server")
-        wait_for(self._healthy, 120, "the server to answer /healthz")
-
-    def _healthy(self) -> bool:
-        assert self.processes["server"].poll() is None, self.logs["server"].read_text()
-        try:
-            return httpx.get(f"{self.url}/api/v1/healthz", timeout=2).status_code == 200
-        except httpx.TransportError:
-            return False
+        wait_healthy(self.url, self._start("server", "server"), self.logs["server"], 120)
 
     def start_tuner(self, name: str = "tuner") -> subprocess.Popen:
         return self._start(name, "tuner", "--heartbeat-s", str(HEARTBEAT_S))
@@ -198,6 +212,29 @@ CPUS = sorted(os.sched_getaffinity(0))
 CPU_A, CPU_B = str(CPUS[0]), str(CPUS[1 % len(CPUS)])
 MATMUL = {"M": 64, "N": 64, "K": 64}
 FINAL_TRIAL = {"ok", "compile_error", "runtime_error", "wrong_answer", "timeout", "worker_lost", "unsupported_target"}
+
+
+def migrated_database(request: pytest.FixtureRequest, kind: str, root: Path) -> str:
+    """The URL of a migrated, empty database of its own: for `kind` "sqlite" a copy of the
+    migrated template in `root`, for "postgresql" a new schema of the tests' PostgreSQL."""
+    from tunefleet.server.db.migrate import upgrade
+
+    if kind == "sqlite":
+        shutil.copyfile(request.getfixturevalue("_migrated_sqlite"), root / "tunefleet.db")
+        return f"sqlite:///{root / 'tunefleet.db'}"
+    database_url = request.getfixturevalue("postgres_schemas").new_url()
+    upgrade(database_url)
+    return database_url
+
+
+def service_on(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, redis_url: str,
+               kind: str) -> Iterator[Service]:
+    """For a module's `service` fixture: a server (:func:`start_service`) on a migrated
+    database of `kind` ("sqlite" or "postgresql"), stopped with all it started afterwards."""
+    root = tmp_path_factory.mktemp(f"service-{kind}")
+    service = start_service(root, migrated_database(request, kind, root), redis_url)
+    yield service
+    service.stop_all()
 
 
 def start_service(root: Path, database_url: str, redis_url: str) -> Service:

@@ -15,11 +15,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from dashboard_browser import (
-    TUNEFLEET, Tab, chromium, copy_database, free_port, require_browser, stop, tab, wait_healthy,
-)
+from dashboard_browser import TUNEFLEET, Tab, chromium, copy_database, require_browser, stop, tab
 from dashboard_helpers import add_worker, finish, record, start, store_archive, submit
 from server_helpers import real_artifact
+from service_helpers import free_port, wait_healthy
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 

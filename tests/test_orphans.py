@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 import redis
-from service_helpers import TUNEFLEET, cmdline, descendants, free_port, running, wait_for
+from service_helpers import TUNEFLEET, answers_healthz, cmdline, descendants, free_port, running, wait_for
 
 from tunefleet.server.embedded_redis import CHECK_S, USERS_KEY
 
@@ -131,7 +131,7 @@ def _standalone_home(tmp_path: Path) -> tuple[dict[str, str], int, str]:
 def _submit_a_task(tmp_path: Path, port: int, token: str) -> int:
     """Submit a task to the server on `port` (which enqueues its tune job: Redis starts); the
     pid of the embedded Redis."""
-    wait_for(lambda: _answers(f"http://127.0.0.1:{port}/api/v1/healthz"), 60, "the server")
+    wait_for(lambda: answers_healthz(f"http://127.0.0.1:{port}"), 60, "the server")
     task = {"op": "matmul", "args": {"M": 8, "N": 8, "K": 8}, "target": "cpu", "device_key": "cpu-test"}
     created = httpx.post(f"http://127.0.0.1:{port}/api/v1/tasks", json=task, timeout=30,
                          headers={"Authorization": f"Bearer {token}"})
@@ -152,10 +152,3 @@ def _end(process: subprocess.Popen) -> None:
     if process.poll() is None:
         process.kill()
         process.wait()
-
-
-def _answers(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=2).status_code == 200
-    except httpx.TransportError:
-        return False

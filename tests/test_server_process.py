@@ -6,7 +6,6 @@ import hashlib
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -19,6 +18,7 @@ import httpx
 import pytest
 import numpy as np
 from server_helpers import artifact_files, real_artifact, tarball
+from service_helpers import free_port, wait_healthy
 
 from tunefleet.client import Client, IntegrityError, ServerUnreachable, ServiceError
 from tunefleet.server.db.models import Task, TokenScope
@@ -42,15 +42,9 @@ class LiveServer:
         return subprocess.run([TUNEFLEET, *args], env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def live(database_url: str, tmp_path: Path, db, redis_url: str) -> Iterator[LiveServer]:
-    port = _free_port()
+    port = free_port()
     env = {
         **os.environ,
         "TUNEFLEET_HOME": str(tmp_path / "home"),
@@ -64,16 +58,7 @@ def live(database_url: str, tmp_path: Path, db, redis_url: str) -> Iterator[Live
     with server.log.open("w") as log:
         process = subprocess.Popen([TUNEFLEET, "server"], env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{server.url}/api/v1/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert process.poll() is None, server.log.read_text()
-            assert time.monotonic() < deadline, "server did not come up"
-            time.sleep(0.2)
+        wait_healthy(server.url, process, server.log)
         yield server
     finally:
         process.terminate()
@@ -226,7 +211,7 @@ def test_submit_wait_prints_progress_lines_when_not_on_a_terminal(live: LiveServ
 
 
 def test_client_commands_without_a_server_say_so_in_one_line(tmp_path: Path) -> None:
-    url = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     for args in (["submit", "matmul", "-a", "M=8", "-a", "N=8", "-a", "K=8"], ["wait", "1"]):
         done = subprocess.run([TUNEFLEET, *args, "--url", url], capture_output=True, text=True, timeout=60,
                               env={**os.environ, "TUNEFLEET_HOME": str(tmp_path)})
@@ -247,6 +232,6 @@ def test_logs_are_json_lines(live: LiveServer) -> None:
 
 def test_server_refuses_an_unmigrated_database(tmp_path: Path) -> None:
     env = {**os.environ, "TUNEFLEET_HOME": str(tmp_path / "home"), "TUNEFLEET_DATABASE_URL": ""}
-    done = subprocess.run([TUNEFLEET, "server", "--port", str(_free_port())], env=env,
+    done = subprocess.run([TUNEFLEET, "server", "--port", str(free_port())], env=env,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode != 0 and "tunefleet db upgrade" in done.stderr

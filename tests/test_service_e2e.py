@@ -5,7 +5,6 @@ a worker; tuning a small matmul, downloading and calling the kernel; reuse; canc
 
 from __future__ import annotations
 
-import shutil
 import signal
 import time
 from collections.abc import Iterator
@@ -15,8 +14,8 @@ import numpy as np
 import pytest
 from redis import Redis
 from rq.job import Job
-from service_helpers import (CPU_A, CPU_B, FINAL_TRIAL, Service, allowed_cpus, descendants, ensure_fleet,
-                             start_service, submit, wait_for, wait_status)
+from service_helpers import (CPU_A, CPU_B, FINAL_TRIAL, Service, allowed_cpus, descendants, service_on, submit,
+                             wait_for, wait_status)
 
 from tunefleet.client import Client
 from tunefleet.server.queue import SERIALIZER
@@ -27,25 +26,9 @@ pytestmark = pytest.mark.timeout(300)
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def service(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
             redis_url: str) -> Iterator[Service]:
-    """A server on SQLite / PostgreSQL, shared by the tests of this module."""
-    from tunefleet.server.db.migrate import upgrade
-
-    root = tmp_path_factory.mktemp(f"service-{request.param}")
-    if request.param == "sqlite":
-        shutil.copyfile(request.getfixturevalue("_migrated_sqlite"), root / "tunefleet.db")
-        database_url = f"sqlite:///{root / 'tunefleet.db'}"
-    else:
-        database_url = request.getfixturevalue("postgres_schemas").new_url()
-        upgrade(database_url)
-    service = start_service(root, database_url, redis_url)
-    yield service
-    service.stop_all()
-
-
-@pytest.fixture
-def fleet(service: Service) -> Service:
-    """The service with its tuner and both test-cpu workers running."""
-    return ensure_fleet(service)
+    """A server on SQLite / PostgreSQL, shared by the tests of this module (`fleet`: with
+    its tuner and workers)."""
+    yield from service_on(request, tmp_path_factory, redis_url, request.param)
 
 
 def test_task_waits_for_a_worker_of_its_device_key(fleet: Service) -> None:

@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import collections
 import os
-import shutil
 from collections.abc import Iterator
 
 import pytest
 from redis import Redis
 from rq.job import Job, JobStatus
 from rq.registry import StartedJobRegistry
-from service_helpers import (CPU_A, CPU_B, FINAL_TRIAL, PROTOCOL, Service, ensure_fleet, start_service, submit,
-                             wait_for, wait_status)
+from service_helpers import CPU_A, CPU_B, FINAL_TRIAL, PROTOCOL, Service, service_on, submit, wait_for, wait_status
 
 from tunefleet.server.queue import SERIALIZER
 
@@ -29,23 +27,8 @@ pytestmark = pytest.mark.timeout(300)
 @pytest.fixture(scope="module")
 def service(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
             redis_url: str) -> Iterator[Service]:
-    from tunefleet.server.db.migrate import upgrade
-
-    root = tmp_path_factory.mktemp("service-faults")
-    if os.environ.get("TUNEFLEET_TEST_DATABASE_URL"):
-        database_url = request.getfixturevalue("postgres_schemas").new_url()
-        upgrade(database_url)
-    else:
-        shutil.copyfile(request.getfixturevalue("_migrated_sqlite"), root / "tunefleet.db")
-        database_url = f"sqlite:///{root / 'tunefleet.db'}"
-    service = start_service(root, database_url, redis_url)
-    yield service
-    service.stop_all()
-
-
-@pytest.fixture
-def fleet(service: Service) -> Service:
-    return ensure_fleet(service)
+    kind = "postgresql" if os.environ.get("TUNEFLEET_TEST_DATABASE_URL") else "sqlite"
+    yield from service_on(request, tmp_path_factory, redis_url, kind)
 
 
 def test_tuner_killed_mid_task_another_finishes_without_remeasuring(fleet: Service) -> None:
