@@ -22,12 +22,15 @@ from rq import Retry
 from rq.job import Job, JobStatus
 from rq.queue import Queue
 
+from tunefleet.compiler.build import COMPILE_TIMEOUT_S
 from tunefleet.server import queue
+from tunefleet.tuner import validation
 from tunefleet.tuner.interfaces import Candidate, Runner, RunnerFuture, RunnerResult
 from tunefleet.tuner.measure import MeasureProtocol, MeasureResult
-from tunefleet.worker import jobs as worker_jobs
+from tunefleet.tuner.runner import STARTUP_TIMEOUT_S
 
-__all__ = ["PER_WORKER_DEPTH", "RETRIES", "RESULT_TTL_S", "DistributedRunner", "last_line"]
+__all__ = ["PER_WORKER_DEPTH", "RETRIES", "RESULT_TTL_S", "DistributedRunner", "measure_timeout_s", "export_timeout_s",
+           "last_line"]
 
 #: Trials kept in flight per live worker: one being measured, one waiting in its queue.
 PER_WORKER_DEPTH = 2
@@ -36,6 +39,18 @@ RETRIES = 1
 #: Seconds RQ keeps a job's result: it outlives any tuner restart.
 RESULT_TTL_S = 7 * 86_400
 _FINAL = (JobStatus.FINISHED, JobStatus.FAILED, JobStatus.STOPPED, JobStatus.CANCELED)
+
+
+def measure_timeout_s(protocol: MeasureProtocol, candidates: int = 1) -> int:
+    """RQ job timeout of measuring `candidates` configs: builds, child start-ups and the
+    protocol's execution limit each, plus slack. RQ counts it from when a worker starts the
+    job, never from when it was queued."""
+    return int(candidates * (COMPILE_TIMEOUT_S + STARTUP_TIMEOUT_S + protocol.timeout_s) + 30)
+
+
+def export_timeout_s(protocol: MeasureProtocol, candidates: int, repeat: int) -> int:
+    """RQ job timeout of an export job: the validation measurements, a build, an upload."""
+    return measure_timeout_s(validation.validation_protocol(protocol, repeat), candidates) + COMPILE_TIMEOUT_S + 120
 
 
 class _JobFuture(RunnerFuture):
@@ -141,7 +156,7 @@ class DistributedRunner(Runner):
             self.task_id, trial_id, self.workload, self.target, future.candidate.config.to_json(),
             future.protocol.to_json(),
             job_id=future.job_id,
-            job_timeout=worker_jobs.measure_timeout_s(future.protocol),
+            job_timeout=measure_timeout_s(future.protocol),
             retry=Retry(max=RETRIES),
             result_ttl=RESULT_TTL_S,
             failure_ttl=RESULT_TTL_S,

@@ -71,7 +71,6 @@ from tunefleet.tuner.loop import Budget, StopTuning, Supervisor, TuningLoop
 from tunefleet.tuner.measure import MeasureProtocol, MeasureResult
 from tunefleet.tuner.search import SearchStrategy
 from tunefleet.tuner.tune import make_strategy
-from tunefleet.worker import jobs as worker_jobs
 from tunefleet.base import redisconn
 from tunefleet.base.rqworker import JobContext
 
@@ -273,7 +272,7 @@ class _TaskRun(Supervisor):
                 self.task_id, self.workload_json, self.target, self.device_key, candidates,
                 self.protocol.to_json(), repeat,
                 job_id=job_id,
-                job_timeout=worker_jobs.export_timeout_s(self.protocol, len(candidates), repeat),
+                job_timeout=measure_runner.export_timeout_s(self.protocol, len(candidates), repeat),
                 retry=Retry(max=measure_runner.RETRIES),
                 result_ttl=measure_runner.RESULT_TTL_S,
                 failure_ttl=measure_runner.RESULT_TTL_S,

@@ -27,16 +27,14 @@ import httpx
 
 from tunefleet.base.rqworker import JobContext
 from tunefleet.compiler.artifact import pack_artifact, read_manifest
-from tunefleet.compiler.build import COMPILE_TIMEOUT_S
 from tunefleet.compiler.target import Target, TargetError
 from tunefleet.tuner import validation
 from tunefleet.tuner.apply import build_artifact, measured_manifest
 from tunefleet.tuner.measure import MeasureInput, MeasureProtocol, MeasureResult
 from tunefleet.tuner.resolve import resolve
-from tunefleet.tuner.runner import STARTUP_TIMEOUT_S, LocalMeasurer
+from tunefleet.tuner.runner import LocalMeasurer
 
-__all__ = ["WorkerContext", "ExportError", "bind", "current", "unsupported", "measure", "export",
-           "measure_timeout_s", "export_timeout_s"]
+__all__ = ["WorkerContext", "ExportError", "bind", "current", "unsupported", "measure", "export"]
 
 log = logging.getLogger(__name__)
 
@@ -68,18 +66,6 @@ _context: JobContext[WorkerContext] = JobContext("tunefleet worker jobs run only
 bind = _context.bind
 #: The bound context; RuntimeError outside a worker daemon.
 current = _context.current
-
-
-def measure_timeout_s(protocol: MeasureProtocol, candidates: int = 1) -> int:
-    """RQ job timeout of measuring `candidates` configs: builds, child start-ups and the
-    protocol's execution limit each, plus slack. RQ counts it from when a worker starts the
-    job, never from when it was queued."""
-    return int(candidates * (COMPILE_TIMEOUT_S + STARTUP_TIMEOUT_S + protocol.timeout_s) + 30)
-
-
-def export_timeout_s(protocol: MeasureProtocol, candidates: int, repeat: int) -> int:
-    """RQ job timeout of an export job: the validation measurements, a build, an upload."""
-    return measure_timeout_s(validation.validation_protocol(protocol, repeat), candidates) + COMPILE_TIMEOUT_S + 120
 
 
 class _Working:
