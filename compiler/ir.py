@@ -13,7 +13,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
-from .te import BinOp, Call, Cast, Const, Expr, Reduce, Select, Tensor, TensorLoad, Var, as_expr
+from .expr import BinOp, Call, Cast, Const, Expr, Reduce, Select, TensorLoad, Var, as_expr, children
+from .te import Tensor
 
 
 @dataclass(eq=False)
@@ -106,7 +107,7 @@ class TensorAddress(Expr):
 
 
 class Stmt:
-    pass
+    """Base of the statement nodes."""
 
 
 @dataclass(eq=False)
@@ -138,6 +139,8 @@ class Allocate(Stmt):
 
 @dataclass(eq=False)
 class IfThenElse(Stmt):
+    """`if cond: then` (`else: otherwise` unless it is None)."""
+
     cond: Expr
     then: Stmt
     otherwise: Stmt | None = None
@@ -145,6 +148,8 @@ class IfThenElse(Stmt):
 
 @dataclass(eq=False)
 class Seq(Stmt):
+    """`stmts` in order (build one with `seq`, which flattens nested ones)."""
+
     stmts: list[Stmt] = field(default_factory=list)
 
 
@@ -300,8 +305,6 @@ def walk_stmt(s: Stmt) -> Iterable[Stmt]:
 
 def expr_nodes(e: Expr) -> Iterable[Expr]:
     """Pre-order traversal of an IR expression (including Load/Ramp/Broadcast children)."""
-    from .te import children
-
     stack = [e]
     while stack:
         n = stack.pop()
@@ -330,8 +333,6 @@ def lanes_of(e: Expr) -> int:
     if isinstance(e, Load):
         return lanes_of(e.index)
     best = 1
-    from .te import children
-
     for c in children(e):
         best = max(best, lanes_of(c))
     return best

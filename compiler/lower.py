@@ -24,12 +24,13 @@ from __future__ import annotations
 from typing import Sequence
 
 from . import passes
+from .expr import BinOp, Const, Expr, Reduce, TensorLoad, check_identifier, dtype_of
 from .ir import (Address, Allocate, Buffer, Load, PrimFunc, Provide, Stmt, Store, TensorAddress, map_expr, map_stmt,
                  seq, substitute)
 from .lower_bounds import Interval, infer_bounds
 from .lower_nests import LoopNestBuilder
 from .schedule import GPU_TAGS, THREAD_TAGS, Schedule, ScheduleError, Stage
-from .te import BinOp, ComputeOp, Const, Expr, PlaceholderOp, Reduce, Tensor, TensorLoad, check_identifier, dtype_of
+from .te import ComputeOp, PlaceholderOp, Tensor
 
 #: Attached stages whose buffer is larger than this get a heap temporary instead of a local array.
 LOCAL_LIMIT_BYTES = 64 * 1024

@@ -16,10 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from .expr import BinOp, Const, Expr, IterVar, TensorLoad, Var, walk
 from .ir import substitute
 from .schedule import ScheduleError, Split, Stage
 from .simplify import INF, Lin, Simplifier
-from .te import BinOp, Const, Expr, IterVar, Tensor, TensorLoad, Var, walk
+from .te import Tensor
 
 #: One dimension of a region: (start, extent).
 Interval = tuple[Expr, int]

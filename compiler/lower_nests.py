@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple, Sequence
 
+from .expr import REDUCERS, BinOp, Const, Expr, IterVar, Reduce, TensorLoad, Var, walk
 from .ir import Allocate, Buffer, Evaluate, For, IfThenElse, Provide, Stmt, TensorAddress, seq, substitute
 from .lower_bounds import Bounds
 from .schedule import ScheduleError, Stage
 from .simplify import Simplifier
-from .te import BinOp, Const, Expr, IterVar, Reduce, REDUCERS, Tensor, TensorLoad, Var, all_of, walk
+from .te import Tensor, all_of
 
 #: Stages computed at each loop of a stage (in schedule order).
 Attached = dict[IterVar, list[Stage]]

@@ -3,10 +3,11 @@ vectorize, hoist heap allocations. Each pass takes and returns a statement."""
 
 from __future__ import annotations
 
+from .expr import BinOp, Call, Cast, Const, Expr, Select, Var, dtype_of
 from .ir import (Allocate, Broadcast, For, IfThenElse, Load, PrimFunc, Ramp, Seq, Stmt, Store, expr_nodes, lanes_of,
                  map_stmt, seq, stmt_exprs, substitute, walk_stmt)
 from .simplify import Simplifier
-from .te import BinOp, Call, Cast, Const, Expr, Select, Var, all_of, dtype_of
+from .te import all_of
 
 MAX_UNROLL_STMTS = 2048
 

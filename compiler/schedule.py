@@ -19,8 +19,9 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from .te import ComputeOp, IterVar, PlaceholderOp, Reduce, Tensor, TensorLoad, post_order
+from .expr import IterVar, Reduce, TensorLoad
 from .ir import map_expr, substitute
+from .te import ComputeOp, PlaceholderOp, Tensor, post_order
 
 
 class ScheduleError(ValueError):

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Mapping
 
+from .expr import BinOp, Call, Cast, Const, Expr, Select, TensorLoad, Var, dtype_of
 from .ir import Address, Broadcast, Load, Ramp
-from .te import BinOp, Call, Cast, Const, Expr, Select, TensorLoad, Var, dtype_of
 
 Range = tuple[int, int]  # inclusive [lo, hi]
 INF = float("inf")

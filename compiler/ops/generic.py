@@ -24,8 +24,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from ..expr import Reduce
 from ..schedule import Schedule, Stage, create_schedule
-from ..te import Reduce, Tensor
+from ..te import Tensor
 
 
 def _classify(sch: Schedule, outputs: Sequence[Tensor]) -> tuple[list[Stage], list[Stage], list[Stage]]:

@@ -7,8 +7,9 @@ import math
 from typing import Sequence
 
 from .. import te
+from ..expr import BinOp, Call, Reduce, TensorLoad
 from ..simplify import Simplifier
-from ..te import BinOp, Call, ComputeOp, Reduce, Tensor, TensorLoad
+from ..te import ComputeOp, Tensor
 
 _ARITH = ("add", "sub", "mul", "div", "min", "max")
 _COMPARE = ("lt", "le", "gt", "ge", "eq", "ne")

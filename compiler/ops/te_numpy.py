@@ -22,7 +22,8 @@ from typing import Sequence
 import numpy as np
 
 from .. import te
-from ..te import BinOp, Call, Cast, Const, IterVar, PlaceholderOp, Reduce, Select, Tensor, TensorLoad, Var
+from ..expr import BinOp, Call, Cast, Const, IterVar, Reduce, Select, TensorLoad, Var
+from ..te import PlaceholderOp, Tensor
 
 #: Elements of one slice's evaluation grid (output points × reduction points).
 SLICE_ELEMENTS = 1 << 22
