@@ -9,11 +9,11 @@ import sys
 import numpy as np
 import pytest
 
+from tunefleet.compiler.knobs import SplitKnob
 from tunefleet.compiler.space import (
     ConfigEntity,
     ConfigError,
     ConfigSpace,
-    SplitKnob,
     instantiate_space,
 )
 
