@@ -55,11 +55,6 @@ def cpu_template(cfg, workload, target):
     return gemm_template(cfg, target.lanes(a["dtype"]), A, B, None, "none", transpose_b=a["transpose_b"])
 
 
-def default_config(space, workload, target) -> dict:
-    """matmul's rule (gemm_default) for one [M, K]·[K, N] product of the batch."""
-    return gemm_workload_default(space, workload, target)
-
-
 def _layouts(a: dict) -> dict[str, str]:
     return {"A": "row-major [batch, M, K]",
             "B": "row-major [batch, N, K] (transposed)" if a["transpose_b"] else "row-major [batch, K, N]",
@@ -70,5 +65,5 @@ register(OpDef(
     name="batch_matmul",
     description="C[b] = A[b] · B[b] (or A[b] · B[b]ᵀ with transpose_b) over a batch of row-major matrices",
     args=ARGS, compute=compute, reference=reference, flop=flop, templates={"cpu": cpu_template},
-    default_config=default_config, layouts=_layouts, family="gemm",
+    default_config=gemm_workload_default, layouts=_layouts, family="gemm",
 ))

@@ -4,7 +4,8 @@ linear layer as PyTorch's `nn.Linear` and TVM's `nn.dense` store it (weights [ou
 The CPU template is matmul's GEMM (`define_gemm_knobs` / `schedule_gemm`) with B = Wᵀ:
 packing W into column panels Wp[ceil(N/nr), K, nr] turns its rows into the contiguous
 panels the micro-kernel streams, so the transposed weight costs nothing extra; the bias
-and activation are applied as the register tile is written out.
+and activation are applied as the register tile is written out. The untuned config is
+matmul's (`gemm_workload_default`), whose rule packs W: unpacked, its columns are strided.
 """
 
 from __future__ import annotations
@@ -48,11 +49,6 @@ def cpu_template(cfg, workload, target):
     return gemm_template(cfg, target.lanes(a["dtype"]), X, W, b, a["epilogue"], transpose_b=True, name="Y")
 
 
-def default_config(space, workload, target) -> dict:
-    """matmul's rule (gemm_default), which packs W (unpacked, its columns are strided)."""
-    return gemm_workload_default(space, workload, target)
-
-
 def _layouts(a: dict) -> dict[str, str]:
     return {"X": "row-major [M, K]", "W": "row-major [N, K] (out features × in features)", "b": "[N]",
             "Y": "row-major [M, N]"}
@@ -62,5 +58,5 @@ register(OpDef(
     name="dense",
     description="Y = X · Wᵀ + b (a linear layer, W [N, K] row-major), optional relu/gelu epilogue",
     args=ARGS, compute=compute, reference=reference, flop=flop, templates={"cpu": cpu_template},
-    default_config=default_config, layouts=_layouts, family="gemm",
+    default_config=gemm_workload_default, layouts=_layouts, family="gemm",
 ))
