@@ -20,7 +20,7 @@ workload give the same space, hence the same indices, in every process.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -52,15 +52,10 @@ class _Config:
         """Register a :class:`ChoiceKnob` over JSON scalars."""
         self._define(name, lambda: ChoiceKnob(name, choices))
 
-    def define_reorder(
-        self,
-        name: str,
-        axes: int | Sequence[str],
-        policy: str = "all",
-        candidates: Iterable[Sequence[int | str]] | None = None,
-    ) -> None:
-        """Register a :class:`ReorderKnob` over ``axes`` (a count or labels)."""
-        self._define(name, lambda: ReorderKnob(name, axes, policy, candidates))
+    def define_reorder(self, name: str, axes: int | Sequence[str], **options: Any) -> None:
+        """Register a :class:`ReorderKnob` over ``axes`` (a count or labels); ``options`` are its
+        keyword arguments (policy, candidates; see there)."""
+        self._define(name, lambda: ReorderKnob(name, axes, **options))
 
     def _define(self, name: str, make: Callable[[], Knob]) -> None:
         raise NotImplementedError
