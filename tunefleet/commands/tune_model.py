@@ -103,7 +103,6 @@ def tune_model_command(model, input_shapes, trials, out, records_path, target, c
     if parsed.kind != "cpu":
         raise ArgumentError(f"--target: a model bundle is one CPU library; {parsed} is not a CPU target")
     records_path = records_path or out / "records.jsonl"
-    records_path.parent.mkdir(parents=True, exist_ok=True)
 
     def round_done(task, result) -> None:
         console.print(f"{_describe(task.workload)}: {result.gflops:.2f} GFLOP/s "

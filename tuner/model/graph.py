@@ -61,13 +61,15 @@ class ModelGraph:
     """A model after shape inference: its `nodes` in graph order (each named: unnamed nodes get
     "<op_type>_<index>"), `tensors` (name → TensorInfo, for every tensor whose shape is fully
     known), `constants` (names of initializers and Constant outputs), `consumers` (tensor name →
-    the nodes reading it), `outputs` (the graph's output names) and the inferred `model`."""
+    the nodes reading it), `producers` (tensor name → the node writing it), `outputs` (the
+    graph's output names) and the inferred `model`."""
 
     model: onnx.ModelProto
     nodes: list[onnx.NodeProto]
     tensors: dict[str, TensorInfo]
     constants: set[str]
     consumers: dict[str, list[onnx.NodeProto]]
+    producers: dict[str, onnx.NodeProto]
     outputs: set[str]
 
     def info(self, name: str) -> TensorInfo | None:
@@ -172,7 +174,7 @@ def _graph(model: onnx.ModelProto) -> ModelGraph:
     for init in graph.initializer:
         tensors[init.name] = TensorInfo(tuple(init.dims), _dtype(init.data_type))
     constants = {init.name for init in graph.initializer}
-    nodes, consumers = [], {}
+    nodes, consumers, producers = [], {}, {}
     for i, node in enumerate(graph.node):
         if not node.name:
             node.name = f"{node.op_type}_{i}"
@@ -182,4 +184,5 @@ def _graph(model: onnx.ModelProto) -> ModelGraph:
         for name in node.input:
             if name:
                 consumers.setdefault(name, []).append(node)
-    return ModelGraph(model, nodes, tensors, constants, consumers, {o.name for o in graph.output})
+        producers.update((name, node) for name in node.output)
+    return ModelGraph(model, nodes, tensors, constants, consumers, producers, {o.name for o in graph.output})

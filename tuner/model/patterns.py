@@ -219,7 +219,7 @@ def gemm(graph: ModelGraph, node: onnx.NodeProto) -> Match:
 def _transposed_source(graph: ModelGraph, tensor: str) -> onnx.NodeProto | None:
     """The Transpose node producing `tensor` when it swaps the last two axes only and this
     MatMul is its sole reader (then the MatMul can read its input as Bᵀ)."""
-    producer = next((n for n in graph.nodes if tensor in n.output), None)
+    producer = graph.producers.get(tensor)
     if producer is None or producer.op_type != "Transpose" or _sole_reader(graph, tensor) is None:
         return None
     perm = list(_attrs(producer).get("perm", []))

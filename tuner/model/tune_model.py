@@ -59,7 +59,8 @@ def tune_model(extraction: Extraction, target: Target, *, trials: int, records_p
                on_round: Callable[[Task, TuneResult], None] | None = None, **tune_options) -> ModelTuneResult:
     """Tune every task of `extraction` for `target` with `trials` trials in all (at least one per
     task), in the rounds `scheduler` chooses (default ProportionalScheduler over FLOPs ×
-    occurrences), each round a `tune(..., resume=True)` of its task into `records_path`;
+    occurrences), each round a `tune(..., resume=True)` of its task into `records_path` (its
+    folder created if needed);
     `tune_options` go to every tune call (protocol, cpus, device_key, strategy, ...);
     `on_round(task, result)` after each round.
 
@@ -68,6 +69,8 @@ def tune_model(extraction: Extraction, target: Target, *, trials: int, records_p
     if trials < 1:
         raise ValueError(f"trials must be >= 1, got {trials}")
     tasks = extraction.tasks
+    records_path = Path(records_path)
+    records_path.parent.mkdir(parents=True, exist_ok=True)
     scheduler = scheduler or ProportionalScheduler([t.flop * t.occurrences for t in tasks], trials)
     start = time.perf_counter()
     given = [0] * len(tasks)
@@ -75,7 +78,7 @@ def tune_model(extraction: Extraction, target: Target, *, trials: int, records_p
     while (chosen := scheduler.next_round()) is not None:
         index, count = chosen
         given[index] += count
-        result = tune(tasks[index].workload, target, trials=given[index], records_path=Path(records_path),
+        result = tune(tasks[index].workload, target, trials=given[index], records_path=records_path,
                       resume=True, **tune_options)
         last[index] = result
         scheduler.update(index, result.latency_s)

@@ -1,0 +1,180 @@
+"""Benchmark: whole-model tuning of ResNet-18 on this machine against onnxruntime, node by node.
+
+ResNet-18's graph is built with onnx.helper at its real layer shapes (batch 1, 3×224×224,
+batch norm folded into the convolutions' biases as inference graphs have it; random weights;
+no download): 20 convolutions (+ bias, + Relu where the network has one), the residual Adds,
+max and global pooling and the 1000-way Gemm. `tune_model` tunes its tasks with one small
+global budget (split by FLOPs × occurrences) and `write_bundle` builds the one kernel library.
+
+Printed per task: the workload, its occurrences, the bundle kernel's median latency
+(Kernel.time: the runtime's timer, 10 repeats of at least 50 ms) × occurrences, and onnxruntime's
+time for the same nodes: its profiler's per-node kernel times (the median over the profiled
+runs) at graph optimization level "extended", where it fuses Conv + Relu into FusedConv named
+after the Conv, as the kernels fuse them, so each profiled node is one ONNX node of ours. Then
+the totals: Σ occurrences × kernel latency beside onnxruntime's sum for the same nodes, its time
+for the untuned nodes, and, at level "all" (its default, NCHWc layouts, the residual Add + Relu
+fused into the convolutions, so its nodes no longer map one to one onto ours), the sum of its
+Conv and Gemm kernels and its whole-model run time; and the tuning wall time. onnxruntime runs
+as many intra-op threads as this process has CPUs.
+
+    python bench/model_cpu.py [--trials 48] [--runs 20] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+from tunefleet.compiler.target import Target
+from tunefleet.tuner.host import affinity
+from tunefleet.tuner.model import extract_tasks, load_model
+from tunefleet.tuner.model.bundle import write_bundle
+from tunefleet.tuner.model.peer import kernel_inputs, random_feeds
+from tunefleet.tuner.model.tune_model import tune_model
+
+import tunefleet
+
+
+class _Graph:
+    """Nodes named n000_<Op>, n001_<Op>, ... (fixed width: no name is a prefix of another, so a
+    profiler event named after a fused node still names one node) and random initializers."""
+
+    def __init__(self):
+        self.rng = np.random.default_rng(0)
+        self.nodes, self.inits = [], []
+
+    def weight(self, *shape: int) -> str:
+        name = f"w{len(self.inits)}"
+        scale = (2.0 / max(1, int(np.prod(shape[1:])))) ** 0.5
+        self.inits.append(numpy_helper.from_array((self.rng.standard_normal(shape) * scale).astype(np.float32), name))
+        return name
+
+    def node(self, op: str, inputs: list[str], **attrs) -> str:
+        name = f"n{len(self.nodes):03d}_{op}"
+        self.nodes.append(helper.make_node(op, inputs, [name], name=name, **attrs))
+        return name
+
+    def conv(self, x: str, ci: int, co: int, k: int, stride: int, relu: bool) -> str:
+        pad = k // 2
+        h = self.node("Conv", [x, self.weight(co, ci, k, k), self.weight(co)], kernel_shape=[k, k],
+                      strides=[stride, stride], pads=[pad] * 4)
+        return self.node("Relu", [h]) if relu else h
+
+
+def resnet18() -> onnx.ModelProto:
+    g = _Graph()
+    x = g.conv("input", 3, 64, 7, 2, relu=True)
+    x = g.node("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    channels = 64
+    for stage, width in enumerate((64, 128, 256, 512)):
+        for block in range(2):
+            stride = 2 if stage and block == 0 else 1
+            h = g.conv(x, channels, width, 3, stride, relu=True)
+            h = g.conv(h, width, width, 3, 1, relu=False)
+            shortcut = g.conv(x, channels, width, 1, stride, relu=False) if stride == 2 else x
+            x = g.node("Relu", [g.node("Add", [h, shortcut])])
+            channels = width
+    x = g.node("Flatten", [g.node("GlobalAveragePool", [x])])
+    out = g.node("Gemm", [x, g.weight(1000, 512), g.weight(1000)], transB=1)
+    graph = helper.make_graph(g.nodes, "resnet18", [helper.make_tensor_value_info("input", TensorProto.FLOAT,
+                                                                                 [1, 3, 224, 224])],
+                              [helper.make_tensor_value_info(out, TensorProto.FLOAT, [1, 1000])], g.inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def onnxruntime_profile(model: onnx.ModelProto, runs: int, threads: int,
+                        level: str) -> tuple[dict[str, float], dict[str, str], float]:
+    """At graph optimization `level` ("extended", "all"): ({profiled node name: median seconds per
+    run}, {profiled node name: its operator}, median seconds of a whole run)."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, f"ORT_ENABLE_{level.upper()}")
+    options.enable_profiling = True
+    options.profile_file_prefix = os.path.join(tempfile.mkdtemp(), "ort")
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    feed = {"input": np.random.default_rng(1).random((1, 3, 224, 224), dtype=np.float32)}
+    session.run(None, feed)  # warm-up, left out below
+    walls = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        session.run(None, feed)
+        walls.append(time.perf_counter() - start)
+    events = json.loads(Path(session.end_profiling()).read_text())
+    per_node: dict[str, list[float]] = {}
+    ops: dict[str, str] = {}
+    for e in events:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+            name = e["name"][:-len("_kernel_time")]
+            per_node.setdefault(name, []).append(e["dur"] * 1e-6)
+            ops[name] = e["args"].get("op_name", "")
+    medians = {name: statistics.median(d[1:] if len(d) > runs else d) for name, d in per_node.items()}
+    return medians, ops, statistics.median(walls)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=48, help="global trial budget for the model")
+    parser.add_argument("--runs", type=int, default=20, help="profiled onnxruntime runs")
+    parser.add_argument("--out", type=Path, default=None, help="bundle directory [default: a temporary one]")
+    args = parser.parse_args()
+    out = args.out or Path(tempfile.mkdtemp(prefix="resnet18-"))
+    model = resnet18()
+    graph = load_model(model.SerializeToString(), max_bytes=1 << 30)
+    extraction = extract_tasks(graph)
+    threads = len(affinity())
+    print(f"ResNet-18: {len(extraction.tasks)} tasks for {sum(t.occurrences for t in extraction.tasks)} nodes, "
+          f"untuned {extraction.untuned_share:.2%} of {extraction.total_flop / 1e9:.2f} GFLOP; "
+          f"{args.trials} trials; {threads} CPUs")
+    tuned = tune_model(extraction, Target.host(), trials=args.trials, records_path=out / "records.jsonl",
+                       on_round=lambda task, r: print(f"  tuned {task.workload.kernel_name()}: {r.gflops:.1f} GFLOP/s "
+                                                      f"after {len(r.trials)} trials, {r.elapsed_s:.0f} s", flush=True))
+    bundle = tunefleet.load(write_bundle(out, tuned, model_name="resnet18.onnx"))
+    profile, _, ort_run_extended = onnxruntime_profile(model, args.runs, threads, "extended")
+    profile_all, ops_all, ort_run_all = onnxruntime_profile(model, args.runs, threads, "all")
+
+    def ort_time(node_names) -> float:
+        return sum(t for name, t in profile.items() if name in node_names)
+
+    rng = np.random.default_rng(2)
+    ours_total = ort_total = 0.0
+    print(f"\n{'workload':<58} {'occ':>3} {'tunefleet ms':>12} {'onnxruntime ms':>14} {'ratio':>6}")
+    for result in tuned.results:
+        task = result.task
+        match = task.matches[0]
+        kernel = bundle.kernel_for(match.nodes[0])
+        latency = float(np.median(kernel.time(*kernel_inputs(match, random_feeds(match, rng), kernel.args),
+                                              repeat=10, min_repeat_ms=50)))
+        theirs = ort_time([n for m in task.matches for n in m.nodes])
+        ours = task.occurrences * latency
+        ours_total, ort_total = ours_total + ours, ort_total + theirs
+        print(f"{task.workload.op + ' ' + task.workload.key[:8] + ' ' + _shape(task.workload):<58} "
+              f"{task.occurrences:>3} {ours * 1e3:>12.3f} {theirs * 1e3:>14.3f} {ours / theirs if theirs else 0:>6.2f}")
+    untuned = ort_time([u.node for u in extraction.untuned])
+    conv_all = sum(t for name, t in profile_all.items() if ops_all[name] in ("Conv", "FusedConv", "Gemm"))
+    print(f"\nΣ occurrences × kernel latency: {ours_total * 1e3:.2f} ms; onnxruntime (extended), same nodes: "
+          f"{ort_total * 1e3:.2f} ms (ratio {ours_total / ort_total:.2f}); its untuned nodes {untuned * 1e3:.2f} ms, "
+          f"whole run {ort_run_extended * 1e3:.2f} ms")
+    print(f"onnxruntime (all: NCHWc, residual Add + Relu fused): Conv + Gemm kernels {conv_all * 1e3:.2f} ms "
+          f"(ratio {ours_total / conv_all:.2f}), whole run {ort_run_all * 1e3:.2f} ms")
+    print(f"tuning wall time {tuned.elapsed_s:.0f} s for {args.trials} trials; bundle {out}")
+
+
+def _shape(workload) -> str:
+    a = workload.args
+    if "CI" in a:
+        return f"{a['CI']}->{a['CO']} {a['H']}x{a['W']} k{a['KH']} s{a['stride'][0]} {a['epilogue']}"
+    return f"M{a['M']} N{a['N']} K{a['K']}"
+
+
+if __name__ == "__main__":
+    main()
