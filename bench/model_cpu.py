@@ -18,6 +18,13 @@ Conv and Gemm kernels and its whole-model run time; and the tuning wall time. on
 as many intra-op threads as this process has CPUs.
 
     python bench/model_cpu.py [--trials 48] [--runs 20] [--out DIR]
+
+Measured once (AMD EPYC Zen 3, AVX2 only, 2 cores shared with other engineers' builds and tests,
+load average 9-15 during the run, so every number here is inflated and noisy, onnxruntime's as
+much as ours): 48 trials for 16 tasks (21 nodes) in 1,281 s; Σ occurrences × kernel latency
+337 ms against onnxruntime's 528 ms for the same nodes (extended) and 414 ms for its Conv + Gemm
+kernels (all); the 3×3 convolutions 0.34-0.90× onnxruntime's time, the 1×1 stride-2
+convolutions (1-2 trials, the NCHWc path) and the 1000×512 Gemm at M=1 (1 trial) 8-10× it.
 """
 
 from __future__ import annotations
