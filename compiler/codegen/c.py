@@ -1,4 +1,4 @@
-"""C99 code generation (GNU dialect) for CPU targets.
+"""C99 code generation (GNU dialect) for CPU targets: the C backend of `codegen.cstyle`.
 
 From a lowered `PrimFunc`:
 - the kernel `int <name>(const float* restrict A, ..., float* restrict C)` returning 0;
@@ -17,16 +17,13 @@ from __future__ import annotations
 import math
 import re
 
-from ..ir import (Address, Allocate, Broadcast, Buffer, Evaluate, For, IfThenElse, Load, PrimFunc, Ramp, Seq, Stmt, Store,
-                  expr_nodes, lanes_of, stmt_exprs, walk_stmt)
-from ..simplify import Simplifier
-from ..te import BinOp, Call, Cast, Const, DTYPES, Expr, Select, Var, dtype_of
+from ..ir import (Address, Allocate, Broadcast, Buffer, Evaluate, For, Load, PrimFunc, Ramp, Store, expr_nodes,
+                  lanes_of, stmt_exprs, walk_stmt)
+from ..te import DTYPES, BinOp, Call, Cast, Const, Expr, Var, dtype_of
+from .cstyle import CStyleRenderer
 
-_BIN = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "/", "floormod": "%", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
-        "eq": "==", "ne": "!=", "and": "&&", "or": "||"}
-_INT_PREC = {"add": 4, "sub": 4, "mul": 5, "floordiv": 5, "floormod": 5}
+#: Integer type of the lanes of a comparison of float vectors.
 _VEC_INT = {"float32": "int32_t", "float64": "int64_t"}
-_MATH = {"exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "erf": "erf", "abs": "fabs"}
 
 # Vector float32 math (T: the vector type, I: its int32 vector type): exp after Cephes' expf
 # (range reduction by ln 2, degree-6 polynomial, exponent bits), erf by Abramowitz & Stegun
@@ -90,155 +87,69 @@ static inline double tf_min(double a, double b) { return a < b ? a : b; }
 
 
 def vec_type(dtype: str, lanes: int, aligned: bool = True) -> str:
+    """The GCC vector type of `lanes` elements of `dtype` (`tf_f32x8`; unaligned: `tf_f32x8u`)."""
     base = {"float32": "f32", "float64": "f64"}[dtype]
     return f"tf_{base}x{lanes}" + ("" if aligned else "u")
 
 
-def c_division(simp: Simplifier, e: BinOp) -> bool:
-    """Whether C's truncating / and % equal floordiv/floormod here (non-negative by a positive constant)."""
-    return simp.range_of(e.a)[0] >= 0 and isinstance(e.b, Const) and e.b.value > 0
-
-
-def int_arith(e: BinOp, a: str, b: str) -> str:
-    """Integer index arithmetic `a op b` with only the parentheses C's precedence needs: `i * 64 + j`."""
-    prec = _INT_PREC[e.op]
-
-    def needs(child: Expr, right: bool) -> bool:
-        if not (isinstance(child, BinOp) and child.op in _INT_PREC):
-            return False
-        p = _INT_PREC[child.op]
-        return p < prec or (right and p == prec and e.op in ("sub", "floordiv", "floormod"))
-
-    a = f"({a})" if needs(e.a, False) else a
-    b = f"({b})" if needs(e.b, True) else b
-    return f"{a} {_BIN[e.op]} {b}"
-
-
-class _Names:
-    """Unique, valid C names for variables and buffers."""
-
-    def __init__(self, reserved=()):
-        self.map: dict[int, str] = {}
-        self.used: set[str] = set(reserved)
-
-    def __call__(self, obj, hint: str) -> str:
-        if id(obj) not in self.map:
-            base = re.sub(r"\W", "_", hint) or "v"
-            name, n = base, 1
-            while name in self.used:
-                name, n = f"{base}_{n}", n + 1
-            self.used.add(name)
-            self.map[id(obj)] = name
-        return self.map[id(obj)]
-
-
-class CGenerator:
+class CGenerator(CStyleRenderer):
     """Emits the C source of one PrimFunc (see module docstring)."""
 
+    language = "C"
+    restrict = "restrict"
+    true, false = "1", "0"
+    float_min_max = "tf_{op}{suffix}"
+    index_ctype = "int64_t"
+    reserved = frozenset({"tf_c", "tf_begin", "tf_end", "tf_cl"})
+
     def __init__(self, func: PrimFunc):
-        self.func = func
-        self.names = _Names(reserved={"tf_c", "tf_begin", "tf_end", "tf_cl"})
+        super().__init__(func)
         self.helpers: list[str] = []
         self.vec_types: set[tuple[str, int]] = set()
         self.promoted: dict[int, tuple[Buffer, int]] = {}  # buffer id -> (buffer, lanes)
         self.n_closures = 0
         self.in_parallel = False
         self.heap_in_scope: list[Buffer] = []
-        self.simp = Simplifier()
 
     # ----------------------------------------------------------------- expressions
-    def var(self, v: Var) -> str:
-        return self.names(v, v.name)
-
-    def buf(self, b: Buffer) -> str:
-        return self.names(b, b.name)
-
-    def expr(self, e: Expr) -> str:
-        if isinstance(e, Const):
-            return self.const(e)
-        if isinstance(e, Var):
-            return self.var(e)
-        if isinstance(e, Load):
-            return self.load(e)
-        if isinstance(e, Address):
-            return f"({self.buf(e.buffer)} + {self.expr(e.index)})"
+    def vector_expr(self, e: Expr) -> str:
         if isinstance(e, Broadcast):
             self.vec_types.add((e.dtype, e.lanes))
             return f"tf_bcast_{vec_type(e.dtype, e.lanes)}({self.expr(e.value)})"
-        if isinstance(e, BinOp):
-            return self.binop(e)
-        if isinstance(e, Call):
-            return self.call(e)
-        if isinstance(e, Cast):
-            ct = DTYPES[e.dtype].ctype
-            if lanes_of(e) > 1:
-                self.vec_types.add((e.dtype, lanes_of(e)))
-                return f"__builtin_convertvector({self.expr(e.value)}, {vec_type(e.dtype, lanes_of(e))})"
-            return f"(({ct})({self.expr(e.value)}))"
-        if isinstance(e, Select):
-            if lanes_of(e.cond) > 1:
-                raise NotImplementedError("select with a per-lane condition")
-            return f"({self.expr(e.cond)} ? {self.expr(e.t)} : {self.expr(e.f)})"
-        raise NotImplementedError(f"C codegen: {type(e).__name__}")
+        return super().vector_expr(e)
 
-    @staticmethod
-    def const(e: Const) -> str:
-        if e.dtype == "bool":
-            return "1" if e.value else "0"
-        if dtype_of(e.dtype).kind == "int":
-            return f"{e.value}" if abs(e.value) < 2**31 else f"{e.value}LL"
-        v = float(e.value)
-        suffix = "f" if e.dtype == "float32" else ""
-        if math.isinf(v):
-            return ("-" if v < 0 else "") + ("INFINITY" if suffix else "((double)INFINITY)")
+    def cast(self, e: Cast) -> str:
+        if lanes_of(e) > 1:
+            self.vec_types.add((e.dtype, lanes_of(e)))
+            return f"__builtin_convertvector({self.expr(e.value)}, {vec_type(e.dtype, lanes_of(e))})"
+        return super().cast(e)
+
+    def non_finite(self, v: float, dtype: str) -> str:
         if math.isnan(v):
             return "NAN"
-        return f"{v!r}{suffix}"
+        return ("-" if v < 0 else "") + ("INFINITY" if dtype == "float32" else "((double)INFINITY)")
 
-    def binop(self, e: BinOp) -> str:
-        a, b = self.expr(e.a), self.expr(e.b)
-        lanes = lanes_of(e)
-        if e.op in ("min", "max"):
-            if lanes > 1:
-                self.vec_types.add((e.dtype, lanes))
-                return f"tf_v{e.op}_{vec_type(e.dtype, lanes)}({a}, {b})"
-            if dtype_of(e.dtype).kind == "float":
-                return f"tf_{e.op}{'f' if e.dtype == 'float32' else ''}({a}, {b})"
-            return f"(({a}) {'<' if e.op == 'min' else '>'} ({b}) ? ({a}) : ({b}))"
-        if e.op in ("floordiv", "floormod"):
-            if dtype_of(e.dtype).kind == "float":
-                f = "floor" + ("f" if e.dtype == "float32" else "")
-                return f"{f}(({a}) / ({b}))" if e.op == "floordiv" else f"(({a}) - {f}(({a}) / ({b})) * ({b}))"
-            if not c_division(self.simp, e):
-                return f"tf_{e.op}({a}, {b})"
-        if e.op in _INT_PREC and dtype_of(e.dtype).kind == "int":
-            return int_arith(e, a, b)
-        return f"({a} {_BIN[e.op]} {b})"
+    def binop(self, e: BinOp, a: str | None = None, b: str | None = None) -> str:
+        if e.op in ("min", "max") and lanes_of(e) > 1:
+            a = self.expr(e.a) if a is None else a
+            b = self.expr(e.b) if b is None else b
+            self.vec_types.add((e.dtype, lanes_of(e)))
+            return f"tf_v{e.op}_{vec_type(e.dtype, lanes_of(e))}({a}, {b})"
+        return super().binop(e, a, b)
 
     def call(self, e: Call) -> str:
         lanes = lanes_of(e)
-        suffix = "f" if e.dtype == "float32" else ""
-
-        def scalar(x: str) -> str:
-            if e.name == "sigmoid":
-                one = "1.0f" if suffix else "1.0"
-                return f"({one} / ({one} + exp{suffix}(-({x}))))"
-            return f"{_MATH[e.name]}{suffix}({x})"
-
         if lanes == 1:
-            return scalar(self.expr(e.args[0]))
+            return super().call(e)
         t = vec_type(e.dtype, lanes)
         self.vec_types.add((e.dtype, lanes))
         if e.dtype == "float32" and e.name in _VECTOR_MATH:
             return f"tf_v{e.name}_{t}({self.expr(e.args[0])})"
-        elems = ", ".join(scalar(f"tf_t[{i}]") for i in range(lanes))
+        elems = ", ".join(self.math_call(e.name, e.dtype, [f"tf_t[{i}]"]) for i in range(lanes))
         return f"({{ {t} tf_t = {self.expr(e.args[0])}; ({t}){{{elems}}}; }})"
 
-    def _aligned(self, b: Buffer, base: Expr, lanes: int) -> bool:
-        if b.scope == "global":
-            return False
-        lin = self.simp.lin(base)
-        return lin.const % lanes == 0 and all(c % lanes == 0 for c, _ in lin.terms.values())
+    def may_align(self, b: Buffer) -> bool:
+        return b.scope != "global"
 
     def load(self, e: Load) -> str:
         b = e.buffer
@@ -249,12 +160,17 @@ class CGenerator:
             r = e.index
             self.vec_types.add((b.dtype, r.lanes))
             if r.stride == 1:
-                t = vec_type(b.dtype, r.lanes, self._aligned(b, r.base, r.lanes))
-                return f"(*({t}*)({name} + {self.expr(r.base)}))"
+                return f"({self.contiguous_vector(b, r)})"
             base = self.expr(r.base)
             elems = ", ".join(f"{name}[{base} + {i * r.stride}]" for i in range(r.lanes))
             return f"(({vec_type(b.dtype, r.lanes)}){{{elems}}})"
         return f"{name}[{self.expr(e.index)}]"
+
+    def contiguous_vector(self, b: Buffer, r: Ramp) -> str:
+        """`*(tf_f32x8*)(B + base)`: the `r.lanes` elements of `b` from `r.base` on, as one vector
+        lvalue (of the unaligned type unless the alignment is proven)."""
+        t = vec_type(b.dtype, r.lanes, self.aligned(b, r.base, r.lanes))
+        return f"*({t}*)({self.buf(b)} + {self.expr(r.base)})"
 
     def promoted_access(self, b: Buffer, index: Expr) -> str:
         _, lanes = self.promoted[id(b)]
@@ -264,53 +180,40 @@ class CGenerator:
         return f"{name}_{index.value // lanes}[{index.value % lanes}]"
 
     # ----------------------------------------------------------------- statements
-    def stmt(self, s: Stmt, ind: int) -> list[str]:
+    def store(self, s: Store, ind: int) -> list[str]:
         pad = "  " * ind
-        if isinstance(s, Seq):
-            return [line for x in s.stmts for line in self.stmt(x, ind)]
-        if isinstance(s, Store):
-            b = s.buffer
-            value = self.expr(s.value)
-            if id(b) in self.promoted:
-                return [f"{pad}{self.promoted_access(b, s.index)} = {value};"]
-            name = self.buf(b)
-            if isinstance(s.index, Ramp):
-                r = s.index
-                self.vec_types.add((b.dtype, r.lanes))
-                if r.stride == 1:
-                    t = vec_type(b.dtype, r.lanes, self._aligned(b, r.base, r.lanes))
-                    return [f"{pad}*({t}*)({name} + {self.expr(r.base)}) = {value};"]
-                t = vec_type(b.dtype, r.lanes)
-                base = self.expr(r.base)
-                out = [f"{pad}{{ {t} tf_s = {value};"]
-                out += [f"{pad}  {name}[{base} + {i * r.stride}] = tf_s[{i}];" for i in range(r.lanes)]
-                return out + [f"{pad}}}"]
-            return [f"{pad}{name}[{self.expr(s.index)}] = {value};"]
-        if isinstance(s, For):
-            if s.kind == "parallel" and not self.in_parallel:
-                return self.parallel_for(s, ind)
-            v = self.var(s.var)
-            self.simp.ranges[s.var] = (0, s.extent - 1)
-            head = []
-            if s.kind == "ivdep":
-                head.append(f"{pad}#pragma GCC ivdep")
-            elif s.kind == "unrolled":
-                head.append(f"{pad}#pragma GCC unroll {min(s.extent, 64)}")
-            head.append(f"{pad}for (int64_t {v} = 0; {v} < {s.extent}; ++{v}) {{")
-            return head + self.stmt(s.body, ind + 1) + [f"{pad}}}"]
-        if isinstance(s, IfThenElse):
-            out = [f"{pad}if ({self.expr(s.cond)}) {{"] + self.stmt(s.then, ind + 1)
-            if s.otherwise is not None:
-                out += [f"{pad}}} else {{"] + self.stmt(s.otherwise, ind + 1)
+        b = s.buffer
+        value = self.expr(s.value)
+        if id(b) in self.promoted:
+            return [f"{pad}{self.promoted_access(b, s.index)} = {value};"]
+        name = self.buf(b)
+        if isinstance(s.index, Ramp):
+            r = s.index
+            self.vec_types.add((b.dtype, r.lanes))
+            if r.stride == 1:
+                return [f"{pad}{self.contiguous_vector(b, r)} = {value};"]
+            t = vec_type(b.dtype, r.lanes)
+            base = self.expr(r.base)
+            out = [f"{pad}{{ {t} tf_s = {value};"]
+            out += [f"{pad}  {name}[{base} + {i * r.stride}] = tf_s[{i}];" for i in range(r.lanes)]
             return out + [f"{pad}}}"]
-        if isinstance(s, Allocate):
-            return self.allocate(s, ind)
-        if isinstance(s, Evaluate):
-            return [f"{pad}{s.func}({', '.join(self.expr(a) for a in s.args)});"]
-        raise NotImplementedError(f"C codegen: {type(s).__name__}")
+        return [f"{pad}{name}[{self.expr(s.index)}] = {value};"]
+
+    def loop(self, s: For, ind: int) -> list[str]:
+        if s.kind == "parallel" and not self.in_parallel:
+            return self.parallel_for(s, ind)
+        v = self.loop_var(s)
+        pragma = None
+        if s.kind == "ivdep":
+            pragma = "#pragma GCC ivdep"
+        elif s.kind == "unrolled":
+            pragma = f"#pragma GCC unroll {min(s.extent, 64)}"
+        return self.counted_loop(s, v, ind, pragma)
+
+    def evaluate(self, s: Evaluate, ind: int) -> list[str]:
+        return [f"{'  ' * ind}{s.func}({', '.join(self.expr(a) for a in s.args)});"]
 
     def allocate(self, s: Allocate, ind: int) -> list[str]:
-        pad = "  " * ind
         b = s.buffer
         name = self.buf(b)
         ct = DTYPES[b.dtype].ctype
@@ -318,11 +221,10 @@ class CGenerator:
             self.heap_in_scope.append(b)
             fail = "tf_c->failed = 1; return;" if self.in_parallel else "return -1;"
             free_outer = "".join(f" tf_free({self.buf(x)});" for x in self.heap_in_scope[:-1])
-            out = [f"{pad}{{", f"{pad}  {ct}* restrict {name} = ({ct}*)tf_alloc_aligned({b.size * dtype_of(b.dtype).bytes});",
-                   f"{pad}  if (!{name}) {{ tf_set_error(\"out of memory allocating {b.name} ({b.size} elements)\");"
-                   f"{free_outer} {fail} }}"]
-            out += self.stmt(s.body, ind + 1)
-            out += [f"{pad}  tf_free({name});", f"{pad}}}"]
+            declarations = [f"{ct}* restrict {name} = ({ct}*)tf_alloc_aligned({b.size * dtype_of(b.dtype).bytes});",
+                            f"if (!{name}) {{ tf_set_error(\"out of memory allocating {b.name} ({b.size} elements)\");"
+                            f"{free_outer} {fail} }}"]
+            out = self.scoped(declarations, s.body, ind, after=(f"tf_free({name});",))
             self.heap_in_scope.pop()
             return out
         lanes = self._promotable(s)
@@ -331,11 +233,10 @@ class CGenerator:
             t = vec_type(b.dtype, lanes)
             self.vec_types.add((b.dtype, lanes))
             decl = ", ".join(f"{name}_{i}" for i in range(b.size // lanes))
-            out = [f"{pad}{{", f"{pad}  {t} {decl};"] + self.stmt(s.body, ind + 1) + [f"{pad}}}"]
+            out = self.scoped([f"{t} {decl};"], s.body, ind)
             del self.promoted[id(b)]
             return out
-        return ([f"{pad}{{", f"{pad}  {ct} {name}[{b.size}] __attribute__((aligned(64)));"]
-                + self.stmt(s.body, ind + 1) + [f"{pad}}}"])
+        return self.scoped([f"{ct} {name}[{b.size}] __attribute__((aligned(64)));"], s.body, ind)
 
     def _promotable(self, s: Allocate) -> int:
         """Vector width if every access to the buffer is a constant element or an aligned whole vector."""
@@ -380,21 +281,18 @@ class CGenerator:
         for b in bufs.values():
             if id(b) in self.promoted:
                 raise NotImplementedError(f"register-promoted buffer {b.name} used inside a parallel loop")
-        n_in = len(self.func.params) - self.func.num_outputs
-        inputs = {id(b) for b in self.func.params[:n_in]}
-        ptr = {id(b): ("const " if id(b) in inputs else "") + f"{DTYPES[b.dtype].ctype}*" for b in bufs.values()}
+        ptr = {id(b): ("const " if self.is_input(b) else "") + f"{DTYPES[b.dtype].ctype}*" for b in bufs.values()}
         fields = [f"  {ptr[id(b)]} {self.buf(b)};" for b in bufs.values()]
         fields += [f"  int64_t {self.var(v)};" for v in free_vars.values()]
         unpack = [f"  {ptr[id(b)]} restrict {self.buf(b)} = tf_c->{self.buf(b)};" for b in bufs.values()]
         unpack += [f"  int64_t {self.var(v)} = tf_c->{self.var(v)};" for v in free_vars.values()]
-        v = self.var(s.var)
-        self.simp.ranges[s.var] = (0, s.extent - 1)
+        v = self.loop_var(s)
         saved, self.in_parallel = self.in_parallel, True
         saved_heap, self.heap_in_scope = self.heap_in_scope, []
         body = self.stmt(s.body, 2)
         self.in_parallel, self.heap_in_scope = saved, saved_heap
         self.helpers.append("\n".join([
-            f"typedef struct {{", *fields, "  int failed;", f"}} {fn}_t;", "",
+            "typedef struct {", *fields, "  int failed;", f"}} {fn}_t;", "",
             f"static void {fn}(int64_t tf_begin, int64_t tf_end, void* tf_cl) {{",
             f"  {fn}_t* tf_c = ({fn}_t*)tf_cl;", *unpack,
             f"  for (int64_t {v} = tf_begin; {v} < tf_end; ++{v}) {{", *body, "  }", "}", ""]))
@@ -407,11 +305,7 @@ class CGenerator:
     # ----------------------------------------------------------------- function
     def generate(self) -> str:
         f = self.func
-        n_in = len(f.params) - f.num_outputs
-        params = []
-        for k, b in enumerate(f.params):
-            const = "const " if k < n_in else ""
-            params.append(f"{const}{DTYPES[b.dtype].ctype}* restrict {self.buf(b)}")
+        params = self.params()
         body = self.stmt(f.body, 1)
         typedefs = []
         for dtype, lanes in sorted(self.vec_types):

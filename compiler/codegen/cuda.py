@@ -1,4 +1,4 @@
-"""CUDA C++ code generation for NVIDIA GPU targets.
+"""CUDA C++ code generation for NVIDIA GPU targets: the CUDA backend of `codegen.cstyle`.
 
 From a lowered `GpuFunc` (`compiler.cuda.lower.lower_cuda`):
 
@@ -19,8 +19,8 @@ From a lowered `GpuFunc` (`compiler.cuda.lower.lower_cuda`):
   integer division prints as C's `/` and `%` where operands are provably non-negative;
 - `#pragma unroll` on loops the unroller left ('unroll_pragma') and small leftover loops.
 
-`generate_cuda(g)` gives the kernel source (to follow `PRELUDE` once per unit); the launcher and the ABI entry points around it
-come from `compiler.cuda.build` and `compiler.cuda.entry_points`.
+`generate_cuda(g)` gives the kernel source (to follow `PRELUDE` once per unit); the launcher and the ABI entry
+points around it come from `compiler.cuda.build` and `compiler.cuda.entry_points`.
 """
 
 from __future__ import annotations
@@ -29,16 +29,11 @@ import math
 
 from ..cuda.lower import GpuFunc
 from ..cuda.shared_memory import BARRIER
-from ..ir import (Address, Allocate, Broadcast, Buffer, Evaluate, For, IfThenElse, Load, Ramp, Seq, Stmt, Store,
-                  expr_nodes, lanes_of, stmt_exprs, walk_stmt)
-from ..schedule import BLOCK_TAGS, GPU_TAGS
-from ..simplify import Simplifier
-from ..te import BinOp, Call, Cast, Const, DTYPES, Expr, Select, Var, dtype_of
-from .c import _INT_PREC, _Names, c_division, int_arith
+from ..ir import Allocate, Broadcast, Buffer, Evaluate, For, Load, Ramp, Store, lanes_of
+from ..schedule import GPU_TAGS
+from ..te import DTYPES, BinOp, Call, Cast, Expr, Select, dtype_of
+from .cstyle import CStyleRenderer
 
-_BIN = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "/", "floormod": "%", "lt": "<", "le": "<=",
-        "gt": ">", "ge": ">=", "eq": "==", "ne": "!=", "and": "&&", "or": "||"}
-_MATH = {"exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "erf": "erf", "abs": "fabs"}
 #: (dtype, lanes) -> CUDA vector type and its component names.
 VECTOR_TYPES = {("float32", 4): "float4", ("float32", 2): "float2", ("float64", 2): "double2"}
 _COMPONENTS = "xyzw"
@@ -70,112 +65,57 @@ def index_type(g: GpuFunc) -> str:
     return "int" if max(sizes, default=0) < 2**31 - 1 else "long long"
 
 
-class CudaGenerator:
+class CudaGenerator(CStyleRenderer):
     """Emits the CUDA source of one GpuFunc (see module docstring)."""
 
+    language = "CUDA"
+    restrict = "__restrict__"
+    true, false = "true", "false"
+    float_min_max = "f{op}{suffix}"
+    reserved = frozenset(_RESERVED)
+
     def __init__(self, g: GpuFunc):
+        super().__init__(g.func)
         self.g = g
-        self.func = g.func
-        self.names = _Names(reserved=_RESERVED)
-        self.simp = Simplifier()
-        self.idx = index_type(g)
+        self.index_ctype = index_type(g)
         self.n_tmp = 0
         #: global buffers accessed with vector loads/stores (the launcher checks their alignment)
         self.vector_params: set[int] = set()
-
-    # ----------------------------------------------------------------- names
-    def var(self, v: Var) -> str:
-        return self.names(v, v.name)
-
-    def buf(self, b: Buffer) -> str:
-        return self.names(b, b.name)
 
     def tmp(self, hint: str) -> str:
         self.n_tmp += 1
         return f"tf_{hint}{self.n_tmp}"
 
     # ----------------------------------------------------------------- scalar expressions
-    def expr(self, e: Expr) -> str:
-        if isinstance(e, Const):
-            return self.const(e)
-        if isinstance(e, Var):
-            return self.var(e)
-        if isinstance(e, Load):
-            if lanes_of(e.index) > 1:
-                raise NotImplementedError("CUDA codegen: a vector load outside a vector statement")
-            return f"{self.buf(e.buffer)}[{self.expr(e.index)}]"
-        if isinstance(e, Address):
-            return f"({self.buf(e.buffer)} + {self.expr(e.index)})"
-        if isinstance(e, BinOp):
-            return self.binop(e)
-        if isinstance(e, Call):
-            return self.call(e.name, e.dtype, [self.expr(a) for a in e.args])
-        if isinstance(e, Cast):
-            return f"(({self.ctype(e.dtype)})({self.expr(e.value)}))"
-        if isinstance(e, Select):
-            return f"({self.expr(e.cond)} ? {self.expr(e.t)} : {self.expr(e.f)})"
-        if isinstance(e, (Ramp, Broadcast)):
-            raise NotImplementedError(f"CUDA codegen: {type(e).__name__} outside a vector statement")
-        raise NotImplementedError(f"CUDA codegen: {type(e).__name__}")
+    def load(self, e: Load) -> str:
+        if lanes_of(e.index) > 1:
+            raise NotImplementedError("CUDA codegen: a vector load outside a vector statement")
+        return f"{self.buf(e.buffer)}[{self.expr(e.index)}]"
 
     def ctype(self, dtype: str) -> str:
         if dtype_of(dtype).kind == "int":
-            return self.idx if dtype == "int64" else DTYPES[dtype].ctype
+            return self.index_ctype if dtype == "int64" else DTYPES[dtype].ctype
         if dtype == "bool":
             return "bool"
         return DTYPES[dtype].ctype
 
-    @staticmethod
-    def const(e: Const) -> str:
-        if e.dtype == "bool":
-            return "true" if e.value else "false"
-        if dtype_of(e.dtype).kind == "int":
-            return f"{e.value}" if abs(e.value) < 2**31 else f"{e.value}LL"
-        v = float(e.value)
-        f32 = e.dtype == "float32"
-        if math.isinf(v):
-            inf = "__int_as_float(0x7f800000)" if f32 else "__longlong_as_double(0x7ff0000000000000LL)"
-            return f"(-{inf})" if v < 0 else inf
+    def non_finite(self, v: float, dtype: str) -> str:
+        f32 = dtype == "float32"
         if math.isnan(v):
             return "__int_as_float(0x7fffffff)" if f32 else "__longlong_as_double(0x7ff8000000000000LL)"
-        return f"{v!r}f" if f32 else repr(v)
+        inf = "__int_as_float(0x7f800000)" if f32 else "__longlong_as_double(0x7ff0000000000000LL)"
+        return f"(-{inf})" if v < 0 else inf
 
-    def binop(self, e: BinOp, a: str | None = None, b: str | None = None) -> str:
-        a = self.expr(e.a) if a is None else a
-        b = self.expr(e.b) if b is None else b
-        kind = dtype_of(e.dtype).kind
-        if e.op in ("min", "max"):
-            if kind == "float":
-                f = ("fmin" if e.op == "min" else "fmax") + ("f" if e.dtype == "float32" else "")
-                return f"{f}({a}, {b})"
-            return f"(({a}) {'<' if e.op == 'min' else '>'} ({b}) ? ({a}) : ({b}))"
-        if e.op in ("floordiv", "floormod"):
-            if kind == "float":
-                f = "floor" + ("f" if e.dtype == "float32" else "")
-                return f"{f}(({a}) / ({b}))" if e.op == "floordiv" else f"(({a}) - {f}(({a}) / ({b})) * ({b}))"
-            if not c_division(self.simp, e):
-                return f"(({self.idx})tf_{e.op}({a}, {b}))"
-        if e.op in _INT_PREC and kind == "int":
-            return int_arith(e, a, b)
-        return f"({a} {_BIN[e.op]} {b})"
-
-    def call(self, name: str, dtype: str, args: list[str]) -> str:
-        f = "f" if dtype == "float32" else ""
-        if name == "sigmoid":
-            one = "1.0f" if f else "1.0"
-            return f"({one} / ({one} + exp{f}(-({args[0]}))))"
-        return f"{_MATH[name]}{f}({', '.join(args)})"
+    def floor_division(self, op: str, a: str, b: str) -> str:
+        return f"(({self.index_ctype}){super().floor_division(op, a, b)})"
 
     # ----------------------------------------------------------------- vector statements
-    def _aligned(self, b: Buffer, base: Expr, lanes: int) -> bool:
-        if b.scope not in ("global", "shared"):
-            return False
-        lin = self.simp.lin(base)
-        return lin.const % lanes == 0 and all(c % lanes == 0 for c, _ in lin.terms.values())
+    def may_align(self, b: Buffer) -> bool:
+        return b.scope in ("global", "shared")
 
     def _vector_type(self, b: Buffer, r: Ramp) -> str | None:
         t = VECTOR_TYPES.get((b.dtype, r.lanes))
-        if t is None or r.stride != 1 or not self._aligned(b, r.base, r.lanes):
+        if t is None or r.stride != 1 or not self.aligned(b, r.base, r.lanes):
             return None
         if b.scope == "global":
             self.vector_params.add(id(b))
@@ -195,12 +135,12 @@ class CudaGenerator:
                 base = self.expr(r.base)
                 if t is not None:
                     name = self.tmp("v")
-                    ptr = "const " + t if e.buffer.scope == "global" and self._is_input(e.buffer) else t
+                    ptr = "const " + t if e.buffer.scope == "global" and self.is_input(e.buffer) else t
                     pre.append(f"const {t} {name} = *reinterpret_cast<{ptr}*>({self.buf(e.buffer)} + {base});")
                     loads[key] = ("vec", name)
                 else:
                     name = self.tmp("b")
-                    pre.append(f"const {self.idx} {name} = {base};")
+                    pre.append(f"const {self.index_ctype} {name} = {base};")
                     loads[key] = ("base", name)
             how, name = loads[key]
             if how == "vec":
@@ -212,7 +152,7 @@ class CudaGenerator:
         if isinstance(e, BinOp):
             return self.binop(e, self.lane(e.a, k, pre, loads), self.lane(e.b, k, pre, loads))
         if isinstance(e, Call):
-            return self.call(e.name, e.dtype, [self.lane(a, k, pre, loads) for a in e.args])
+            return self.math_call(e.name, e.dtype, [self.lane(a, k, pre, loads) for a in e.args])
         if isinstance(e, Cast):
             return f"(({self.ctype(e.dtype)})({self.lane(e.value, k, pre, loads)}))"
         if isinstance(e, Select):
@@ -220,10 +160,6 @@ class CudaGenerator:
         if isinstance(e, Ramp):
             return f"({self.expr(e.base)} + {k * e.stride})"
         raise NotImplementedError(f"CUDA codegen: vector {type(e).__name__}")
-
-    def _is_input(self, b: Buffer) -> bool:
-        n_in = len(self.func.params) - self.func.num_outputs
-        return any(b is p for p in self.func.params[:n_in])
 
     def vector_store(self, s: Store, pad: str) -> list[str]:
         r = s.index
@@ -237,47 +173,35 @@ class CudaGenerator:
             body = pre + [f"*reinterpret_cast<{t}*>({name} + {self.expr(r.base)}) = make_{t}({', '.join(lanes)});"]
         else:
             base = self.tmp("b")
-            body = pre + [f"const {self.idx} {base} = {self.expr(r.base)};"]
+            body = pre + [f"const {self.index_ctype} {base} = {self.expr(r.base)};"]
             body += [f"{name}[{base}{f' + {k * r.stride}' if k else ''}] = {v};" for k, v in enumerate(lanes)]
         return [f"{pad}{{"] + [f"{pad}  {line}" for line in body] + [f"{pad}}}"]
 
     # ----------------------------------------------------------------- statements
-    def stmt(self, s: Stmt, ind: int) -> list[str]:
+    def store(self, s: Store, ind: int) -> list[str]:
         pad = "  " * ind
-        if isinstance(s, Seq):
-            return [line for x in s.stmts for line in self.stmt(x, ind)]
-        if isinstance(s, Store):
-            if isinstance(s.index, Ramp):
-                return self.vector_store(s, pad)
-            if lanes_of(s.value) > 1:
-                raise NotImplementedError("CUDA codegen: vector value stored to a scalar index")
-            return [f"{pad}{self.buf(s.buffer)}[{self.expr(s.index)}] = {self.expr(s.value)};"]
-        if isinstance(s, For):
-            return self.loop(s, ind)
-        if isinstance(s, IfThenElse):
-            out = [f"{pad}if ({self.expr(s.cond)}) {{"] + self.stmt(s.then, ind + 1)
-            if s.otherwise is not None:
-                out += [f"{pad}}} else {{"] + self.stmt(s.otherwise, ind + 1)
-            return out + [f"{pad}}}"]
-        if isinstance(s, Allocate):
-            if s.buffer.scope not in ("local",):
-                raise NotImplementedError(f"CUDA codegen: allocation of {s.buffer.scope} buffer {s.buffer.name}")
-            ct = DTYPES[s.buffer.dtype].ctype
-            return ([f"{pad}{{", f"{pad}  {ct} {self.buf(s.buffer)}[{s.buffer.size}];"]
-                    + self.stmt(s.body, ind + 1) + [f"{pad}}}"])
-        if isinstance(s, Evaluate):
-            if s.func == BARRIER:
-                return [f"{pad}__syncthreads();"]
-            raise NotImplementedError(f"CUDA codegen: call of {s.func}")
-        raise NotImplementedError(f"CUDA codegen: {type(s).__name__}")
+        if isinstance(s.index, Ramp):
+            return self.vector_store(s, pad)
+        if lanes_of(s.value) > 1:
+            raise NotImplementedError("CUDA codegen: vector value stored to a scalar index")
+        return [f"{pad}{self.buf(s.buffer)}[{self.expr(s.index)}] = {self.expr(s.value)};"]
+
+    def allocate(self, s: Allocate, ind: int) -> list[str]:
+        if s.buffer.scope not in ("local",):
+            raise NotImplementedError(f"CUDA codegen: allocation of {s.buffer.scope} buffer {s.buffer.name}")
+        return self.scoped([f"{DTYPES[s.buffer.dtype].ctype} {self.buf(s.buffer)}[{s.buffer.size}];"], s.body, ind)
+
+    def evaluate(self, s: Evaluate, ind: int) -> list[str]:
+        if s.func == BARRIER:
+            return [f"{'  ' * ind}__syncthreads();"]
+        raise NotImplementedError(f"CUDA codegen: call of {s.func}")
 
     def loop(self, s: For, ind: int) -> list[str]:
         pad = "  " * ind
-        v = self.var(s.var)
-        self.simp.ranges[s.var] = (0, s.extent - 1)
+        v = self.loop_var(s)
         if s.kind in GPU_TAGS:
             launch = self.g.launch[s.kind]
-            out = [f"{pad}{{", f"{pad}  const {self.idx} {v} = {s.kind};"]
+            out = [f"{pad}{{", f"{pad}  const {self.index_ctype} {v} = {s.kind};"]
             if s.extent < launch:
                 out += [f"{pad}  if ({v} < {s.extent}) {{"] + self.stmt(s.body, ind + 2) + [f"{pad}  }}"]
             else:
@@ -285,20 +209,13 @@ class CudaGenerator:
             return out + [f"{pad}}}"]
         if s.kind == "parallel":
             raise NotImplementedError("CUDA codegen: a parallel loop")
-        head = []
-        if s.kind in ("unrolled", "unroll_pragma") or (s.kind == "ivdep" and s.extent <= 16):
-            head.append(f"{pad}#pragma unroll")
-        head.append(f"{pad}for ({self.idx} {v} = 0; {v} < {s.extent}; ++{v}) {{")
-        return head + self.stmt(s.body, ind + 1) + [f"{pad}}}"]
+        unroll = s.kind in ("unrolled", "unroll_pragma") or (s.kind == "ivdep" and s.extent <= 16)
+        return self.counted_loop(s, v, ind, "#pragma unroll" if unroll else None)
 
     # ----------------------------------------------------------------- kernel
     def generate(self) -> str:
         f, g = self.func, self.g
-        n_in = len(f.params) - f.num_outputs
-        params = []
-        for k, b in enumerate(f.params):
-            const = "const " if k < n_in else ""
-            params.append(f"{const}{DTYPES[b.dtype].ctype}* __restrict__ {self.buf(b)}")
+        params = self.params()
         decls = []
         if g.shared:
             decls.append("  extern __shared__ __align__(16) unsigned char tf_smem[];")
@@ -326,5 +243,4 @@ def generate_cuda(g: GpuFunc) -> tuple[str, set[str]]:
     return src, vec
 
 
-__all__ = ["generate_cuda", "kernel_symbol", "index_type", "VECTOR_TYPES"]
-_ = (BLOCK_TAGS, stmt_exprs, expr_nodes, walk_stmt)
+__all__ = ["CudaGenerator", "PRELUDE", "VECTOR_TYPES", "generate_cuda", "index_type", "kernel_symbol"]
