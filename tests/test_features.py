@@ -1,7 +1,10 @@
 """Loop-nest features: fixed width across operators, shapes and targets, values read from the nest (GPU
 launch and memory features too, checked against the lowered CUDA kernel), caching."""
 
+import hashlib
+import json
 import math
+from pathlib import Path
 
 import helpers_ops  # noqa: F401  (registers the test operator "faulty")
 import numpy as np
@@ -12,8 +15,8 @@ from tunefleet.compiler import ops
 from tunefleet.compiler.cuda.build import workload_kernel
 from tunefleet.compiler.cuda.limits import InvalidConfig
 from tunefleet.compiler.target import Target
-from tunefleet.tuner.features import (FEATURE_NAMES, GPU_FEATURES, KINDS, N_FEATURES, N_LEVELS, Featurizer,
-                                      config_features)
+from tunefleet.tuner.features import (FEATURE_NAMES, FEATURIZER_VERSION, GPU_FEATURES, KINDS, N_FEATURES, N_LEVELS,
+                                      Featurizer, config_features)
 from tunefleet.tuner.measure import MeasureInput, MeasureResult
 from tunefleet.tuner.records import Record, Toolchain
 
@@ -246,3 +249,20 @@ def test_cpu_configs_have_no_gpu_features():
     f = named(config_features(w, TARGET, ops.default_config(w, TARGET)))
     assert all(f[name] == 0 for name in GPU_FEATURES)
     assert all(f[f"L{lv}_kind_{k}"] == 0 for lv in range(N_LEVELS) for k in ("block", "thread"))
+
+
+RECORDED = json.loads((Path(__file__).parent / "data" / "features_recorded.json").read_text())
+
+
+@pytest.mark.parametrize("case", RECORDED["configs"], ids=lambda c: f"{c['op']}-{c['target'].split()[0]}")
+def test_features_are_the_ones_recorded_before_the_gpu_accounting_moved_to_the_compiler(case):
+    """The GPU totals (launch, shared memory, registers) now come from compiler.cuda.resources;
+    the vectors stay bit for bit those the featurizer computed on its own (sha256 of the float32
+    bytes, recorded with FEATURIZER_VERSION 2; a change of what a column holds bumps the version
+    and re-records them)."""
+    assert FEATURIZER_VERSION == RECORDED["featurizer_version"]
+    w = ops.make_workload(case["op"], case["args"])
+    target = Target.parse(case["target"])
+    vector = config_features(w, target, ops.config_space(w, target).from_json({"knobs": case["knobs"]}))
+    nonzero = {name: value for name, value in named(vector).items() if value}
+    assert hashlib.sha256(vector.tobytes()).hexdigest() == case["sha256"], nonzero

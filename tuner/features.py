@@ -45,11 +45,12 @@ bound to a GPU index, i.e. every CPU config), after Ansor's GPU features
 (Zheng et al., "Ansor: Generating High-Performance Tensor Programs for Deep
 Learning", OSDI 2020; TVM ``src/auto_scheduler/feature.cc``: ``blockIdx_*_len``,
 ``threadIdx_*_len``, ``alloc_size``, ``alloc_outer_prod``), read from the same
-pre-pass nest (about 4 ms for a cuda matmul config, against ~30 ms for
-``gpu_lower.lower_cuda``, which runs the passes):
+pre-pass nest by the compiler's GPU resource accounting
+(``compiler.cuda.resources.estimate_resources``: about 4 ms for a cuda matmul
+config, against ~30 ms for ``cuda.lower.lower_cuda``, which runs the passes):
 
 - ``blockIdx_<x|y|z>_len``, ``threadIdx_<x|y|z>_len``: the launch extents, as
-  ``gpu_lower.launch_extents`` computes them; ``blocks`` (grid size) and
+  ``cuda.resources.launch_extents`` computes them; ``blocks`` (grid size) and
   ``threads_per_block``, their products; ``warp_fill``: threads per block over
   the lanes of the warps they occupy (1 for a multiple of 32);
 - ``shared_bytes``: dynamic shared memory per block (the ``shared`` buffers at
@@ -81,16 +82,15 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field
-from functools import cached_property
 
 import numpy as np
 
 from tunefleet.compiler import ops
-from tunefleet.compiler.cuda.limits import DeviceLimits, InvalidConfig, limits_for
-from tunefleet.compiler.cuda.resources import SHARED_ALIGN, check_limits, launch_extents
+from tunefleet.compiler.cuda.limits import DeviceLimits, limits_for
+from tunefleet.compiler.cuda.resources import KernelResources, estimate_resources, round_up
 from tunefleet.compiler.cuda.shared_memory import double_buffered_buffers
-from tunefleet.compiler.ir import Allocate, Buffer, For, IfThenElse, Load, PrimFunc, Ramp, Seq, Store, expr_nodes
+from tunefleet.compiler.ir import For, PrimFunc, Ramp
+from tunefleet.compiler.loop_nest import LoopNest, StoreSite, collect_loop_nest
 from tunefleet.compiler.lower import lower_loop_nest
 from tunefleet.compiler.ops.gpu.common import WARP
 from tunefleet.compiler.schedule import BLOCK_TAGS, GPU_TAGS, THREAD_TAGS, ScheduleError
@@ -140,75 +140,6 @@ def _signed_log(x: float) -> float:
     return math.copysign(math.log2(1.0 + abs(x)), x)
 
 
-@dataclass
-class _StoreSite:
-    store: Store
-    loops: list[For]
-    guards: int
-    nest: int
-    local_words: int  # 4-byte words of the per-thread arrays allocated around the store
-
-    @cached_property
-    def iterations(self) -> int:
-        """Executions of the store: the product of its loops' extents, counting a GPU index once (loops
-        bound to an index an enclosing loop is bound to are that index, the shorter one guarded)."""
-        bound: dict[str, int] = {}
-        serial = 1
-        for loop in self.loops:
-            if loop.kind in GPU_TAGS:
-                bound[loop.kind] = min(bound.get(loop.kind, loop.extent), loop.extent)
-            else:
-                serial *= loop.extent
-        return serial * math.prod(bound.values())
-
-    @cached_property
-    def accesses(self) -> list[tuple[Buffer, Expr]]:
-        return _accesses(self.store)
-
-
-@dataclass
-class _Nest:
-    sites: list[_StoreSite] = field(default_factory=list)
-    allocations: list[Buffer] = field(default_factory=list)
-    #: the shared buffers, each with the loops around its allocation (its copy is computed at the last)
-    shared: list[tuple[Buffer, list[For]]] = field(default_factory=list)
-
-
-def _words(buf: Buffer) -> int:
-    """4-byte words of one element of ``buf``."""
-    return max(1, DTYPE_BYTES.get(buf.dtype, 4) // 4)
-
-
-def _collect(func: PrimFunc) -> _Nest:
-    nest = _Nest()
-    top = [0]
-
-    def visit(s, loops: list[For], guards: int, words: int) -> None:
-        if isinstance(s, For):
-            if not loops:
-                top[0] += 1
-            visit(s.body, [*loops, s], guards, words)
-        elif isinstance(s, Allocate):
-            nest.allocations.append(s.buffer)
-            if s.buffer.scope == "local":
-                words += s.buffer.size * _words(s.buffer)
-            elif s.buffer.scope == "shared":
-                nest.shared.append((s.buffer, loops))
-            visit(s.body, loops, guards, words)
-        elif isinstance(s, IfThenElse):
-            visit(s.then, loops, guards + 1, words)
-            if s.otherwise is not None:
-                visit(s.otherwise, loops, guards + 1, words)
-        elif isinstance(s, Seq):
-            for x in s.stmts:
-                visit(x, loops, guards, words)
-        elif isinstance(s, Store):
-            nest.sites.append(_StoreSite(s, loops, guards, top[0], words))
-
-    visit(func.body, [], 0, 0)
-    return nest
-
-
 _INT_OPS = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.floor_divide,
             "floordiv": np.floor_divide, "floormod": np.mod, "min": np.minimum, "max": np.maximum,
             "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "eq": np.equal,
@@ -232,16 +163,6 @@ def _evaluate(e: Expr, env: dict[Var, np.ndarray]):
     return 0
 
 
-def _accesses(store: Store) -> list[tuple[Buffer, Expr]]:
-    """(buffer, flat index) of the stored buffer, then of each loaded one (first access of each, in
-    ``expr_nodes`` order)."""
-    seen: dict[int, tuple[Buffer, Expr]] = {id(store.buffer): (store.buffer, store.index)}
-    for n in expr_nodes(store.value):
-        if isinstance(n, Load) and id(n.buffer) not in seen:
-            seen[id(n.buffer)] = (n.buffer, n.index)
-    return list(seen.values())
-
-
 def _strides(index: Expr, loops: list[For]) -> np.ndarray:
     """(len(loops),) elements the index moves per unit step of each loop variable, at the origin."""
     n = len(loops)
@@ -261,7 +182,7 @@ def _kind(loop: For) -> str:
     return loop.kind if loop.kind in KINDS else "serial"
 
 
-def _level_block(site: _StoreSite) -> np.ndarray:
+def _level_block(site: StoreSite) -> np.ndarray:
     loops = site.loops[-N_LEVELS:]
     extents = np.array([loop.extent for loop in loops], dtype=np.float64)
     block = np.zeros((N_LEVELS, len(LEVEL_FEATURES)), dtype=np.float64)
@@ -285,62 +206,7 @@ def _level_block(site: _StoreSite) -> np.ndarray:
     return block
 
 
-def _round_up(x: int, multiple: int) -> int:
-    return -(-x // multiple) * multiple
-
-
-def _per_thread(loops: Sequence[For]) -> int:
-    """Iterations of ``loops`` in one thread: the product of the extents of those not bound to a GPU index."""
-    return math.prod(loop.extent for loop in loops if loop.kind not in GPU_TAGS)
-
-
-@dataclass
-class _SharedMemory:
-    """What the shared buffers of a kernel take once ``lower_cuda`` has laid them out."""
-
-    sizes: list[int]  # bytes of each buffer, in allocation order
-    fills: int  # refills of shared memory per thread
-    doubled: int  # buffers double-buffered
-    staging: dict[int, int]  # {id of a loop: words of registers staging its double-buffered copies}
-
-    @property
-    def bytes(self) -> int:
-        """Bytes of dynamic shared memory: the buffers at 16-byte aligned offsets, in order."""
-        total = 0
-        for size in self.sizes:
-            total = _round_up(total, SHARED_ALIGN) + size
-        return total
-
-
-def _shared_memory(nest: _Nest, double: Collection[int]) -> _SharedMemory:
-    """The shared memory of ``nest`` whose buffers ``double`` (ids) belong to stages marked ``double_buffer()``.
-
-    As ``gpu_lower.double_buffer``: the copies computed at a loop not bound to a GPU index, longer
-    than 1, that write only such buffers and read no shared memory get two halves of each buffer
-    (each rounded up to 16 bytes), and registers staging the elements a thread copies (held across
-    the loop's body)."""
-    at: dict[int | None, list[tuple[Buffer, list[For]]]] = {}
-    for buf, loops in nest.shared:
-        at.setdefault(id(loops[-1]) if loops else None, []).append((buf, loops))
-    out = _SharedMemory([], 0, 0, {})
-    for group in at.values():
-        loops = group[0][1]
-        copies = [site for site in nest.sites if any(site.store.buffer is buf for buf, _ in group)]
-        doubled = (bool(loops) and loops[-1].kind not in GPU_TAGS and loops[-1].extent > 1
-                   and all(id(buf) in double for buf, _ in group)
-                   and not any(buf.scope == "shared" for site in copies for buf, _ in site.accesses[1:]))
-        for buf, _ in group:
-            size = buf.size * DTYPE_BYTES.get(buf.dtype, 4)
-            out.sizes.append(2 * _round_up(size, SHARED_ALIGN) if doubled else size)
-        out.fills += _per_thread(loops)
-        if doubled:
-            out.doubled += len(group)
-            out.staging[id(loops[-1])] = sum(_per_thread(site.loops[len(loops):]) * _words(site.store.buffer)
-                                             for site in copies)
-    return out
-
-
-def _vector_shares(sites: Sequence[_StoreSite]) -> dict[str, float]:
+def _vector_shares(sites: Sequence[StoreSite]) -> dict[str, float]:
     """{scope: share of the element accesses to buffers of that scope ('global', 'shared') made by
     unit-stride accesses in a vectorized innermost loop}, accesses counted over all iterations."""
     total = {"global": 0, "shared": 0}
@@ -355,41 +221,15 @@ def _vector_shares(sites: Sequence[_StoreSite]) -> dict[str, float]:
     return {scope: vector[scope] / total[scope] if total[scope] else 0.0 for scope in total}
 
 
-@dataclass
-class _GpuTotals:
-    """What ``gpu_verify.check_limits`` checks of a CUDA kernel, read from the pre-pass nest: the
-    launch extents, the shared memory and the words of per-thread arrays, as ``lower_cuda``'s."""
-
-    launch: dict[str, int]
-    shared: _SharedMemory
-    local_words: int
-
-    @classmethod
-    def of(cls, func: PrimFunc, nest: _Nest, double: Collection[int]) -> _GpuTotals:
-        shared = _shared_memory(nest, double)
-        local_words = max(site.local_words + sum(shared.staging.get(id(loop), 0) for loop in site.loops)
-                          for site in nest.sites)
-        return cls(launch_extents(func.body), shared, local_words)
-
-    def within(self, name: str, limits: DeviceLimits) -> bool:
-        """Whether the kernel ``name`` keeps to ``limits``."""
-        try:
-            check_limits(name, self.launch, self.shared.bytes, self.local_words, limits)
-        except InvalidConfig:
-            return False
-        return True
-
-
-def _gpu_features(gpu: _GpuTotals, nest: _Nest) -> dict[str, float]:
+def _gpu_features(gpu: KernelResources, nest: LoopNest) -> dict[str, float]:
     """:data:`GPU_FEATURES` of a nest with loops bound to GPU indices (see the module docstring)."""
-    launch, shared = gpu.launch, gpu.shared
-    threads = math.prod(launch[t] for t in THREAD_TAGS)
+    launch, shared, threads = gpu.launch, gpu.shared, gpu.threads
     vector = _vector_shares(nest.sites)
     return {
         **{name: _log(launch[tag]) for tag, name in _LAUNCH_FEATURES.items()},
-        "blocks": _log(math.prod(launch[t] for t in BLOCK_TAGS)),
+        "blocks": _log(gpu.blocks),
         "threads_per_block": _log(threads),
-        "warp_fill": threads / _round_up(threads, WARP),
+        "warp_fill": threads / round_up(threads, WARP),
         "shared_bytes": _log(shared.bytes),
         "n_shared": len(shared.sizes),
         "shared_fills": _log(shared.fills),
@@ -404,15 +244,15 @@ def nest_features(func: PrimFunc, flop: float, double_buffered: Collection[int] 
                   limits: DeviceLimits | None = None) -> np.ndarray:
     """Features (N_FEATURES,) float32 of a loop nest lowered without passes; ``flop`` of the workload;
     ``double_buffered``: ids of the shared buffers of stages marked ``double_buffer()``; ``limits``:
-    of the device a CUDA kernel is for: one exceeding them (``gpu_verify.check_limits``) gets only
+    of the device a CUDA kernel is for: one exceeding them (``cuda.resources.check_limits``) gets only
     ``invalid = 1``."""
-    nest = _collect(func)
+    nest = collect_loop_nest(func)
     out = np.zeros(N_FEATURES, dtype=np.float64)
     if not nest.sites:
         return out.astype(np.float32)
     gpu = None
     if any(loop.kind in GPU_TAGS for site in nest.sites for loop in site.loops):
-        gpu = _GpuTotals.of(func, nest, double_buffered)
+        gpu = estimate_resources(func, nest, double_buffered)
         if limits is not None and not gpu.within(func.name, limits):
             return _invalid()
     main = max(nest.sites, key=lambda s: (s.iterations, len(s.loops)))
@@ -456,7 +296,7 @@ def _invalid() -> np.ndarray:
 
 def config_features(workload: ops.Workload, target: Target, config: ConfigEntity) -> np.ndarray:
     """Features (N_FEATURES,) float32 of one config; a config whose schedule does not lower, or whose
-    CUDA kernel exceeds the limits of the target's architecture (``gpu_verify.limits_for``: threads,
+    CUDA kernel exceeds the limits of the target's architecture (``cuda.limits.limits_for``: threads,
     grid, shared memory or registers, as the verifier counts them), gets only ``invalid = 1``."""
     try:
         sch, args = workload.template(target.kind)(config, workload, target)

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from .. import passes
-from ..ir import Allocate, Buffer, For, IfThenElse, PrimFunc, Seq, Stmt, expr_nodes, map_stmt, seq, substitute, walk_stmt
+from ..ir import (Allocate, Buffer, For, IfThenElse, PrimFunc, Seq, Stmt, expr_nodes, map_stmt, seq, substitute,
+                  walk_stmt)
 from ..lower import check_args, lower_loop_nest
 from ..schedule import BLOCK_TAGS, GPU_TAGS, THREAD_TAGS, Schedule, ScheduleError
 from ..te import Const, Tensor, Var, check_identifier

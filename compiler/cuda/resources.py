@@ -11,15 +11,19 @@
   whose estimate times its threads exceeds the registers of a block, would spill heavily
   under `__launch_bounds__`; it is rejected.
 
-`check_limits` compares these numbers with a device's `DeviceLimits`.
+`check_limits` compares these numbers with a device's `DeviceLimits`. `estimate_resources`
+computes them from the loop nest before the passes (about 4 ms for a matmul config, against
+~30 ms for `lower_cuda`): what the cost model's features and their validity check read.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 
-from ..ir import Allocate, Buffer, For, IfThenElse, Seq, Stmt, walk_stmt
+from ..ir import Allocate, Buffer, For, IfThenElse, PrimFunc, Seq, Stmt, walk_stmt
+from ..loop_nest import LoopNest, element_words
 from ..schedule import BLOCK_TAGS, GPU_TAGS, THREAD_TAGS
 from ..te import dtype_of
 from .limits import DeviceLimits, InvalidConfig
@@ -60,16 +64,11 @@ def buffer_bytes(b: Buffer) -> int:
     return b.size * dtype_of(b.dtype).bytes
 
 
-def words(b: Buffer) -> int:
-    """4-byte words of one element of `b` (at least 1)."""
-    return max(1, dtype_of(b.dtype).bytes // 4)
-
-
 def local_words(s: Stmt) -> int:
     """4-byte words of per-thread arrays live at once: an allocation's words plus what its body
     holds; statements of a sequence (e.g. unrolled copies of one register copy) one at a time."""
     if isinstance(s, Allocate):
-        own = s.buffer.size * words(s.buffer) if s.buffer.scope == "local" else 0
+        own = s.buffer.size * element_words(s.buffer) if s.buffer.scope == "local" else 0
         return own + local_words(s.body)
     if isinstance(s, For):
         return local_words(s.body)
@@ -118,5 +117,104 @@ def check_limits(name: str, launch: Mapping[str, int], shared_bytes: int, local_
                             limits.registers_per_block)
 
 
-__all__ = ["REGISTER_OVERHEAD", "SHARED_ALIGN", "buffer_bytes", "check_limits", "launch_extents", "local_words",
-           "registers_per_thread", "round_up", "shared_layout", "words"]
+# ----------------------------------------------------------------------------- before the passes
+
+
+@dataclass
+class SharedMemoryUse:
+    """What the shared buffers of a kernel take once `lower_cuda` has laid them out."""
+
+    #: bytes of each buffer, in allocation order (both halves of a double-buffered one)
+    sizes: list[int]
+    #: refills of shared memory per thread
+    fills: int
+    #: buffers double-buffered
+    doubled: int
+    #: {id of a loop: 4-byte words of the registers staging its double-buffered copies}
+    staging: dict[int, int]
+
+    @property
+    def bytes(self) -> int:
+        """Bytes of dynamic shared memory: the buffers at `SHARED_ALIGN`-aligned offsets, in order."""
+        return shared_layout(self.sizes)[1]
+
+
+@dataclass
+class KernelResources:
+    """What a CUDA kernel takes of a block, as `lower_cuda` would lay it out: `launch` ({tag:
+    extent} of every tag in GPU_TAGS), `shared` (its shared memory), `local_words` (4-byte words of
+    per-thread arrays live at once, as `GpuFunc.local_words`)."""
+
+    launch: dict[str, int]
+    shared: SharedMemoryUse
+    local_words: int
+
+    @property
+    def threads(self) -> int:
+        """Threads per block."""
+        return math.prod(self.launch[t] for t in THREAD_TAGS)
+
+    @property
+    def blocks(self) -> int:
+        """Blocks of the grid."""
+        return math.prod(self.launch[t] for t in BLOCK_TAGS)
+
+    def check(self, name: str, limits: DeviceLimits) -> None:
+        """InvalidConfig when kernel `name` of these resources exceeds `limits` (`check_limits`)."""
+        check_limits(name, self.launch, self.shared.bytes, self.local_words, limits)
+
+    def within(self, name: str, limits: DeviceLimits) -> bool:
+        """Whether kernel `name` of these resources keeps to `limits`."""
+        try:
+            self.check(name, limits)
+        except InvalidConfig:
+            return False
+        return True
+
+
+def _per_thread(loops: Sequence[For]) -> int:
+    """Iterations of `loops` in one thread: the product of the extents of those not bound to a GPU index."""
+    return math.prod(loop.extent for loop in loops if loop.kind not in GPU_TAGS)
+
+
+def _shared_memory_use(nest: LoopNest, double: Collection[int]) -> SharedMemoryUse:
+    """The shared memory of `nest` whose buffers `double` (ids) belong to stages marked `double_buffer()`.
+
+    As `shared_memory.double_buffer`: the copies computed at a loop not bound to a GPU index, longer
+    than 1, that write only such buffers and read no shared memory get two halves of each buffer
+    (each rounded up to 16 bytes), and registers staging the elements a thread copies (held across
+    the loop's body)."""
+    at: dict[int | None, list[tuple[Buffer, list[For]]]] = {}
+    for buf, loops in nest.shared:
+        at.setdefault(id(loops[-1]) if loops else None, []).append((buf, loops))
+    out = SharedMemoryUse([], 0, 0, {})
+    for group in at.values():
+        loops = group[0][1]
+        copies = [site for site in nest.sites if any(site.store.buffer is buf for buf, _ in group)]
+        doubled = (bool(loops) and loops[-1].kind not in GPU_TAGS and loops[-1].extent > 1
+                   and all(id(buf) in double for buf, _ in group)
+                   and not any(buf.scope == "shared" for site in copies for buf, _ in site.accesses[1:]))
+        for buf, _ in group:
+            size = buffer_bytes(buf)
+            out.sizes.append(2 * round_up(size, SHARED_ALIGN) if doubled else size)
+        out.fills += _per_thread(loops)
+        if doubled:
+            out.doubled += len(group)
+            out.staging[id(loops[-1])] = sum(_per_thread(site.loops[len(loops):]) * element_words(site.store.buffer)
+                                             for site in copies)
+    return out
+
+
+def estimate_resources(func: PrimFunc, nest: LoopNest, double_buffered: Collection[int]) -> KernelResources:
+    """The resources `lower_cuda` would give the kernel whose loop nest before the passes is `func`
+    (`compiler.lower.lower_loop_nest`; `nest`: its `collect_loop_nest`, with at least one store);
+    `double_buffered`: ids of the shared buffers of stages marked `double_buffer()`
+    (`shared_memory.double_buffered_buffers`)."""
+    shared = _shared_memory_use(nest, double_buffered)
+    words = max(site.local_words + sum(shared.staging.get(id(loop), 0) for loop in site.loops) for site in nest.sites)
+    return KernelResources(launch_extents(func.body), shared, words)
+
+
+__all__ = ["REGISTER_OVERHEAD", "SHARED_ALIGN", "KernelResources", "SharedMemoryUse", "buffer_bytes", "check_limits",
+           "estimate_resources", "launch_extents", "local_words", "registers_per_thread", "round_up",
+           "shared_layout"]

@@ -145,7 +145,8 @@ def _staging_slots(s: Stmt, used: dict[int, int], slots: dict[int, int]) -> dict
 
 
 def double_buffer(s: Stmt, shared: list[Buffer], ids: set[int]) -> tuple[Stmt, list[Buffer]]:
-    """Double-buffer the shared-memory buffers `ids` (ids of Buffers) at their serial loop (step 5 of `compiler.cuda.lower`).
+    """Double-buffer the shared-memory buffers `ids` (ids of Buffers) at their serial loop (step 5
+    of `compiler.cuda.lower`).
 
     After `lift_shared_buffers`, such a loop is `for k: {barrier; copies(k); barrier; rest(k)}`; when
     every buffer its copies write is in `ids` and the copies read no shared memory, it becomes
