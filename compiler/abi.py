@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import operator
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 from tunefleet.compiler.build import BuildError, runtime_sources
@@ -146,16 +146,8 @@ def entry_points_source(name: str, args: Sequence[ArgSpec]) -> str:
         "",
         f"TF_EXPORT int {checked}(DLTensor** args, int num_args) {{",
     ]
-    lines += checked_prologue(checked, args)
-    for i, a in enumerate(args):
-        code = C_TYPES[a.dtype][1]
-        shape = f"shape_{a.name}" if a.shape else "NULL"
-        lines.append(f'  if (tf_check_tensor("{checked}", "{a.name}", args[{i}], {code}, '
-                     f"{8 * DTYPE_BYTES[a.dtype]}, {len(a.shape)}, {shape}, &data[{i}]) != 0) "
-                     "return -1;")
-    lines += disjoint_checks(checked, args)
-    unpacked = ", ".join(f"({a.c_pointer})data[{i}]" for i, a in enumerate(args))
-    lines += [f"  return {name}({unpacked});", "}", ""]
+    lines += checked_body(checked, args, "tf_check_tensor", lambda a: f"{dlpack_check_args(a)}, {shape_array(a)}",
+                          lambda pointers: f"{name}({pointers})")
     return "\n".join(lines)
 
 
@@ -188,6 +180,31 @@ def checked_prologue(checked: str, args: Sequence[ArgSpec]) -> list[str]:
         "    return -1;",
         "  }",
     ]
+
+
+def dlpack_check_args(a: ArgSpec) -> str:
+    """`<DLPack type code>, <bits>, <ndim>`: what a DLTensor of argument `a` must hold."""
+    return f"{C_TYPES[a.dtype][1]}, {8 * DTYPE_BYTES[a.dtype]}, {len(a.shape)}"
+
+
+def shape_array(a: ArgSpec) -> str:
+    """The name of the array of `a`'s expected shape that `checked_prologue` declares (NULL for a scalar)."""
+    return f"shape_{a.name}" if a.shape else "NULL"
+
+
+def checked_body(checked: str, args: Sequence[ArgSpec], check: str, expected: Callable[[ArgSpec], str],
+                 call: Callable[[str], str]) -> list[str]:
+    """The body lines of entry point `<checked>(DLTensor** args, int num_args)` and its closing brace:
+    `checked_prologue`; per argument `a` (the i-th) the runtime's tensor check `check` (C:
+    `tf_check_tensor`, CUDA: `tf_check_cuda_tensor`) as `check("<checked>", "<a.name>", args[i],
+    <expected(a)>, &data[i])`; `disjoint_checks`; then `return <call(unpacked)>;` where `unpacked`
+    lists the data pointers cast to the argument types."""
+    lines = checked_prologue(checked, args)
+    for i, a in enumerate(args):
+        lines.append(f'  if ({check}("{checked}", "{a.name}", args[{i}], {expected(a)}, &data[{i}]) != 0) return -1;')
+    lines += disjoint_checks(checked, args)
+    unpacked = ", ".join(f"({a.c_pointer})data[{i}]" for i, a in enumerate(args))
+    return lines + [f"  return {call(unpacked)};", "}", ""]
 
 
 def disjoint_checks(checked: str, args: Sequence[ArgSpec]) -> list[str]:
@@ -274,26 +291,16 @@ def header_text(name: str, args: Sequence[ArgSpec], *, doc: str, dispatch: Seque
     ])
 
 
-def header_opening(guard: str) -> list[str]:
-    """The opening lines of a public header after its comment: the include guard `guard`,
-    <stdint.h>, the DLPack declarations, and `extern "C" {` for C++."""
-    return [
-        f"#ifndef {guard}",
-        f"#define {guard}",
-        "",
-        "#include <stdint.h>",
-        "",
-        dlpack_declarations(),
-        "#ifdef __cplusplus",
-        'extern "C" {',
-        "#endif",
-        "",
-    ]
+def header_opening(guard: str, preamble: Sequence[str] | None = None) -> list[str]:
+    """The opening lines of a public header after its comment: the include guard `guard`, the
+    `preamble` (default: <stdint.h> and the DLPack declarations), and `extern "C" {` for C++."""
+    if preamble is None:
+        preamble = ["#include <stdint.h>", "", dlpack_declarations()]
+    return [f"#ifndef {guard}", f"#define {guard}", "", *preamble, "#ifdef __cplusplus", 'extern "C" {', "#endif", ""]
 
 
 def header_closing(guard: str) -> list[str]:
-    """The closing lines of a public header: the tunefleet_timer declaration, the end of
-    `extern "C"` and of the include guard `guard`."""
+    """The closing lines of a public header: the tunefleet_timer declaration, then `guard_closing`."""
     return [
         "",
         "/* Times fn(args): a warm-up call, then `repeat` repeats of `number` calls (number grows",
@@ -303,13 +310,13 @@ def header_closing(guard: str) -> list[str]:
         "                    int min_repeat_ms, int cooldown_ms, int flush_cache,",
         "                    double* out_seconds);",
         "",
-        "#ifdef __cplusplus",
-        "}",
-        "#endif",
-        "",
-        f"#endif /* {guard} */",
-        "",
+        *guard_closing(guard),
     ]
+
+
+def guard_closing(guard: str) -> list[str]:
+    """The last lines of a header: the end of `extern "C"` and of the include guard `guard`."""
+    return ["#ifdef __cplusplus", "}", "#endif", "", f"#endif /* {guard} */", ""]
 
 
 def dispatch_doc(name: str, isas: Sequence[str]) -> list[str]:

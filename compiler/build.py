@@ -130,14 +130,20 @@ def compiler_command() -> list[str]:
     return [path, *cc[1:]]
 
 
+def tool_output(command: Sequence[str], timeout_s: float) -> str:
+    """The standard output of `command` (a toolchain's `--version` and the like), whatever its exit
+    status. BuildError when it cannot run or takes longer than `timeout_s` seconds."""
+    try:
+        out = subprocess.run(list(command), capture_output=True, text=True, timeout=timeout_s)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise BuildError(f"cannot run {' '.join(command)}: {exc}") from exc
+    return out.stdout
+
+
 @functools.cache
 def _compiler_version(path: str) -> str:
     """First line of `<path> --version`."""
-    try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise BuildError(f"cannot run {path} --version: {exc}") from exc
-    return (out.stdout.splitlines() or [""])[0].strip()
+    return (tool_output([path, "--version"], 30).splitlines() or [""])[0].strip()
 
 
 def toolchain_versions() -> dict:

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..abi import (ABI_VERSION, C_TYPES, ArgSpec, check_signature, checked_prologue, disjoint_checks,
-                   dlpack_declarations, format_dims)
+from ..abi import (ABI_VERSION, ArgSpec, check_signature, checked_body, dlpack_check_args, dlpack_declarations,
+                   format_dims, guard_closing, header_opening, shape_array)
 from ..build import BuildError
 from ..codegen.cuda import kernel_symbol
 from ..target import DTYPE_BYTES
@@ -30,14 +30,10 @@ DEFAULT_SHARED_BYTES = 48 * 1024
 VECTOR_ALIGN = 16
 
 
-def _c_pointer(a: ArgSpec) -> str:
-    return f"{'' if a.is_output else 'const '}{a.c_type}*"
-
-
 def kernel_prototype(name: str, args: Sequence[ArgSpec]) -> str:
     """`int <name>(const float* A, ..., float* C, cudaStream_t stream)` (no semicolon)."""
     check_signature(name, args)
-    return f"int {name}({', '.join(f'{_c_pointer(a)} {a.name}' for a in args)}, cudaStream_t stream)"
+    return f"int {name}({', '.join(f'{a.c_pointer} {a.name}' for a in args)}, cudaStream_t stream)"
 
 
 def prototypes(name: str, args: Sequence[ArgSpec]) -> list[str]:
@@ -70,22 +66,18 @@ def launcher_source(g: GpuFunc, args: Sequence[ArgSpec], vector_args: set[str]) 
               f'  return tf_cuda_ok(cudaGetLastError(), "{name}: kernel launch (grid {list(grid)}, block '
               f'{list(block)}, {g.shared_bytes} bytes of shared memory)");',
               "}", ""]
-    unpacked = ", ".join(f"({_c_pointer(a)})args[{i}]" for i, a in enumerate(args))
+    unpacked = ", ".join(f"({a.c_pointer})args[{i}]" for i, a in enumerate(args))
     lines += [f'extern "C" TF_EXPORT int {name}_packed(void** args, cudaStream_t stream) {{',
               f"  return {name}({unpacked}, stream);", "}", ""]
     checked = f"{name}_checked"
     lines.append(f'extern "C" TF_EXPORT int {checked}(DLTensor** args, int num_args) {{')
-    lines += checked_prologue(checked, args)
-    for i, a in enumerate(args):
-        code = C_TYPES[a.dtype][1]
+
+    def expected(a: ArgSpec) -> str:
         align = VECTOR_ALIGN if a.name in vector_args else DTYPE_BYTES[a.dtype]
-        lines.append(f'  if (tf_check_cuda_tensor("{checked}", "{a.name}", args[{i}], {code}, '
-                     f"{8 * DTYPE_BYTES[a.dtype]}, {len(a.shape)}, {f'shape_{a.name}' if a.shape else 'NULL'}, {align}, "
-                     f"&data[{i}]) != 0) "
-                     "return -1;")
-    lines += disjoint_checks(checked, args)
-    unpacked = ", ".join(f"({_c_pointer(a)})data[{i}]" for i, a in enumerate(args))
-    lines += [f"  return {name}({unpacked}, (cudaStream_t)0);", "}", ""]
+        return f"{dlpack_check_args(a)}, {shape_array(a)}, {align}"
+
+    lines += checked_body(checked, args, "tf_check_cuda_tensor", expected,
+                          lambda pointers: f"{name}({pointers}, (cudaStream_t)0)")
     return "\n".join(lines)
 
 
@@ -133,24 +125,18 @@ def header_text(name: str, args: Sequence[ArgSpec], *, doc: str, launch: dict | 
         " *   }",
         f" * Build: nvcc main.cu -I<dir> -L<dir> -l:{name}.so -Xlinker -rpath,<dir>",
         " */",
-        f"#ifndef {guard}",
-        f"#define {guard}",
-        "",
-        "#include <stddef.h>",
-        "#include <stdint.h>",
-        "",
-        "/* cudaStream_t as <cuda_runtime.h> declares it, so this header needs no CUDA include. */",
-        "#ifndef __DRIVER_TYPES_H__",
-        "typedef struct CUstream_st* cudaStream_t;",
-        "#endif",
-        "",
-        dlpack_declarations(),
-        "#ifdef __cplusplus",
-        'extern "C" {',
-        "#endif",
-        "",
+        *header_opening(guard, [
+            "#include <stddef.h>",
+            "#include <stdint.h>",
+            "",
+            "/* cudaStream_t as <cuda_runtime.h> declares it, so this header needs no CUDA include. */",
+            "#ifndef __DRIVER_TYPES_H__",
+            "typedef struct CUstream_st* cudaStream_t;",
+            "#endif",
+            "",
+            dlpack_declarations()]),
         "/* The kernel, over device buffers, launched on `stream`:",
-        *[f" *   {a.name}: {_c_pointer(a)}, {a.dtype} {format_dims(a.shape)}, {a.layout}" for a in args],
+        *[f" *   {a.name}: {a.c_pointer}, {a.dtype} {format_dims(a.shape)}, {a.layout}" for a in args],
         " */",
         f"{kernel_prototype(name, args)};",
         "",
@@ -186,12 +172,7 @@ def header_text(name: str, args: Sequence[ArgSpec], *, doc: str, launch: dict | 
         "int tunefleet_cuda_memset(void* ptr, int value, size_t bytes);",
         "int tunefleet_cuda_synchronize(void);",
         "",
-        "#ifdef __cplusplus",
-        "}",
-        "#endif",
-        "",
-        f"#endif /* {guard} */",
-        "",
+        *guard_closing(guard),
     ])
 
 

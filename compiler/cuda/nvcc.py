@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .. import sandbox
-from ..build import COMPILE_TIMEOUT_S, BuildError, cache_dir, compile_atomic, write_atomic
+from ..build import COMPILE_TIMEOUT_S, BuildError, cache_dir, compile_atomic, tool_output, write_atomic
 from ..target import Target
 
 #: nvcc flags of every GPU build besides the architecture and the soname.
@@ -64,12 +64,9 @@ def have_nvcc() -> bool:
 
 @functools.cache
 def _nvcc_version(path: str) -> str:
-    try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise BuildError(f"cannot run {path} --version: {exc}") from exc
-    m = re.search(r"release ([0-9.]+), V([0-9.]+)", out.stdout)
-    return m.group(2) if m else (out.stdout.strip().splitlines() or ["unknown"])[-1]
+    out = tool_output([path, "--version"], 60)
+    m = re.search(r"release ([0-9.]+), V([0-9.]+)", out)
+    return m.group(2) if m else (out.strip().splitlines() or ["unknown"])[-1]
 
 
 def nvcc_version() -> str:
@@ -79,11 +76,8 @@ def nvcc_version() -> str:
 
 @functools.cache
 def _nvcc_archs(path: str) -> tuple[str, ...]:
-    try:
-        out = subprocess.run([path, "--list-gpu-arch"], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise BuildError(f"cannot run {path} --list-gpu-arch: {exc}") from exc
-    return tuple(f"sm_{m}" for m in re.findall(r"compute_([0-9]+[a-z]?)", out.stdout))
+    out = tool_output([path, "--list-gpu-arch"], 60)
+    return tuple(f"sm_{m}" for m in re.findall(r"compute_([0-9]+[a-z]?)", out))
 
 
 def supported_archs() -> tuple[str, ...]:
