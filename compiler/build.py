@@ -250,7 +250,7 @@ def rebuild_command(name: str, flags: Sequence[str]) -> str:
     return "${CC:-gcc} " + shlex.join([*flags, f"{name}.c", "-o", f"{name}.so", *LIBS])
 
 
-def _run_compiler(command: list[str], name: str, program: str | None = None) -> None:
+def run_compiler(command: list[str], name: str, program: str | None = None) -> None:
     """Runs the compiler in its own process group (killed whole on timeout), in the C locale
     so that its messages are plain ASCII. Its output in a BuildError is cut and stripped of
     host paths (sandbox.clean_output). `program`: the compiler's name in messages (default
@@ -284,11 +284,11 @@ def compile_atomic(command: list[str], path: Path, name: str, libs: Sequence[str
     box = sandbox.current()
     try:
         if box is None:
-            _run_compiler([*command, "-o", str(temp), *libs], name)
+            run_compiler([*command, "-o", str(temp), *libs], name)
         else:
             with box.scratch() as scratch:
                 out = scratch / path.name
-                _run_compiler(box.command([*command, "-o", str(out), *libs], scratch=scratch, limits=limits,
+                run_compiler(box.command([*command, "-o", str(out), *libs], scratch=scratch, limits=limits,
                                           read_only=inputs), name, Path(command[0]).name)
                 if out.is_symlink() or not out.is_file():
                     raise BuildError(f"compiling {name!r} left no regular file {path.name}")

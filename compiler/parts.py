@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from shlex import join
 
-from .build import (LIBS, RUNTIME_LINKED_MACRO, BuildError, _run_compiler, cache_dir, compile_atomic, runtime_object,
+from .build import (LIBS, RUNTIME_LINKED_MACRO, BuildError, cache_dir, compile_atomic, run_compiler, runtime_object,
                     toolchain_versions, write_atomic)
 from .target import Target
 
@@ -68,9 +68,9 @@ def build_parts(name: str, opening: str, parts: Sequence[tuple[str, str]], base:
         objects = []
         for part in names:
             obj = Path(tmp) / f"{name}_{part}.o"
-            _run_compiler([*toolchain["cc"], *flags[part], f"-D{part_macro(part)}", f"-D{RUNTIME_LINKED_MACRO}",
+            run_compiler([*toolchain["cc"], *flags[part], f"-D{part_macro(part)}", f"-D{RUNTIME_LINKED_MACRO}",
                            "-c", str(source_path), "-o", str(obj)], f"{name}_{part}")
-            _run_compiler([objcopy, "--localize-hidden", str(obj)], f"{name}_{part}")
+            run_compiler([objcopy, "--localize-hidden", str(obj)], f"{name}_{part}")
             objects.append(str(obj))
         compile_atomic([*toolchain["cc"], *link_flags, f"-D{RUNTIME_LINKED_MACRO}", str(source_path),
                          *objects, str(runtime)], so_path, name, LIBS)
