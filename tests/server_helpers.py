@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import json
@@ -10,14 +11,16 @@ from pathlib import Path
 
 
 def tarball(files: dict[str, bytes]) -> bytes:
-    """A tar.gz holding `files` (archive name -> contents)."""
+    """A tar.gz holding `files` (archive name -> contents), the same bytes in every process (a
+    gzip header's time is 0): tests parametrized by its hash are collected alike by each
+    pytest-xdist process."""
     buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
         for name, data in files.items():
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
+    return gzip.compress(buffer.getvalue(), mtime=0)
 
 
 def artifact_files(name: str = "matmul_32x16x8", library: bytes = b"\x7fELF stand-in") -> dict[str, bytes]:
