@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import fcntl
 import logging
-import os
 import subprocess
 import sys
 import time
