@@ -1,1 +1,2 @@
-"""Code generators: C99 for CPUs (`c`), CUDA C++ for NVIDIA GPUs."""
+"""Code generators: the C-style renderer base (`cstyle`) and its backends, C99 for CPUs (`c`) and
+CUDA C++ for NVIDIA GPUs (`cuda`)."""
