@@ -90,28 +90,23 @@ class CStyleRenderer:
         return DTYPES[dtype].ctype
 
     # ----------------------------------------------------------------- expressions
+    #: The method rendering each kind of expression (the first class of its MRO listed here).
+    EXPRESSIONS = {Const: "const", Var: "var", Load: "load", Address: "address", BinOp: "binop", Call: "call",
+                   Cast: "cast", Select: "select", Ramp: "vector_expr", Broadcast: "vector_expr"}
+
     def expr(self, e: Expr) -> str:
-        if isinstance(e, Const):
-            return self.const(e)
-        if isinstance(e, Var):
-            return self.var(e)
-        if isinstance(e, Load):
-            return self.load(e)
-        if isinstance(e, Address):
-            return f"({self.buf(e.buffer)} + {self.expr(e.index)})"
-        if isinstance(e, BinOp):
-            return self.binop(e)
-        if isinstance(e, Call):
-            return self.call(e)
-        if isinstance(e, Cast):
-            return self.cast(e)
-        if isinstance(e, Select):
-            if lanes_of(e.cond) > 1:
-                raise NotImplementedError("select with a per-lane condition")
-            return f"({self.expr(e.cond)} ? {self.expr(e.t)} : {self.expr(e.f)})"
-        if isinstance(e, (Ramp, Broadcast)):
-            return self.vector_expr(e)
+        for kind in type(e).__mro__:
+            if kind in self.EXPRESSIONS:
+                return getattr(self, self.EXPRESSIONS[kind])(e)
         raise NotImplementedError(f"{self.language} codegen: {type(e).__name__}")
+
+    def address(self, e: Address) -> str:
+        return f"({self.buf(e.buffer)} + {self.expr(e.index)})"
+
+    def select(self, e: Select) -> str:
+        if lanes_of(e.cond) == 1:
+            return f"({self.expr(e.cond)} ? {self.expr(e.t)} : {self.expr(e.f)})"
+        raise NotImplementedError("select with a per-lane condition")
 
     def load(self, e: Load) -> str:
         raise NotImplementedError
