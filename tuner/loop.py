@@ -115,6 +115,7 @@ class TuningLoop:
         self.clock = clock or (lambda: time.perf_counter() - self.started)
         self.planner: InlinePlanner | Planner = Planner(search) if runner.remote else InlinePlanner(search)
         self._running: set[RunnerFuture] = set()  # started, reported to the database
+        self._recorded: list[tuple[Candidate, RunnerResult]] = []  # recorded, not yet reported (a database outage)
 
     @property
     def search_s(self) -> float:
@@ -209,25 +210,28 @@ class TuningLoop:
         return len(configs)
 
     def _collect(self) -> list[tuple[Candidate, RunnerResult]]:
-        """Record every result the runner has (each in the database at once), in dispatch order."""
-        if not self.in_flight:
-            return []
-        self.runner.poll(self.in_flight)
-        started = [f for f in self.in_flight if f.started() and not f.done() and f not in self._running]
-        if started:
-            self._running.update(started)
-            self.database.mark_running([f.candidate for f in started])
-        finished = [f for f in self.in_flight if f.done()]
-        if not finished:
-            return []
-        self.in_flight = [f for f in self.in_flight if not f.done()]
-        self._running.difference_update(finished)
-        done = [(f.candidate, f.result()) for f in finished]
-        now = self.clock()
-        for candidate, measured in done:
-            self.database.record(candidate, measured)
-            self.history.append(Trial(len(self.history) + 1, candidate.config.to_json(), measured.result, now))
-        self._supervised(lambda: self.supervisor.results(done))
+        """Record every result the runner has (each in the database at once), in dispatch order.
+        A future leaves the flight only once its result is recorded: when the database fails
+        (an outage: the supervisor's round is tried again), the rest are recorded next round,
+        and what was recorded is reported then."""
+        if self.in_flight:
+            self.runner.poll(self.in_flight)
+            started = [f for f in self.in_flight if f.started() and not f.done() and f not in self._running]
+            if started:
+                self._running.update(started)
+                self.database.mark_running([f.candidate for f in started])
+            now = self.clock()
+            for future in [f for f in self.in_flight if f.done()]:
+                measured = future.result()
+                self.database.record(future.candidate, measured)
+                self.in_flight.remove(future)
+                self._running.discard(future)
+                trial = Trial(len(self.history) + 1, future.candidate.config.to_json(), measured.result, now)
+                self.history.append(trial)
+                self._recorded.append((future.candidate, measured))
+        done, self._recorded = self._recorded, []
+        if done:
+            self._supervised(lambda: self.supervisor.results(done))
         return done
 
     def _supervised(self, call: Callable[[], None]) -> None:
