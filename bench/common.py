@@ -120,16 +120,26 @@ def kernel_seconds(artifact_dir: str | Path, *, repeat: int = 10, min_repeat_ms:
     return best_child_seconds(kernel_code(artifact_dir, repeat=repeat, min_repeat_ms=min_repeat_ms))
 
 
-def interleaved_best_seconds(codes: list[str], *, processes: int = PROCESSES) -> list[float]:
-    """Like best_child_seconds for several competitors at once: each round runs every code in a
-    fresh process, one after the other, so a burst of load from other work on the machine hits
-    all of them alike; the best per code over `processes` rounds."""
-    best = [float("inf")] * len(codes)
+def interleaved_seconds(codes: list[str], *, processes: int = PROCESSES,
+                        envs: list[dict | None] | None = None) -> list[list[float]]:
+    """Each round runs every code (Python printing seconds) in a fresh process, one after the
+    other, so a burst of load from other work on the machine hits all of them alike; per code,
+    its seconds of each of the `processes` rounds. `envs`: each code's environment (None: this
+    process's)."""
+    seconds: list[list[float]] = [[] for _ in codes]
+    envs = envs or [None] * len(codes)
     for _ in range(processes):
         for i, code in enumerate(codes):
-            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-            best[i] = min(best[i], float(out.stdout.strip().splitlines()[-1]))
-    return best
+            out = subprocess.run([sys.executable, "-c", code], env=envs[i], capture_output=True, text=True, check=True)
+            seconds[i].append(float(out.stdout.strip().splitlines()[-1]))
+    return seconds
+
+
+def interleaved_best_seconds(codes: list[str], *, processes: int = PROCESSES,
+                             envs: list[dict | None] | None = None) -> list[float]:
+    """Like best_child_seconds for several competitors at once (:func:`interleaved_seconds`):
+    the best per code over `processes` rounds."""
+    return [min(s) for s in interleaved_seconds(codes, processes=processes, envs=envs)]
 
 
 def quick_seconds(built, workload, *, repeat: int = 3, min_repeat_ms: int = 40) -> float:

@@ -27,7 +27,8 @@ import numpy as np  # noqa: E402
 
 from tunefleet.compiler import ops  # noqa: E402
 from tunefleet.compiler.build import BuildError  # noqa: E402
-from tunefleet.compiler.cuda import device as cuda_device, nvcc  # noqa: E402
+from tunefleet.compiler import cuda_device  # noqa: E402
+from tunefleet.compiler.cuda import nvcc  # noqa: E402
 from tunefleet.compiler.driver import build_workload  # noqa: E402
 from tunefleet.compiler.cuda.kernel import GpuKernel  # noqa: E402
 from tunefleet.compiler.cuda.limits import InvalidConfig  # noqa: E402
@@ -246,7 +247,7 @@ def search(workload, target: Target, n_configs: int, *, seed: int = 0, top: int 
 
 def tune_with_tuner(workload, target: Target, trials: int, records_path: str) -> tuple[float, object, object]:
     """Tune with tunefleet's tuner and the GPU measurer; (seconds re-timed here, config, built)."""
-    from tunefleet.compiler.cuda.device import device_key
+    from tunefleet.compiler.cuda_device import device_key
     from tunefleet.tuner.gpu_runner import GpuMeasurer
     from tunefleet.tuner.tune import tune
 

@@ -4,7 +4,9 @@ ResNet-18's graph is built with onnx.helper at its real layer shapes (batch 1, 3
 batch norm folded into the convolutions' biases as inference graphs have it; random weights;
 no download): 20 convolutions (+ bias, + Relu where the network has one), the residual Adds,
 max and global pooling and the 1000-way Gemm. `tune_model` tunes its tasks with one small
-global budget (split by FLOPs × occurrences) and `write_bundle` builds the one kernel library.
+global budget (spent by the default task scheduler, Ansor's gradient scheduler; the numbers
+below were measured when it was split by FLOPs × occurrences) and `write_bundle` builds the one
+kernel library.
 
 Printed per task: the workload, its occurrences, the bundle kernel's median latency
 (Kernel.time: the runtime's timer, 10 repeats of at least 50 ms) × occurrences, and onnxruntime's
@@ -52,7 +54,7 @@ from tunefleet.tuner.model.tune_model import tune_model
 import tunefleet
 
 
-class _Graph:
+class Graph:
     """Nodes named n000_<Op>, n001_<Op>, ... (fixed width: no name is a prefix of another, so a
     profiler event named after a fused node still names one node) and random initializers."""
 
@@ -79,7 +81,7 @@ class _Graph:
 
 
 def resnet18() -> onnx.ModelProto:
-    g = _Graph()
+    g = Graph()
     x = g.conv("input", 3, 64, 7, 2, relu=True)
     x = g.node("MaxPool", [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
     channels = 64
@@ -99,17 +101,18 @@ def resnet18() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def onnxruntime_profile(model: onnx.ModelProto, runs: int, threads: int,
+def onnxruntime_profile(model: onnx.ModelProto, feed: dict[str, np.ndarray], runs: int, threads: int,
                         level: str) -> tuple[dict[str, float], dict[str, str], float]:
-    """At graph optimization `level` ("extended", "all"): ({profiled node name: median seconds per
-    run}, {profiled node name: its operator}, median seconds of a whole run)."""
+    """`model` run on `feed` (input name → array) at graph optimization `level` ("disable",
+    "basic", "extended", "all"): ({profiled node name: median seconds per run}, {profiled node
+    name: its operator}, median seconds of a whole run)."""
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
-    options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, f"ORT_ENABLE_{level.upper()}")
+    options.graph_optimization_level = getattr(
+        ort.GraphOptimizationLevel, "ORT_DISABLE_ALL" if level == "disable" else f"ORT_ENABLE_{level.upper()}")
     options.enable_profiling = True
     options.profile_file_prefix = os.path.join(tempfile.mkdtemp(), "ort")
     session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    feed = {"input": np.random.default_rng(1).random((1, 3, 224, 224), dtype=np.float32)}
     session.run(None, feed)  # warm-up, left out below
     walls = []
     for _ in range(runs):
@@ -143,30 +146,15 @@ def main() -> None:
           f"untuned {extraction.untuned_share:.2%} of {extraction.total_flop / 1e9:.2f} GFLOP; "
           f"{args.trials} trials; {threads} CPUs")
     tuned = tune_model(extraction, Target.host(), trials=args.trials, records_path=out / "records.jsonl",
-                       on_round=lambda task, r: print(f"  tuned {task.workload.kernel_name()}: {r.gflops:.1f} GFLOP/s "
-                                                      f"after {len(r.trials)} trials, {r.elapsed_s:.0f} s", flush=True))
+                       on_round=lambda task, r: print(f"  tuned {task.workload.kernel_name()}: "
+                                                      f"{r.gflops(task.flop):.1f} GFLOP/s after {r.allotted} trials "
+                                                      f"({r.measured} measured now), {r.elapsed_s:.0f} s", flush=True))
     bundle = tunefleet.load(write_bundle(out, tuned, model_name="resnet18.onnx"))
-    profile, _, ort_run_extended = onnxruntime_profile(model, args.runs, threads, "extended")
-    profile_all, ops_all, ort_run_all = onnxruntime_profile(model, args.runs, threads, "all")
-
-    def ort_time(node_names) -> float:
-        return sum(t for name, t in profile.items() if name in node_names)
-
-    rng = np.random.default_rng(2)
-    ours_total = ort_total = 0.0
-    print(f"\n{'workload':<58} {'occ':>3} {'tunefleet ms':>12} {'onnxruntime ms':>14} {'ratio':>6}")
-    for result in tuned.results:
-        task = result.task
-        match = task.matches[0]
-        kernel = bundle.kernel_for(match.nodes[0])
-        latency = float(np.median(kernel.time(*kernel_inputs(match, random_feeds(match, rng), kernel.args),
-                                              repeat=10, min_repeat_ms=50)))
-        theirs = ort_time([n for m in task.matches for n in m.nodes])
-        ours = task.occurrences * latency
-        ours_total, ort_total = ours_total + ours, ort_total + theirs
-        print(f"{task.workload.op + ' ' + task.workload.key[:8] + ' ' + _shape(task.workload):<58} "
-              f"{task.occurrences:>3} {ours * 1e3:>12.3f} {theirs * 1e3:>14.3f} {ours / theirs if theirs else 0:>6.2f}")
-    untuned = ort_time([u.node for u in extraction.untuned])
+    feed = {"input": np.random.default_rng(1).random((1, 3, 224, 224), dtype=np.float32)}
+    profile, _, ort_run_extended = onnxruntime_profile(model, feed, args.runs, threads, "extended")
+    profile_all, ops_all, ort_run_all = onnxruntime_profile(model, feed, args.runs, threads, "all")
+    ours_total, ort_total = compare_tasks(tuned, bundle, profile)
+    untuned = node_time(profile, [u.node for u in extraction.untuned])
     conv_all = sum(t for name, t in profile_all.items() if ops_all[name] in ("Conv", "FusedConv", "Gemm"))
     print(f"\nΣ occurrences × kernel latency: {ours_total * 1e3:.2f} ms; onnxruntime (extended), same nodes: "
           f"{ort_total * 1e3:.2f} ms (ratio {ours_total / ort_total:.2f}); its untuned nodes {untuned * 1e3:.2f} ms, "
@@ -176,11 +164,38 @@ def main() -> None:
     print(f"tuning wall time {tuned.elapsed_s:.0f} s for {args.trials} trials; bundle {out}")
 
 
+def node_time(profile: dict[str, float], node_names) -> float:
+    """Seconds of onnxruntime's profiled nodes among `node_names`."""
+    names = set(node_names)
+    return sum(t for name, t in profile.items() if name in names)
+
+
+def compare_tasks(tuned, bundle, profile: dict[str, float]) -> tuple[float, float]:
+    """Print per task of `tuned` (a ModelTuneResult) its bundle kernel's median latency
+    (Kernel.time: 10 repeats of at least 50 ms) × occurrences beside onnxruntime's `profile`
+    (seconds per node) of the same nodes; returns both sums (seconds)."""
+    rng = np.random.default_rng(2)
+    ours_total = ort_total = 0.0
+    print(f"\n{'workload':<58} {'occ':>3} {'tunefleet ms':>12} {'onnxruntime ms':>14} {'ratio':>6}")
+    for result in tuned.results:
+        task = result.task
+        match = task.matches[0]
+        kernel = bundle.kernel_for(match.nodes[0])
+        latency = float(np.median(kernel.time(*kernel_inputs(match, random_feeds(match, rng), kernel.args),
+                                              repeat=10, min_repeat_ms=50)))
+        theirs = node_time(profile, [n for m in task.matches for n in m.nodes])
+        ours = task.occurrences * latency
+        ours_total, ort_total = ours_total + ours, ort_total + theirs
+        print(f"{task.workload.op + ' ' + task.workload.key[:8] + ' ' + _shape(task.workload):<58} "
+              f"{task.occurrences:>3} {ours * 1e3:>12.3f} {theirs * 1e3:>14.3f} {ours / theirs if theirs else 0:>6.2f}")
+    return ours_total, ort_total
+
+
 def _shape(workload) -> str:
     a = workload.args
     if "CI" in a:
         return f"{a['CI']}->{a['CO']} {a['H']}x{a['W']} k{a['KH']} s{a['stride'][0]} {a['epilogue']}"
-    return f"M{a['M']} N{a['N']} K{a['K']}"
+    return f"{'b' + str(a['batch']) + ' ' if 'batch' in a else ''}M{a['M']} N{a['N']} K{a['K']} {a.get('epilogue', '')}"
 
 
 if __name__ == "__main__":

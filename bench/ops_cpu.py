@@ -1,15 +1,18 @@
-"""Benchmark: tunefleet's CPU operators against PyTorch (oneDNN), in one run.
+"""Benchmark: tunefleet's CPU operators against PyTorch (oneDNN), onnxruntime and numpy, in one run.
 
 Workloads (batch 1, float32): the ResNet-50 conv2d layers (NCHW, fused bias + relu; the
-last 3×3 layer also with pre-packed weights), MobileNet-v1 depthwise layers, and BERT's
-attention batch_matmul 12×128×64 · 12×64×128. For each: our default config (no tuning),
-the best of up to 32 configs sampled from the template's space (the default's one-knob
-neighbours and random points, ranked by a quick in-process timing), and PyTorch on the
-CPU when it is installed. Prints GFLOP/s, PyTorch's time over our best, and the percentage
-of the fp32 FMA peak that the bench measures itself. Every reported number is the best over
-several rounds of fresh processes, each round timing the peak, our two kernels and PyTorch
-one after the other (timings vary by up to 35% between processes on these machines, more
-when other work shares them).
+last 3×3 layer also with pre-packed weights; the stride-2 layers), MobileNet-v1 depthwise
+layers, BERT's attention batch_matmul 12×128×64 · 12×64×128, and dense layers (ResNet's
+classifier 1×512 → 1000, BERT's FFN 768 → 3072 at 1 and 128 tokens). For each: our default
+config (no tuning), the best of up to 32 configs sampled from the template's space (the
+default's one-knob neighbours and random points, ranked by a quick in-process timing), and
+the peers: PyTorch on the CPU when it is installed, onnxruntime on a one-node model (not for
+batch_matmul), numpy/OpenBLAS for dense (also with OPENBLAS_CORETYPE=Haswell, its AVX2
+kernels). Prints GFLOP/s, each peer's time over our best, and the percentage of the fp32 FMA
+peak that the bench measures itself. Every reported number is the best over several rounds
+of fresh processes, each round timing the peak, our two kernels and the peers one after the
+other (timings vary by up to 35% between processes on these machines, more when other work
+shares them).
 
     python bench/ops_cpu.py [--only conv5 dw] [--configs 32] [--threads N] [--protocol min-call]
 """
@@ -25,8 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import (PROCESSES, export, interleaved_best_seconds, kernel_code, peak_code, quick_seconds,  # noqa: E402
-                    scratch_dir)
+from common import (PROCESSES, export, interleaved_best_seconds, kernel_code, numpy_env, peak_code,  # noqa: E402
+                    quick_seconds, scratch_dir)
 
 from tunefleet.compiler import ops  # noqa: E402
 from tunefleet.compiler.driver import build_workload  # noqa: E402
@@ -53,6 +56,11 @@ WORKLOADS = {
     "dw 64x112 s2": ("depthwise_conv2d_nchw", {**_DW, "C": 64, "H": 112, "W": 112, "stride": 2}),
     "dw 512x14": ("depthwise_conv2d_nchw", {**_DW, "C": 512, "H": 14, "W": 14}),
     "bmm 12x128x64": ("batch_matmul", {"batch": 12, "M": 128, "N": 128, "K": 64}),
+    "conv 3x3 s2 256@28": ("conv2d_nchw", {**_CONV, "CI": 256, "CO": 512, "H": 28, "W": 28, "KH": 3, "KW": 3,
+                                           "padding": 1, "stride": 2}),
+    "dense 1x512>1000": ("dense", {"M": 1, "N": 1000, "K": 512, "bias": True}),  # ResNet's classifier
+    "dense 1x768>3072": ("dense", {"M": 1, "N": 3072, "K": 768, "bias": True}),  # BERT's FFN, one token
+    "dense 128x768>3072": ("dense", {"M": 128, "N": 3072, "K": 768, "bias": True}),
 }
 
 
@@ -72,38 +80,96 @@ PROTOCOLS = {"repeats": {"repeat": 10, "min_repeat_ms": 100}, "min-call": {"repe
 PEAK_RUNS = {"repeats": {}, "min-call": {"iters": 200_000, "runs": 200}}
 
 
-def torch_code(op: str, a: dict, threads: int, protocol: str) -> str:
-    """Python source timing PyTorch's equivalent of the workload with the same protocol as ours
-    (see PROTOCOLS); prints the best seconds."""
+def timed_code(setup: str, protocol: str) -> str:
+    """Python source that runs `setup` (which defines f, a call of the peer) and prints the best
+    seconds per call of f with the same protocol as ours (see PROTOCOLS)."""
     p = PROTOCOLS[protocol]
-    if op == "batch_matmul":
-        setup = (f"x = torch.rand({a['batch']}, {a['M']}, {a['K']}); y = torch.rand({a['batch']}, {a['K']}, {a['N']})\n"
-                 "f = lambda: torch.bmm(x, y)")
-    else:
-        cin, cout, groups = (a["C"], a["C"], a["C"]) if op.startswith("depthwise") else (a["CI"], a["CO"], 1)
-        setup = (f"x = torch.rand({a['N']}, {cin}, {a['H']}, {a['W']})\n"
-                 f"w = torch.rand({cout}, {cin // groups}, {a['KH']}, {a['KW']}); b = torch.rand({cout})\n"
-                 f"f = lambda: F.relu(F.conv2d(x, w, b, {a['stride']}, {a['padding']}, {a['dilation']}, {groups}))")
     return f"""
-import time, torch
-import torch.nn.functional as F
-torch.set_num_threads({threads})
+import time
 {setup}
-with torch.no_grad():
-    f()
-    number = 1
-    while {p['min_repeat_ms']}:  # as tunefleet's timer: repeats of `number` calls lasting >= min_repeat_ms
-        t = time.perf_counter()
-        for _ in range(number): f()
-        if time.perf_counter() - t >= {p['min_repeat_ms']} / 1000: break
-        number *= 2
-    best = 1e9
-    for _ in range({p['repeat']}):
-        t = time.perf_counter()
-        for _ in range(number): f()
-        best = min(best, (time.perf_counter() - t) / number)
+f()
+number = 1
+while {p['min_repeat_ms']}:  # as tunefleet's timer: repeats of `number` calls lasting >= min_repeat_ms
+    t = time.perf_counter()
+    for _ in range(number): f()
+    if time.perf_counter() - t >= {p['min_repeat_ms']} / 1000: break
+    number *= 2
+best = 1e9
+for _ in range({p['repeat']}):
+    t = time.perf_counter()
+    for _ in range(number): f()
+    best = min(best, (time.perf_counter() - t) / number)
 print(best)
 """
+
+
+def _conv_channels(op: str, a: dict) -> tuple[int, int, int]:
+    """(input channels, output channels, groups) of a convolution workload."""
+    return (a["C"], a["C"], a["C"]) if op.startswith("depthwise") else (a["CI"], a["CO"], 1)
+
+
+def torch_code(op: str, a: dict, threads: int, protocol: str) -> str:
+    """Python source timing PyTorch's equivalent of the workload (F.linear, torch.bmm, F.conv2d +
+    relu; oneDNN / MKL inside) with the same protocol as ours; prints the best seconds."""
+    if op == "batch_matmul":
+        setup = (f"x = torch.rand({a['batch']}, {a['M']}, {a['K']}); y = torch.rand({a['batch']}, {a['K']}, {a['N']})\n"
+                 "call = lambda: torch.bmm(x, y)")
+    elif op == "dense":
+        setup = (f"x = torch.rand({a['M']}, {a['K']}); w = torch.rand({a['N']}, {a['K']}); b = torch.rand({a['N']})\n"
+                 "call = lambda: F.linear(x, w, b)")
+    else:
+        cin, cout, groups = _conv_channels(op, a)
+        setup = (f"x = torch.rand({a['N']}, {cin}, {a['H']}, {a['W']})\n"
+                 f"w = torch.rand({cout}, {cin // groups}, {a['KH']}, {a['KW']}); b = torch.rand({cout})\n"
+                 f"call = lambda: F.relu(F.conv2d(x, w, b, {a['stride']}, {a['padding']}, {a['dilation']}, {groups}))")
+    return timed_code(f"import torch\nimport torch.nn.functional as F\ntorch.set_num_threads({threads})\n{setup}\n"
+                      "def f():\n    with torch.no_grad(): call()", protocol)
+
+
+def ort_code(op: str, a: dict, threads: int, protocol: str) -> str | None:
+    """Python source timing onnxruntime on a one-node model of the workload (Gemm with transB for
+    dense, Conv + Relu; weights as initializers, default graph optimizations, `threads` intra-op
+    threads); None for batch_matmul."""
+    if op == "batch_matmul":
+        return None
+    if op == "dense":
+        x_shape, attrs = [a["M"], a["K"]], {"transB": 1}
+        weights = f"[rng.random(({a['N']}, {a['K']}), dtype=np.float32), rng.random({a['N']}, dtype=np.float32)]"
+        nodes = "[helper.make_node('Gemm', ['x', 'w', 'b'], ['y'], **attrs)]"
+    else:
+        cin, cout, groups = _conv_channels(op, a)
+        (sh, sw), (ph, pw), (dh, dw) = (v if isinstance(v, list) else [v, v]
+                                        for v in (a["stride"], a["padding"], a["dilation"]))
+        x_shape = [a["N"], cin, a["H"], a["W"]]
+        attrs = {"strides": [sh, sw], "pads": [ph, pw, ph, pw], "dilations": [dh, dw], "group": groups,
+                 "kernel_shape": [a["KH"], a["KW"]]}
+        weights = (f"[rng.random(({cout}, {cin // groups}, {a['KH']}, {a['KW']}), dtype=np.float32), "
+                   f"rng.random({cout}, dtype=np.float32)]")
+        nodes = "[helper.make_node('Conv', ['x', 'w', 'b'], ['c'], **attrs), helper.make_node('Relu', ['c'], ['y'])]"
+    setup = f"""import numpy as np, onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+rng = np.random.default_rng(0)
+attrs = {attrs!r}
+inits = [numpy_helper.from_array(t, n) for t, n in zip({weights}, ['w', 'b'])]
+graph = helper.make_graph({nodes}, 'peer', [helper.make_tensor_value_info('x', TensorProto.FLOAT, {x_shape})],
+                          [helper.make_tensor_value_info('y', TensorProto.FLOAT, None)], inits)
+opts = ort.SessionOptions(); opts.intra_op_num_threads = {threads}
+sess = ort.InferenceSession(helper.make_model(graph).SerializeToString(), opts, providers=['CPUExecutionProvider'])
+x = rng.random({x_shape}, dtype=np.float32)
+f = lambda: sess.run(None, {{'x': x}})"""
+    return timed_code(setup, protocol)
+
+
+def numpy_code(op: str, a: dict, protocol: str) -> str | None:
+    """Python source timing numpy (OpenBLAS) on dense, y = x @ wᵀ + b; None for other operators."""
+    if op != "dense":
+        return None
+    setup = ("import numpy as np\nrng = np.random.default_rng(0)\n"
+             f"x = rng.random(({a['M']}, {a['K']}), dtype=np.float32)\n"
+             f"w = rng.random(({a['N']}, {a['K']}), dtype=np.float32); b = rng.random({a['N']}, dtype=np.float32)\n"
+             f"y = np.empty(({a['M']}, {a['N']}), np.float32)\n"
+             "f = lambda: np.add(np.matmul(x, w.T, out=y), b, out=y)")
+    return timed_code(setup, protocol)
 
 
 def candidates(space, default, n: int, rng) -> list:
@@ -143,9 +209,12 @@ def main() -> None:
     target = Target.host()
     have_torch = torch_available()
     print(f"target {target}, {args.threads} threads; PyTorch {'installed' if have_torch else 'not installed'}; "
-          f"protocol {args.protocol}; peak: the fp32 FMA peak measured in the same rounds as the row's timings")
-    print(f"{'workload':>14} {'GFLOP':>6} {'default':>8} {'best':>8} {'torch':>8} {'peak':>6} {'best/torch':>10} "
-          f"{'%peak default/best/torch':>25}  best config")
+          f"protocol {args.protocol}; peak: the fp32 FMA peak measured in the same rounds as the row's timings; "
+          f"ort: onnxruntime, one-node model; numpy: OpenBLAS (dense only), np-AVX2 with OPENBLAS_CORETYPE=Haswell; "
+          f"GFLOP/s, ratios are peer time / our best")
+    peers = ["torch", "ort", "numpy", "np-AVX2"]
+    print(f"{'workload':>14} {'GFLOP':>6} {'default':>8} {'best':>8} " + " ".join(f"{p:>8}" for p in peers)
+          + f" {'peak':>6} " + " ".join(f"{'/' + p:>8}" for p in peers) + f" {'%peak def/best':>14}  best config")
     rng = np.random.default_rng(0)
     for name, (op, a) in WORKLOADS.items():
         if args.only and not any(name.startswith(o) for o in args.only):
@@ -153,19 +222,24 @@ def main() -> None:
         t0 = time.time()
         w = ops.make_workload(op, a)
         default_built, best_built, best_cfg = search(w, target, min(args.configs, 32), rng)
-        codes = [peak_code(args.threads, **PEAK_RUNS[args.protocol])]
-        codes += [kernel_code(export(b, w, scratch_dir("tf-bench-")), **PROTOCOLS[args.protocol])
+        codes = [(peak_code(args.threads, **PEAK_RUNS[args.protocol]), None)]
+        codes += [(kernel_code(export(b, w, scratch_dir("tf-bench-")), **PROTOCOLS[args.protocol]), None)
                   for b in (default_built, best_built)]
-        codes += [torch_code(op, w.args, args.threads, args.protocol)] if have_torch else []
-        t_peak, t_default, t_best, *t_torch = interleaved_best_seconds(codes, processes=args.processes)
+        np_code = numpy_code(op, w.args, args.protocol)
+        peer_codes = [(torch_code(op, w.args, args.threads, args.protocol) if have_torch else None, None),
+                      (ort_code(op, w.args, args.threads, args.protocol), None),
+                      (np_code, numpy_env(False)), (np_code, numpy_env(True))]
+        present = [c for c in peer_codes if c[0] is not None]
+        t_peak, t_default, t_best, *t_present = interleaved_best_seconds(
+            [c for c, _ in codes + present], processes=args.processes, envs=[e for _, e in codes + present])
+        times = iter(t_present)
+        t_peers = [next(times) if c[0] is not None else float("nan") for c in peer_codes]
         peak, t_best = 1 / t_peak, min(t_best, t_default)
-        t_torch = t_torch[0] if t_torch else float("nan")
-        gf = [w.flop / t / 1e9 for t in (t_default, t_best, t_torch)]
-        pct = "/".join(f"{100 * g / peak:.0f}" if g == g else "-" for g in gf)
-        print(f"{name:>14} {w.flop / 1e9:6.2f} {gf[0]:8.1f} {gf[1]:8.1f} {gf[2]:8.1f} {peak:6.0f} "
-              f"{t_torch / t_best:10.2f} {pct:>25}  {best_cfg.to_json()['knobs']} ({time.time() - t0:.0f}s)",
-              flush=True)
-
+        gf = [w.flop / t / 1e9 for t in (t_default, t_best, *t_peers)]
+        ratios = " ".join(f"{t / t_best:8.2f}" for t in t_peers)
+        print(f"{name:>14} {w.flop / 1e9:6.2f} " + " ".join(f"{g:8.1f}" for g in gf) + f" {peak:6.0f} {ratios} "
+              f"{f'{100 * gf[0] / peak:.0f}/{100 * gf[1] / peak:.0f}':>14}  {best_cfg.to_json()['knobs']} "
+              f"({time.time() - t0:.0f}s)", flush=True)
 
 if __name__ == "__main__":
     main()

@@ -81,13 +81,13 @@ def write_artifact(out_dir: str | os.PathLike, *, name: str, source: str,
     return out
 
 
-def pack_artifact(artifact_dir: str | os.PathLike) -> bytes:
+def pack_artifact(artifact_dir: str | os.PathLike, arcname: str | None = None) -> bytes:
     """The artifact directory as a tar.gz (what the server stores and serves): its files under
-    one folder named after the kernel (`<name>/<name>.so`, ...)."""
+    one folder, `arcname` or else named after the kernel (`<name>/<name>.so`, ...)."""
     folder = Path(artifact_dir)
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-        tar.add(folder, arcname=read_manifest(folder)["name"])
+        tar.add(folder, arcname=arcname or read_manifest(folder)["name"])
     return buffer.getvalue()
 
 
@@ -101,7 +101,7 @@ def _header_doc(manifest: dict, suffix: str = "c") -> str:
     lines = []
     for key, label in (("workload", "Workload"), ("target", "Target"),
                        ("device_key", "Device key"), ("latency_s", "Latency (s)"),
-                       ("gflops", "GFLOP/s")):
+                       ("gflops", "GFLOP/s"), ("disturbance", "Disturbance while measured (fraction)")):
         if key in manifest:
             value = manifest[key]
             if not isinstance(value, str | int | float):

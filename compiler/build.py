@@ -34,6 +34,7 @@ from pathlib import Path
 
 from tunefleet.compiler import sandbox
 from tunefleet.compiler.target import Target
+from tunefleet.compiler.toolchain import BuildError, compiler_command
 
 RUNTIME_DIR = Path(__file__).resolve().parent / "runtime"
 #: Compiler flags of every object and library. Implicit declarations are errors.
@@ -62,18 +63,6 @@ MAX_EXTRA_SOURCE_BYTES = 256 * 1024
 _RUNTIME_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"tunefleet_runtime\.h"[ \t]*$', re.M)
 _DLTENSOR_CHECK_INCLUDE = re.compile(r'^#include "tunefleet_dltensor_check\.h"$', re.M)
 _C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-class BuildError(RuntimeError):
-    """A build that failed: compiler missing, compile/link error, timeout, oversized source.
-
-    `compiler_output` holds the compiler's stderr and stdout ("" when it did not run);
-    the message includes it.
-    """
-
-    def __init__(self, message: str, compiler_output: str = "") -> None:
-        super().__init__(f"{message}\n{compiler_output}".rstrip())
-        self.compiler_output = compiler_output
 
 
 @functools.cache
@@ -118,16 +107,6 @@ def _join(what: str, parts: Sequence[tuple[str, str]]) -> str:
         body = _RUNTIME_INCLUDE.sub("/* tunefleet_runtime.h: included at the top */", source)
         text += f"\n/* ---- {title} ---- */\n{body.rstrip()}\n"
     return text
-
-
-def compiler_command() -> list[str]:
-    """The C compiler command: `$CC` split like a shell would (default "gcc"), its program
-    resolved to an absolute path. Raises BuildError if the program is not found."""
-    cc = shlex.split(os.environ.get("CC", "gcc")) or ["gcc"]
-    path = shutil.which(cc[0])
-    if path is None:
-        raise BuildError(f"C compiler {cc[0]!r} not found (set $CC or install gcc)")
-    return [path, *cc[1:]]
 
 
 def tool_output(command: Sequence[str], timeout_s: float) -> str:

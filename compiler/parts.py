@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -65,15 +66,16 @@ def build_parts(name: str, opening: str, parts: Sequence[tuple[str, str]], base:
             "command": rebuild_command(name, names, flags, link_flags), "runtime_object": str(runtime)}
     write_atomic(out_dir / "build.json", json.dumps(full, indent=2))
     with tempfile.TemporaryDirectory(dir=out_dir, prefix=".parts-") as tmp:
+        os.chmod(tmp, 0o755)  # the sandboxed link (an unprivileged uid) reads the objects
         objects = []
         for part in names:
             obj = Path(tmp) / f"{name}_{part}.o"
-            run_compiler([*toolchain["cc"], *flags[part], f"-D{part_macro(part)}", f"-D{RUNTIME_LINKED_MACRO}",
-                           "-c", str(source_path), "-o", str(obj)], f"{name}_{part}")
+            compile_atomic([*toolchain["cc"], *flags[part], f"-D{part_macro(part)}", f"-D{RUNTIME_LINKED_MACRO}",
+                            "-c", str(source_path)], obj, f"{name}_{part}", inputs=[out_dir])
             run_compiler([objcopy, "--localize-hidden", str(obj)], f"{name}_{part}")
             objects.append(str(obj))
         compile_atomic([*toolchain["cc"], *link_flags, f"-D{RUNTIME_LINKED_MACRO}", str(source_path),
-                         *objects, str(runtime)], so_path, name, LIBS)
+                         *objects, str(runtime)], so_path, name, LIBS, inputs=[out_dir, Path(tmp), runtime.parent])
     return so_path, text
 
 

@@ -45,6 +45,8 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from .toolchain import compiler_command
+
 __all__ = ["UNSANDBOXED", "SandboxUnavailable", "Limits", "Sandbox", "ENV_VAR", "SANDBOX_UID", "active", "enable",
            "current", "detect", "hidden_paths", "clean_output", "OUTPUT_LIMIT"]
 
@@ -334,8 +336,6 @@ def detect() -> Sandbox:
     """The sandbox of this host, proven to work: a C compiler and this Python with tunefleet's
     measurement child start in it. Raises SandboxUnavailable with the reason (and bwrap's own
     message) when they do not."""
-    from .build import compiler_command
-
     sandbox = Sandbox.find()
     probes = [[*compiler_command(), "--version"], [sys.executable, "-I", "-c", "import sys; sys.path[:0] = "
                                   f"{[str(p) for p in sys.path]!r}; import tunefleet.tuner.measure_child"]]

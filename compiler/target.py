@@ -115,7 +115,7 @@ class Target:
         _check_kind(kind)
         if kind == "cpu":
             return cls.host()
-        from .cuda.device import GpuNotFound, query
+        from .cuda_device import GpuNotFound, query
 
         try:
             return cls("cuda", query(0)["arch"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from prometheus_client import CollectorRegistry
 
 from tunefleet.base.redisconn import Outages, count_reconnects
@@ -16,7 +16,7 @@ from tunefleet.server.artifact_store import ArtifactStore
 from tunefleet.server.body_limit import BodyLimit
 from tunefleet.server.dashboard import mount_dashboard
 from tunefleet.server.db import follow_outages, make_engine, make_sessionmaker
-from tunefleet.server.errors import install_error_handlers
+from tunefleet.server.errors import install_error_handlers, one_value_per_query_parameter
 from tunefleet.server.metrics import MetricsMiddleware, QueueCollector, StoreCollector
 from tunefleet.server.queue import LazyConnection, server_name
 from tunefleet.server.ratelimit import SubmissionLimiter
@@ -45,6 +45,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=__version__,
         summary="Auto-tuning service for tensor kernels.",
         lifespan=lifespan,
+        dependencies=[Depends(one_value_per_query_parameter)],
     )
     sessions = make_sessionmaker(engine)
     registry = CollectorRegistry()

@@ -9,6 +9,7 @@ import tarfile
 import tempfile
 from pathlib import Path, PurePosixPath
 
+from tunefleet.compiler.artifact import MANIFEST, MODEL_MANIFEST
 from tunefleet.server.errors import FieldError
 
 CHUNK = 1 << 20
@@ -24,8 +25,9 @@ def file_sha256(path: Path) -> str:
 
 
 def check_tarball(path: Path) -> None:
-    """Raise FieldError unless `path` is a gzip tar holding a manifest.json and exactly one
-    shared library, with only relative member names that stay inside the archive."""
+    """Raise FieldError unless `path` is a gzip tar holding exactly one manifest, a kernel's
+    manifest.json or a model bundle's model_manifest.json, and exactly one shared library, with
+    only relative member names that stay inside the archive."""
     try:
         with tarfile.open(path, "r:gz") as tar:
             members = tar.getmembers()
@@ -36,8 +38,10 @@ def check_tarball(path: Path) -> None:
         if name.is_absolute() or ".." in name.parts:
             raise FieldError(("body",), f"artifact member {member.name!r} escapes the archive")
     files = [PurePosixPath(m.name) for m in members if m.isfile()]
-    if not any(f.name == "manifest.json" for f in files):
-        raise FieldError(("body",), "artifact has no manifest.json")
+    manifests = [f for f in files if f.name in (MANIFEST, MODEL_MANIFEST)]
+    if len(manifests) != 1:
+        raise FieldError(("body",), f"artifact must hold exactly one {MANIFEST} (a kernel) or {MODEL_MANIFEST} "
+                         f"(a model bundle), found {len(manifests)}")
     libraries = [f for f in files if f.suffix == ".so"]
     if len(libraries) != 1:
         raise FieldError(("body",), f"artifact must hold exactly one .so, found {len(libraries)}")

@@ -1,4 +1,5 @@
-"""The web dashboard: tasks, one task's progress, and workers, served at `/`.
+"""The web dashboard: tasks and models, one task's progress, one model's layers, and
+workers, served at `/`.
 
 Pages are small Jinja2 shells; `static/dashboard.js` fills them from the JSON API
 and polls while something is running. Every script and style comes from `static/` (no CDN,
@@ -30,7 +31,7 @@ from sqlalchemy.orm import Session
 from tunefleet.base.version import __version__
 from tunefleet.server.api.routes import API_PREFIX
 from tunefleet.server.db import utcnow
-from tunefleet.server.db.models import Task, Trial, TrialStatus
+from tunefleet.server.db.models import Model, Task, Trial, TrialStatus
 from tunefleet.server.deps import ReadAuth, SessionDep, in_session
 from tunefleet.server.errors import NotFound
 from tunefleet.server.schemas.common import DB_INT_MAX
@@ -263,6 +264,19 @@ def task_page(
     way back when there is no such task)."""
     exists = session.get(Task, task_id) is not None
     response = _page(request, "task.html", page="task", task_id=task_id, missing=not exists)
+    if not exists:
+        response.status_code = 404
+    return response
+
+
+@pages.get("/models/{model_id}", response_class=HTMLResponse)
+def model_page(
+    request: Request, model_id: Annotated[int, PathParam(ge=1, le=DB_INT_MAX)], session: SessionDep
+) -> HTMLResponse:
+    """One model: its layers' progress and best, the estimated model latency over time, the
+    untuned nodes, the bundle download (404 with a way back when there is no such model)."""
+    exists = session.get(Model, model_id) is not None
+    response = _page(request, "model.html", page="model", model_id=model_id, missing=not exists)
     if not exists:
         response.status_code = 404
     return response

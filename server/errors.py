@@ -48,6 +48,15 @@ class FieldError(ValueError):
         self.message = message
 
 
+class FieldErrors(ValueError):
+    """Several invalid fields at once (e.g. every node of an ONNX model that cannot be
+    tuned); `errors` holds (loc, message, input excerpt) per field."""
+
+    def __init__(self, errors: Sequence[tuple[Sequence[str | int], str, Any]]) -> None:
+        super().__init__("; ".join(message for _, message, _ in errors))
+        self.errors = [(tuple(loc), message, value) for loc, message, value in errors]
+
+
 class NotFound(LookupError):
     """The addressed resource does not exist (404)."""
 
@@ -104,6 +113,12 @@ async def _field_error(_request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"detail": [_error(exc.loc, exc.message, "value_error")]}, status_code=422)
 
 
+async def _field_errors(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, FieldErrors)
+    return JSONResponse({"detail": [_error(loc, message, "value_error", value) for loc, message, value in exc.errors]},
+                        status_code=422)
+
+
 async def _not_found(_request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"detail": str(exc)}, status_code=404)
 
@@ -157,6 +172,21 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return await http_exception_handler(request, exc)
 
 
+def one_value_per_query_parameter(request: Request) -> None:
+    """Refuses (422, naming each) a query parameter given more than once: every parameter the
+    API takes is a single value, and FastAPI would silently keep the last one."""
+    counts: dict[str, int] = {}
+    for name, _value in request.query_params.multi_items():
+        counts[name] = counts.get(name, 0) + 1
+    repeated = [name for name, count in counts.items() if count > 1]
+    if repeated:
+        raise RequestValidationError([
+            {"loc": ("query", name), "type": "repeated_parameter", "input": request.query_params.getlist(name),
+             "msg": f"query parameter {name!r} given {counts[name]} times; give it once"}
+            for name in repeated
+        ])
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Map the service errors, and requests that fail validation, to HTTP responses in
     the shape of FastAPI's own (schemas.errors), and an unreachable database or Redis to
@@ -164,6 +194,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(FieldError, _field_error)
+    app.add_exception_handler(FieldErrors, _field_errors)
     app.add_exception_handler(NotFound, _not_found)
     app.add_exception_handler(Conflict, _conflict)
     app.add_exception_handler(Forbidden, _forbidden)

@@ -42,10 +42,12 @@ _FINAL = (JobStatus.FINISHED, JobStatus.FAILED, JobStatus.STOPPED, JobStatus.CAN
 
 
 def measure_timeout_s(protocol: MeasureProtocol, candidates: int = 1) -> int:
-    """RQ job timeout of measuring `candidates` configs: builds, child start-ups and the
-    protocol's execution limit each, plus slack. RQ counts it from when a worker starts the
-    job, never from when it was queued."""
-    return int(candidates * (COMPILE_TIMEOUT_S + STARTUP_TIMEOUT_S + protocol.timeout_s) + 30)
+    """RQ job timeout of measuring `candidates` configs: builds, and per round and attempt
+    (the protocol's rounds, each disturbed measurement re-measured up to `remeasure` times) a
+    child start-up and the protocol's execution limit, plus slack. RQ counts it from when a
+    worker starts the job, never from when it was queued."""
+    children = protocol.rounds * (1 + protocol.remeasure)
+    return int(candidates * (COMPILE_TIMEOUT_S + children * (STARTUP_TIMEOUT_S + protocol.timeout_s)) + 30)
 
 
 def export_timeout_s(protocol: MeasureProtocol, candidates: int, repeat: int) -> int:

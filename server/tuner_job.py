@@ -56,7 +56,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from tunefleet.compiler import ops
 from tunefleet.compiler.target import Target
-from tunefleet.server import measure_runner, queue
+from tunefleet.server import measure_runner, model_job, queue
 from tunefleet.server.db.models import Task, TaskStatus, TrialStatus
 from tunefleet.server.errors import FieldError
 from tunefleet.server.measure_runner import DistributedRunner
@@ -123,8 +123,20 @@ def run_task(task_id: int) -> str:
             session.rollback()
             tuning.fail(session, task_id, f"tuner error: {type(exc).__name__}: {exc}")
             outcome = f"failed: {type(exc).__name__}"
+    if not context.stopping.is_set():
+        _advance_model(context, task_id)
     log.info("task %s: %s", task_id, outcome, extra={"task_id": task_id, "outcome": outcome})
     return outcome
+
+
+def _advance_model(context: TunerContext, task_id: int) -> None:
+    """Start the next round of the model task `task_id` belongs to, if any (server.model_job);
+    an outage leaves it to the reconcile sweep."""
+    try:
+        with context.sessions() as session:
+            model_job.advance_model_of(session, context.settings, context.redis, task_id)
+    except (OperationalError, RedisError) as exc:
+        log.warning("task %s: its model's next round is left to the sweep: %s", task_id, exc)
 
 
 def make_search(workload: ops.Workload, target: Target, seed: int) -> SearchStrategy:
@@ -256,7 +268,7 @@ class _TaskRun(Supervisor):
     # --- export ----------------------------------------------------------------------
 
     def _export(self) -> str:
-        job_id = f"export-{self.task_id}"
+        job_id = f"export-{self.task_id}-{self.budget['trials']}"  # a model's next round exports anew
         job = Job.fetch_many([job_id], connection=self.redis, serializer=queue.SERIALIZER)[0]
         if job is None or job.get_status(refresh=False) in (JobStatus.CANCELED, JobStatus.STOPPED):
             best = tuning.best_trials(self.session, self.task_id)

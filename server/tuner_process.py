@@ -13,7 +13,7 @@ from sqlalchemy.exc import OperationalError
 
 from tunefleet.base import redisconn
 from tunefleet.base.settings import Settings
-from tunefleet.server import queue, tuner_job
+from tunefleet.server import model_job, queue, tuner_job
 
 __all__ = ["RIDE_OUT_S", "serve"]
 
@@ -58,6 +58,7 @@ def serve(settings: Settings, *, burst: bool = False, heartbeat_s: float = 5.0) 
                 with sessions() as session:
                     enqueued = queue.reconcile(session, connection, settings,
                                                mark_lost=not sql_outages.recovering(settings.worker_lost_after_s))
+                    model_job.advance_unfinished(session, settings, connection)
                 if enqueued:
                     log.info("reconcile: enqueued tasks %s", enqueued)
             except OperationalError:  # the database is away: logged once by sql_outages

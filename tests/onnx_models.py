@@ -63,7 +63,7 @@ def resnet_block(batch: int | str = 1) -> onnx.ModelProto:
 
 def depthwise_block() -> onnx.ModelProto:
     """MobileNet-style: a depthwise 3×3 Conv (group = channels) + Relu, a pointwise 1×1 Conv
-    with bias, and a grouped Conv (group=2), which no operator runs."""
+    with bias, and a grouped Conv (group=2: conv2d_nchw with groups)."""
     b = Builder(1)
     h = b.node("Conv", ["x", b.weight(8, 1, 3, 3)], group=8, pads=[1, 1, 1, 1], strides=[2, 2])
     h = b.node("Relu", [h])
@@ -97,3 +97,37 @@ def encoder_layer(seq: int = 8, hidden: int = 32, heads: int = 2, ffn: int = 64)
     up = b.node("Gelu", [b.node("Add", [b.node("MatMul", [h, b.weight(hidden, ffn)]), b.weight(ffn)])])
     out = b.node("Add", [b.node("MatMul", [up, b.weight(ffn, hidden)]), b.weight(hidden)])
     return b.model([("x", [1, seq, hidden])], out)
+
+
+def conv_pair(out_channels: int = 16) -> onnx.ModelProto:
+    """Two tasks: a 3×3 Conv (8 → 8 channels at 8×8, + bias, + Relu), then a 1×1 Conv to
+    `out_channels`; two such models of different `out_channels` share the first layer."""
+    b = Builder(3)
+    h = b.node("Relu", [b.node("Conv", ["x", b.weight(8, 8, 3, 3), b.weight(8)], pads=[1, 1, 1, 1])])
+    out = b.node("Conv", [h, b.weight(out_channels, 8, 1, 1)])
+    return b.model([("x", [1, 8, 8, 8])], out)
+
+
+def check_against_onnxruntime(bundle_dir, graph) -> int:
+    """Every tuned node's kernel in the model bundle at `bundle_dir` (loaded with tunefleet.load)
+    against onnxruntime running that node alone (a one-node model of `graph`, a ModelGraph) on
+    random inputs, within float32 tolerance; returns the nodes checked."""
+    import onnxruntime as ort
+
+    import tunefleet
+    from tunefleet.tuner.model import extract_tasks
+    from tunefleet.tuner.model.peer import kernel_inputs, random_feeds, subgraph_model
+
+    bundle = tunefleet.load(bundle_dir)
+    matches = {m.nodes[0]: m for t in extract_tasks(graph).tasks for m in t.matches}
+    assert set(bundle.nodes) == set(matches)
+    rng = np.random.default_rng(0)
+    for node, match in matches.items():
+        kernel = bundle.kernel_for(node)
+        feeds = random_feeds(match, rng)
+        session = ort.InferenceSession(subgraph_model(graph, match).SerializeToString(),
+                                       providers=["CPUExecutionProvider"])
+        [expected] = session.run(None, feeds)
+        got = kernel(*kernel_inputs(match, feeds, kernel.args))
+        np.testing.assert_allclose(got.reshape(expected.shape), expected, rtol=1e-4, atol=1e-4, err_msg=node)
+    return len(matches)

@@ -89,8 +89,9 @@ class Service:
         self.processes[name] = process
         return process
 
-    def start_server(self) -> None:
-        wait_healthy(self.url, self._start("server", "server"), self.logs["server"], 120)
+    def start_server(self, env: dict[str, str] | None = None) -> None:
+        """Start `tunefleet server` (with `env` added to the service's) and wait until it answers."""
+        wait_healthy(self.url, self._start("server", "server", env=env), self.logs["server"], 120)
 
     def start_tuner(self, name: str = "tuner") -> subprocess.Popen:
         return self._start(name, "tuner", "--heartbeat-s", str(HEARTBEAT_S))

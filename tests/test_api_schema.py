@@ -20,13 +20,14 @@ from dashboard_helpers import add_worker, finish, record, start, store_archive, 
 from hypothesis import HealthCheck, Phase, settings  # noqa: E402
 from schemathesis.checks import not_a_server_error  # noqa: E402
 from schemathesis.specs.openapi.checks import positive_data_acceptance  # noqa: E402
+from onnx_models import resnet_block  # noqa: E402
 from server_helpers import artifact_files, tarball  # noqa: E402
 
 from tunefleet.base.settings import Settings  # noqa: E402
 from tunefleet.server.app import create_app  # noqa: E402
 from tunefleet.server.db import make_engine, make_sessionmaker  # noqa: E402
 from tunefleet.server.db.models import TokenScope  # noqa: E402
-from tunefleet.server.services import tokens  # noqa: E402
+from tunefleet.server.services import models, tokens  # noqa: E402
 
 EXAMPLES = 25
 
@@ -35,8 +36,8 @@ EXAMPLES = 25
 def seeded(_migrated_sqlite: Path, tmp_path_factory: pytest.TempPathFactory,
            redis_url: str) -> Iterator[tuple[Any, str]]:
     """The app on a private SQLite copy holding tasks 1 (done, with trials and an artifact)
-    and 2 (running), worker 1, and an admin token; on the tests' Redis, where no tuner
-    takes what is submitted."""
+    and 2 (running), worker 1, model 1 (queued: a ResNet-style block), and an admin token; on
+    the tests' Redis, where no tuner takes what is submitted."""
     home = tmp_path_factory.mktemp("schema") / "home"
     home.mkdir()
     url = f"sqlite:///{home / 'tunefleet.db'}"
@@ -55,6 +56,9 @@ def seeded(_migrated_sqlite: Path, tmp_path_factory: pytest.TempPathFactory,
                    worker=worker)
         finish(session, done, archive)
         assert hashlib.sha256(archive).hexdigest() == done.artifact.sha256
+        extraction = models.parse(resnet_block().SerializeToString(), [], config)
+        models.submit(session, extraction, name="resnet-block.onnx", target="cpu -isa=avx2", device_key="cpu-test",
+                      trials=8, protocol=models.Protocol(), input_shapes=[], settings=config, owner="schemathesis")
     engine.dispose()
     yield create_app(config), secret
 
@@ -83,7 +87,8 @@ def no_server_error(ctx: Any, response: Any, case: Any) -> None:
 
 
 # derandomize: the same examples on every run, so that CI does not pass or fail by the draw
-# (a random draw once found a repeated query parameter accepted: FastAPI keeps the last value).
+# (a random draw once found a repeated query parameter accepted: FastAPI kept the last value;
+# such requests are now 422, see test_server_bounds).
 @schema.parametrize()
 @settings(max_examples=EXAMPLES, deadline=None, phases=[Phase.explicit, Phase.generate], derandomize=True,
           suppress_health_check=list(HealthCheck))

@@ -178,7 +178,7 @@ def test_load_gives_a_gpu_kernel(artifact):
     import numpy as np
 
     import tunefleet
-    from tunefleet.compiler.cuda import device as cuda_device
+    from tunefleet.compiler import cuda_device
     from tunefleet.compiler.cuda.kernel import GpuKernel, GpuUnavailable
 
     built, out = artifact

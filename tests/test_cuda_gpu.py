@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from tunefleet.compiler import ops
-from tunefleet.compiler.cuda import device as cuda_device, nvcc
+from tunefleet.compiler import cuda_device
+from tunefleet.compiler.cuda import nvcc
 from tunefleet.compiler.driver import build_workload
 from tunefleet.compiler.cuda.kernel import GpuKernel
 from tunefleet.compiler.target import Target

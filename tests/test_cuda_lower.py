@@ -9,7 +9,7 @@ import pytest
 
 from tunefleet.compiler import ops, te
 from tunefleet.compiler.cuda.build import workload_kernel
-from tunefleet.compiler.codegen.cuda import generate_cuda, index_type
+from tunefleet.compiler.cuda.codegen import generate_cuda, index_type
 from tunefleet.compiler.cuda.lower import lower_cuda
 from tunefleet.compiler.cuda.shared_memory import BARRIER
 from tunefleet.compiler.ir import Evaluate, For, walk_stmt

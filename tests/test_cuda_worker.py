@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from tunefleet.compiler import ops
-from tunefleet.compiler.cuda import device as cuda_device, nvcc
+from tunefleet.compiler import cuda_device
+from tunefleet.compiler.cuda import nvcc
 from tunefleet.compiler.cuda.limits import DeviceLimits
 from tunefleet.compiler.target import Target
 from tunefleet.tuner.gpu_runner import GpuMeasurer, measurer_for

@@ -54,6 +54,16 @@ def test_task_page_exists_for_known_tasks_only(api, db) -> None:
     assert missing.status_code == 404 and "does not exist" in missing.text
 
 
+def test_model_page_exists_for_known_models_only(api, db) -> None:
+    from test_server_models import post, two_convs
+
+    model = post(api, two_convs()).json()
+    page = api.get(f"/models/{model['id']}")
+    assert page.status_code == 200 and f'data-model-id="{model["id"]}"' in page.text
+    missing = api.get(f"/models/{model['id'] + 1}")
+    assert missing.status_code == 404 and "does not exist" in missing.text
+
+
 def test_progress_condenses_the_trials(api, db) -> None:
     task = submit(db, trials=10)
     worker = add_worker(db, task=task)

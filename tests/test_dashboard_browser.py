@@ -388,3 +388,57 @@ def test_task_page_of_a_task_that_never_ran(browser, service: Service) -> None:
         t.assert_no_horizontal_scroll()
         t.shot("task-never-ran")
         t.assert_clean()
+
+
+def _tuned_model(db: Session) -> int:
+    """A done model of two layers (tasks done with their best latency), a MaxPool left
+    untuned, and two rounds whose estimates fell, as the model job leaves them."""
+    import datetime as dt
+
+    from onnx_models import Builder
+
+    from tunefleet.base.settings import Settings
+    from tunefleet.server.db.models import ModelRound, ModelStatus, RoundStatus, TaskStatus
+    from tunefleet.server.services import models
+
+    b = Builder(3)
+    h = b.node("Relu", [b.node("Conv", ["x", b.weight(8, 8, 3, 3), b.weight(8)], pads=[1, 1, 1, 1])])
+    h = b.node("MaxPool", [b.node("Conv", [h, b.weight(4, 8, 1, 1)])], kernel_shape=[2, 2])
+    extraction = models.parse(b.model([("x", [1, 8, 6, 6])], h).SerializeToString(), [], Settings())
+    model = models.submit(db, extraction, name="convs.onnx", target="cpu -isa=avx2", device_key="cpu-test",
+                          trials=6, protocol=models.Protocol(), input_shapes=[], settings=Settings(), owner=None)
+    for t, latency in zip(model.tasks, (4e-5, 1e-5)):
+        t.task = Task(op=t.workload["op"], workload=t.workload, workload_key=t.workload_key, flop=t.flop,
+                      target=model.target, device_key=model.device_key, budget={"trials": 3}, protocol={},
+                      reuse=False, status=TaskStatus.DONE, trials_done=3, best_latency_s=latency,
+                      best_gflops=t.flop / latency / 1e9)
+        t.trials_given = 3
+    db.flush()
+    for i, estimate in enumerate((8e-5, 5e-5)):
+        db.add(ModelRound(model_id=model.id, model_task_id=model.tasks[i].id, trials=3, status=RoundStatus.DONE,
+                          pulled_at=i, updated_at=2 + i, estimate_s=estimate,
+                          finished_at=model.created_at + dt.timedelta(seconds=10 * (i + 1))))
+    model.status = ModelStatus.DONE
+    db.commit()
+    return model.id
+
+
+@pytest.mark.parametrize("size", ["wide", "phone"])
+def test_model_page_shows_layers_estimate_and_untuned_share(browser, service: Service, size: str) -> None:
+    model_id = _tuned_model(service.db)
+    with tab(browser, service.url, size, token=service.token) as t:
+        t.goto("/")
+        link = t.page.locator(f"#models-table tr[data-model-id='{model_id}'] a")
+        link.wait_for()
+        link.click()
+        t.page.locator("#layers-table").wait_for()
+        assert t.page.locator("#layers-table tbody tr").count() == 2
+        assert "50" in t.page.inner_text("#stat-estimate")  # Σ occurrences × latency: 50 µs
+        assert t.page.get_attribute("#chart-estimate", "data-points") == "2"
+        assert "MaxPool" in t.page.inner_text("#untuned-table")
+        assert t.page.is_visible("#download-button")
+        t.assert_no_horizontal_scroll()
+        t.shot("model")
+        t.goto("/models/999999")
+        assert "Model #999999 does not exist" in t.page.inner_text("#model-missing")
+        t.assert_clean()

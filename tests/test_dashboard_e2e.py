@@ -2,12 +2,14 @@
 user starts it: `tunefleet up` (server, tuner and a worker on this machine). Paste the token
 it prints, submit a small matmul through the form, watch the worker, the trial count and
 the charts move while it tunes, open its page, download the artifact (the API's file, by
-sha256) and cancel another task. Screenshots of every page at 1280×800 and 390×844 go to
+sha256) and cancel another task; save a small model's bundle from its page while the worker
+builds it (the API answers 202 until it is stored). Screenshots of every page at 1280×800 and 390×844 go to
 test-artifacts/dashboard/."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import signal
 import subprocess
 import time
@@ -190,3 +192,28 @@ def test_submit_watch_download_and_cancel_through_the_dashboard(up: Up, browser,
             phone.assert_no_horizontal_scroll()
             phone.shot(name)
         phone.assert_clean()
+
+
+def test_a_models_bundle_is_saved_from_its_page_while_the_worker_builds_it(up: Up, browser, tmp_path: Path) -> None:
+    from onnx_models import Builder
+
+    b = Builder(1)
+    onnx_bytes = b.model([("x", [1, 4, 4, 4])], b.node("Conv", ["x", b.weight(4, 4, 1, 1)])).SerializeToString()
+    model = httpx.post(f"{up.url}/api/v1/models", content=onnx_bytes, timeout=60,
+                       params={"name": "tiny.onnx", "trials": 2, "protocol": json.dumps(PROTOCOL)},
+                       headers={"Authorization": f"Bearer {up.token}", "Content-Type": "application/octet-stream"})
+    assert model.status_code == 201, model.text
+    model_id = model.json()["id"]
+    wait_for(lambda: up.api("GET", f"/models/{model_id}")["status"] == "done", 150, "the model to be tuned",
+             poll_s=0.5)
+    with tab(browser, up.url, "wide", token=up.token) as t:
+        t.goto(f"/models/{model_id}")
+        t.page.locator("#download-button").wait_for()
+        with t.page.expect_download(timeout=120_000) as download_info:
+            t.page.click("#download-button")  # 202 while the worker builds it, then the archive
+        saved = tmp_path / "bundle.tar.gz"
+        download_info.value.save_as(saved)
+        served = httpx.get(f"{up.url}/api/v1/models/{model_id}/bundle", headers={"Authorization": f"Bearer {up.token}"})
+        assert served.status_code == 200
+        assert hashlib.sha256(saved.read_bytes()).hexdigest() == served.headers["x-content-sha256"]
+        t.assert_clean()

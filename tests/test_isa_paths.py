@@ -19,6 +19,7 @@ CASES = [
     ("conv2d_nchw", dict(N=2, CI=13, CO=7, H=13, W=7, KH=3, KW=2, padding=[1, 2], stride=[2, 1], bias=True,
                          epilogue="relu")),
     ("conv2d_nchw", dict(N=1, CI=19, CO=21, H=5, W=7, KH=1, KW=1, bias=True)),  # the GEMM path
+    ("conv2d_nchw", dict(N=2, CI=11, CO=9, H=9, W=8, KH=1, KW=1, stride=[2, 3])),  # the GEMM of strided pixels
     ("conv2d_nhwc", dict(N=1, CI=16, CO=9, H=9, W=11, KH=3, KW=3, stride=2, epilogue="relu")),
     ("depthwise_conv2d_nchw", dict(N=1, C=13, H=13, W=13, KH=3, KW=2, padding=[1, 2], stride=[2, 3], bias=True)),
 ]

@@ -8,6 +8,7 @@ import pytest
 
 from tunefleet.compiler import ops
 from tunefleet.compiler.driver import build_workload
+from tunefleet.compiler.ops.matmul import MIN_PARALLEL_TASKS
 from tunefleet.compiler.target import CPU_ISAS, Target
 
 TARGET = Target.host()
@@ -78,6 +79,21 @@ def test_default_register_tile_fits_the_vector_registers(N, isa):
     assert knobs["pack_b"] is (N == 1024 or N % (knobs["nr"] * knobs["bn"]) != 0)
     assert 6 <= accumulators and accumulators + vectors + 1 <= VECTOR_REGISTERS[isa]
     assert knobs["nr"] <= max(N, lanes)
+
+
+@pytest.mark.parametrize("isa", CPU_ISAS)
+@pytest.mark.parametrize("M", [1, 3])
+def test_default_for_skinny_a_reads_b_in_place_and_splits_n(M, isa):
+    """GEMV-like shapes (a config rule, nothing built): B is read in place (no packing pass
+    for so few rows), the register tile still fits the vector registers, and N is split into
+    at least MIN_PARALLEL_TASKS blocks for the threads."""
+    target = Target("cpu", isa)
+    w = ops.make_workload("matmul", {"M": M, "N": 3072, "K": 768})
+    knobs = ops.default_config(w, target).to_json()["knobs"]
+    vectors = -(-knobs["nr"] // target.lanes("float32"))
+    assert knobs["pack_b"] is False and knobs["mr"] <= M
+    assert knobs["mr"] * vectors + vectors + 1 <= VECTOR_REGISTERS[isa]
+    assert -(-3072 // (knobs["nr"] * knobs["bn"])) >= MIN_PARALLEL_TASKS
 
 
 @pytest.mark.parametrize("args, field", [

@@ -34,7 +34,8 @@ def test_protocol_defaults_and_round_trip():
 @pytest.mark.parametrize(
     "field,value",
     [("number", 0), ("repeat", 1.5), ("repeat", True), ("min_repeat_ms", -1), ("cooldown_ms", math.nan),
-     ("flush_cache", 1), ("timeout_s", 0), ("check_correctness", "yes")],
+     ("flush_cache", 1), ("timeout_s", 0), ("check_correctness", "yes"), ("max_disturbance", -0.1),
+     ("remeasure", 11), ("rounds", 0)],
 )
 def test_protocol_validation_names_the_field(field, value):
     with pytest.raises(ValueError, match=rf"MeasureProtocol\.{field} must be"):
@@ -85,7 +86,9 @@ def test_result_statistics():
     "kwargs,field",
     [({"status": "crashed"}, "status"), ({"status": "ok"}, "costs"), ({"status": "ok", "costs": [0.0]}, "costs"),
      ({"status": "ok", "costs": [math.inf]}, "costs"), ({"status": "ok", "costs": [1.0], "build_s": -1}, "build_s"),
-     ({"status": "runtime_error", "error": None}, "error"), ({"status": "ok", "costs": (1.0,)}, "costs")],
+     ({"status": "runtime_error", "error": None}, "error"), ({"status": "ok", "costs": (1.0,)}, "costs"),
+     ({"status": "ok", "costs": [1.0], "disturbance": -1}, "disturbance"),
+     ({"status": "ok", "costs": [1.0], "disturbed": 1}, "disturbed")],
 )
 def test_result_validation_names_the_field(kwargs, field):
     with pytest.raises(ValueError, match=rf"MeasureResult\.{field} must be"):

@@ -36,16 +36,20 @@ def test_resnet_block_tasks_fuse_bias_and_relu_and_count_occurrences():
     assert sum(result.share(t) for t in result.tasks) + result.untuned_share == pytest.approx(1.0)
 
 
-def test_depthwise_block_maps_depthwise_and_pointwise_and_reports_grouped_conv():
+def test_depthwise_block_maps_depthwise_pointwise_and_grouped_convolutions():
     result = _extract(depthwise_block())
     ops = sorted(t.workload.op for t in result.tasks)
-    assert ops == ["conv2d_nchw", "depthwise_conv2d_nchw"]
+    assert ops == ["conv2d_nchw", "conv2d_nchw", "depthwise_conv2d_nchw"]
     depthwise = next(t for t in result.tasks if t.workload.op == "depthwise_conv2d_nchw")
     assert depthwise.workload.args["C"] == 8 and depthwise.workload.args["stride"] == [2, 2]
     assert depthwise.workload.args["epilogue"] == "relu"
-    grouped = [u for u in result.untuned if u.op_type == "Conv"]
-    assert len(grouped) == 1 and "group=2" in grouped[0].reason
-    assert grouped[0].flop == 2 * 16 * 6 * 6 * 8 * 9  # [CO, CI/group, KH, KW] = [16, 8, 3, 3]
+    pointwise, grouped = sorted((t for t in result.tasks if t.workload.op == "conv2d_nchw"),
+                                key=lambda t: t.workload.args.get("groups", 1))
+    assert "groups" not in pointwise.workload.args and pointwise.workload.args["KH"] == 1
+    args = grouped.workload.args
+    assert args["groups"] == 2 and (args["CI"], args["CO"]) == (16, 16)
+    assert grouped.flop == 2 * 16 * 6 * 6 * 8 * 9  # [CO, CI/group, KH, KW] = [16, 8, 3, 3]
+    assert not [u for u in result.untuned if u.op_type == "Conv"]
 
 
 def test_encoder_layer_gemms():

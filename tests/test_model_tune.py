@@ -7,46 +7,27 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 
 pytest.importorskip("onnx")
-ort = pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxruntime")
 
 from click.testing import CliRunner  # noqa: E402
-from onnx_models import depthwise_block, encoder_layer, resnet_block  # noqa: E402
+from onnx_models import check_against_onnxruntime, conv_pair, depthwise_block, encoder_layer, resnet_block  # noqa: E402
 
-import tunefleet  # noqa: E402
 from tunefleet.cli import main  # noqa: E402
 from tunefleet.compiler.target import Target  # noqa: E402
 from tunefleet.tuner.measure import MeasureProtocol  # noqa: E402
 from tunefleet.tuner.model import extract_tasks, load_model  # noqa: E402
 from tunefleet.tuner.model.bundle import write_bundle  # noqa: E402
-from tunefleet.tuner.model.peer import kernel_inputs, random_feeds, subgraph_model  # noqa: E402
-from tunefleet.tuner.model.scheduler import ProportionalScheduler  # noqa: E402
+from tunefleet.tuner.model.scheduler import ProportionalScheduler, make_scheduler  # noqa: E402
 from tunefleet.tuner.model.tune_model import tune_model  # noqa: E402
 
 FAST = MeasureProtocol(repeat=1, min_repeat_ms=1, timeout_s=20)
 
 
-def _check_against_onnxruntime(bundle_dir, graph) -> int:
-    """Every tuned node's kernel against onnxruntime's one-node model; returns the nodes checked."""
-    bundle = tunefleet.load(bundle_dir)
-    matches = {m.nodes[0]: m for t in extract_tasks(graph).tasks for m in t.matches}
-    assert set(bundle.nodes) == set(matches)
-    rng = np.random.default_rng(0)
-    for node, match in matches.items():
-        kernel = bundle.kernel_for(node)
-        feeds = random_feeds(match, rng)
-        session = ort.InferenceSession(subgraph_model(graph, match).SerializeToString(),
-                                       providers=["CPUExecutionProvider"])
-        [expected] = session.run(None, feeds)
-        got = kernel(*kernel_inputs(match, feeds, kernel.args))
-        np.testing.assert_allclose(got.reshape(expected.shape), expected, rtol=1e-4, atol=1e-4, err_msg=node)
-    return len(matches)
-
-
-def test_cli_tunes_a_resnet_block_into_one_bundle(tmp_path):
+def test_cli_tunes_a_resnet_block_into_one_bundle(tmp_path, monkeypatch):
+    monkeypatch.setenv("TUNEFLEET_HOME", str(tmp_path / "home"))  # its model-records.jsonl: the default records
     model = tmp_path / "resnet-block.onnx"
     model.write_bytes(resnet_block().SerializeToString())
     out = tmp_path / "bundle"
@@ -61,7 +42,13 @@ def test_cli_tunes_a_resnet_block_into_one_bundle(tmp_path):
     assert manifest["estimated_latency_s"] == pytest.approx(sum(
         k["occurrences"] * k["latency_s"] for k in manifest["kernels"].values()))
     graph = load_model(model, max_bytes=1 << 20)
-    assert _check_against_onnxruntime(out, graph) == 5  # 4 convolutions and the classifier
+    assert check_against_onnxruntime(out, graph) == 5  # 4 convolutions and the classifier
+    assert (tmp_path / "home" / "model-records.jsonl").exists()
+    again = CliRunner().invoke(main, ["tune-model", str(model), "--trials", "4", "--repeat", "1", "--out",
+                                      str(tmp_path / "again")])
+    assert again.exit_code == 0, again.output
+    assert "0 trials measured" in again.output  # every layer's trials are in the user's records
+    assert json.loads((tmp_path / "again" / "model_manifest.json").read_text())["kernels"] == manifest["kernels"]
 
 
 @pytest.mark.parametrize("build", [encoder_layer, depthwise_block])
@@ -73,7 +60,7 @@ def test_bundle_kernels_match_onnxruntime_node_by_node(tmp_path, build):
                        protocol=FAST, on_round=lambda task, result: rounds.append(task))
     assert len(rounds) == len(extraction.tasks) and all(r.source == "best record" for r in tuned.results)
     out = write_bundle(tmp_path / "bundle", tuned, model_name=f"{build.__name__}.onnx")
-    assert _check_against_onnxruntime(out, graph) == sum(t.occurrences for t in extraction.tasks)
+    assert check_against_onnxruntime(out, graph) == sum(t.occurrences for t in extraction.tasks)
 
 
 def test_cli_lists_tasks_and_explains_what_cannot_be_tuned(tmp_path):
@@ -94,3 +81,31 @@ def test_proportional_scheduler_splits_the_budget_by_flops_times_occurrences():
         scheduler.update(chosen[0], 1e-3)
     assert rounds == [(0, 9), (1, 5), (2, 2)]
     assert ProportionalScheduler([3.0, 1.0], 1).trials == [1, 1]  # every task at least once
+
+
+def _tune_pair(out_channels: int, trials: int, records, round_trials: int = 2):
+    extraction = extract_tasks(load_model(conv_pair(out_channels).SerializeToString(), max_bytes=1 << 20))
+    scheduler = make_scheduler("gradient", extraction.tasks, trials, round_trials=round_trials)
+    rounds = []
+    tuned = tune_model(extraction, Target.host(), trials=trials, records_path=records, scheduler=scheduler,
+                       protocol=FAST, on_round=lambda task, done: rounds.append((task.workload.key, done)))
+    return tuned, rounds
+
+
+def test_gradient_rounds_and_records_reused_by_a_second_run_and_a_model_sharing_a_layer(tmp_path):
+    records = tmp_path / "records.jsonl"
+    tuned, rounds = _tune_pair(16, 8, records)
+    assert len(rounds) == 4 and tuned.measured == 8 and sum(r.trials for r in tuned.results) == 8
+    assert [done.allotted for _, done in rounds[:2]] == [2, 2]  # a warm-up round each, then the gradient's
+    assert all(r.source == "best record" and r.latency_s > 0 for r in tuned.results)
+    # the same model on the same records: the same rounds, nothing measured, the same kernels
+    again, replayed = _tune_pair(16, 8, records)
+    assert again.measured == 0 and all(done.measured == 0 for _, done in replayed)
+    assert [(key, done.allotted, done.latency_s) for key, done in replayed] == \
+        [(key, done.allotted, done.latency_s) for key, done in rounds]
+    assert [r.config for r in again.results] == [r.config for r in tuned.results]
+    # another model sharing the 3x3 layer: only its new 1x1 layer is measured
+    other, _ = _tune_pair(8, 4, records)
+    shared, new = other.results
+    assert shared.task.workload.key == tuned.results[0].task.workload.key
+    assert shared.measured == 0 and new.measured == 2

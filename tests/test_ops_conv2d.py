@@ -4,11 +4,14 @@ small odd shapes (many configs); pre-packed weights; the public signature stays 
 
 import numpy as np
 import pytest
+from isa_targets import FAMILY, params
 from ops_check import TARGET, failures, relative_error, sample
 
 from tunefleet.compiler import ops
 from tunefleet.compiler.abi import header_text
 from tunefleet.compiler.driver import build_workload
+from tunefleet.compiler.ops import WorkloadError
+from tunefleet.compiler.ops.common import knob_choices
 from tunefleet.compiler.ops.conv2d import pack_weight_np
 
 # ResNet-50 layers (batch 1): 3×3 pad 1 at 56×56 and 7×7, the stride-2 3×3 and the 1×1 layers.
@@ -27,6 +30,14 @@ SMALL = [
     dict(N=3, CI=19, CO=21, H=5, W=7, KH=1, KW=1, bias=True, epilogue="gelu"),  # a GEMM per image
 ]
 OPS = ["conv2d_nchw", "conv2d_nhwc"]
+# Grouped convolutions (1 < groups < channels): ResNeXt-like 3×3, a grouped 1×1 (not the GEMM
+# path), odd channels per group with stride, dilation and a non-square kernel, batch > 1.
+GROUPED = [
+    dict(N=2, CI=12, CO=8, H=9, W=7, KH=3, KW=3, padding=1, groups=4, bias=True, epilogue="relu"),
+    dict(CI=16, CO=32, H=8, W=8, KH=1, KW=1, groups=2),
+    dict(CI=6, CO=9, H=7, W=11, KH=3, KW=2, stride=[2, 1], padding=[1, 0], dilation=[1, 2], groups=3,
+         epilogue="gelu"),
+]
 
 
 def _workload(op, args):
@@ -92,5 +103,40 @@ def test_pointwise_convolution_is_a_gemm_over_views_of_its_arguments():
     inputs = ops.random_inputs(w.tensors(), rng)
     (out,) = built.run(*inputs)
     assert relative_error(out, w.reference(*inputs)[0]) < 1e-4
-    strided = _workload("conv2d_nchw", dict(CI=40, CO=24, H=6, W=9, KH=1, KW=1, stride=2))
-    assert "ic_bn" in ops.config_space(strided, TARGET).knobs  # strided 1×1 stays on the NCHWc template
+
+
+@pytest.mark.parametrize("target", params(FAMILY))
+def test_grouped_convolutions_random_configs(target):
+    """Random configs of the grouped space against numpy, built for each ISA of the host's family."""
+    cases = [c for n, args in enumerate(GROUPED)
+             for c in sample(_workload("conv2d_nchw", args), 5, seed=200 + n, target=target)]
+    assert not failures(cases, target=target)
+
+
+def test_groups_are_validated_and_leave_ungrouped_workloads_as_they_were():
+    args = dict(CI=8, CO=16, H=8, W=8, KH=3, KW=3, padding=1, bias=True)
+    plain, explicit = _workload("conv2d_nchw", args), _workload("conv2d_nchw", {**args, "groups": 1})
+    assert "groups" not in explicit.args
+    assert explicit.key == plain.key == "acacabdb5c4b0ec82aa1765e"  # its key before groups existed
+    grouped = _workload("conv2d_nchw", {**args, "groups": 4})
+    assert grouped.key != plain.key and grouped.flop * 4 == plain.flop
+    assert [t.shape for t in grouped.tensors()[:2]] == [(1, 8, 8, 8), (16, 2, 3, 3)]
+    with pytest.raises(WorkloadError, match="groups: 3 does not divide CI=8"):
+        _workload("conv2d_nchw", {**args, "groups": 3})
+    with pytest.raises(WorkloadError, match="groups: 8 does not divide CO=12"):
+        _workload("conv2d_nchw", {**args, "CO": 12, "groups": 8})
+    with pytest.raises(WorkloadError, match="weight_layout: grouped"):
+        _workload("conv2d_nchw", {**args, "groups": 2, "weight_layout": "OIHW4i8o"})
+
+
+def test_strided_pointwise_convolution_is_a_gemm_that_packs_the_pixels_it_reads():
+    """A 1×1 convolution with a stride (ResNet's downsampling) is the GEMM too: the packing of B
+    gathers the strided pixels, so every config packs B (the space has no other choice), and
+    random configs on odd sizes and strides match numpy."""
+    w = _workload("conv2d_nchw", dict(N=2, CI=11, CO=9, H=9, W=8, KH=1, KW=1, stride=[2, 3], bias=True,
+                                      epilogue="relu"))
+    space = ops.config_space(w, TARGET)
+    assert "ic_bn" not in space.knobs and knob_choices(space, "pack_b") == [True]
+    built = build_workload(w, ops.default_config(w, TARGET), TARGET)
+    assert [a.shape for a in built.args] == [(2, 11, 9, 8), (9, 11, 1, 1), (9,), (2, 9, 5, 3)]
+    assert not failures(sample(w, 8, seed=11))

@@ -6,6 +6,7 @@ import warnings
 import pytest
 
 from tunefleet import __version__
+from tunefleet.tuner import validation
 from tunefleet.tuner.measure import MeasureInput, MeasureResult, workload_key
 from tunefleet.tuner.records import (
     SCHEMA_VERSION,
@@ -128,3 +129,12 @@ def test_best_prefers_the_validated_measurements_and_drops_configs_that_ever_fai
     assert best(search, key, "cpu").config["index"] == 3
     # a later, longer re-measurement of one config replaces the earlier one
     assert best([*records, rec(index=0, costs=(1.0e-3,) * 15)], key, "cpu").config["index"] == 0
+
+
+def test_a_disturbed_fast_outlier_is_neither_first_finalist_nor_winner():
+    quiet = [("a", "a", MeasureResult("ok", [2.0, 2.1])), ("b", "b", MeasureResult("ok", [3.0, 3.0]))]
+    outlier = ("c", "c", MeasureResult("ok", [0.5, 0.6], disturbance=1.5, disturbed=True))
+    assert validation.finalists([*quiet, outlier], 2) == ["a", "b"]
+    assert validation.finalists([*quiet, outlier], 3) == ["a", "b", "c"]  # fills a place left
+    assert validation.best([*quiet, outlier]) == "a"
+    assert validation.best([outlier]) == "c"  # a disturbed measurement still beats none

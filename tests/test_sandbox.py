@@ -17,6 +17,7 @@ import pytest
 from tunefleet.compiler import ops, sandbox
 from tunefleet.compiler.build import BuildError
 from tunefleet.compiler.driver import build_workload
+from tunefleet.compiler.multitarget import build_multi_target
 from tunefleet.compiler.target import Target
 
 
@@ -72,6 +73,15 @@ def test_sandboxed_build_is_correct_and_cannot_include_hidden_files(sandboxed: P
         build_workload(hostile, ops.default_config(hostile, target), target)
     assert "secret.h: No such file or directory" in str(failure.value)
     assert str(sandboxed) not in str(failure.value)
+
+
+def test_a_library_of_parts_builds_in_the_sandbox(sandboxed: Path) -> None:
+    """compiler.parts (multi-target libraries, model bundles): each part's object and the link
+    are built sandboxed, from the source and objects in the (hidden) build cache."""
+    w = ops.make_workload("matmul", {"M": 8, "N": 16, "K": 4})
+    built = build_multi_target(w, {isa: ops.default_config(w, Target("cpu", isa)) for isa in ("generic", "avx2")})
+    assert built.so_path.is_file() and set(built.isas) == {"generic", "avx2"}
+    assert os.stat(built.so_path).st_uid == os.geteuid()
 
 
 @pytest.mark.parametrize("parent", ["/tmp", "/tmp/closed", "/var/tmp/closed"], ids=["tmp", "closed-in-tmp", "closed"])

@@ -183,3 +183,24 @@ def test_early_stopping():
     assert stop.update([ok(1.5)]) and stop.should_stop
     with pytest.raises(ValueError):
         EarlyStopping(0)
+
+
+def test_the_cost_model_learns_from_undisturbed_trials_only():
+    space = tiled_space()
+    search = ModelGuidedSearch(space, knob_features, seed=1, plan_size=8, retrain_every=4)
+    configs = search.next_batch(8)
+    results = measure(configs)
+    busy = {1, 4, 6}  # measured while the host was busy: 100x faster than they are, and marked so
+    results = [MeasureResult("ok", [r.costs[0] / 100], disturbance=2.0, disturbed=True) if i in busy else r
+               for i, r in enumerate(results)]
+    search.update(configs, results)
+    assert search.model.n_samples == 5
+    assert set(search._measured) == {c.index for i, c in enumerate(configs) if i not in busy}
+
+
+def test_early_stopping_is_not_fooled_by_a_disturbed_fast_outlier():
+    stop = EarlyStopping(patience=2)
+    assert not stop.update([MeasureResult("ok", [1.0])])
+    assert not stop.update([MeasureResult("ok", [1e-3], disturbance=3.0, disturbed=True)])  # no new best
+    assert stop.best == 1.0 and stop.trials_since_best == 1
+    assert stop.update([MeasureResult("ok", [2.0])])

@@ -74,6 +74,15 @@ def test_non_finite_numbers_are_422(api, tokens, snapshot, value: str) -> None:
     assert snapshot() == before
 
 
+@pytest.mark.parametrize(("path", "name"), [("/api/v1/tasks?limit=5&limit=7", "limit"),
+                                          ("/api/v1/workers?offset=0&offset=1&limit=2", "offset"),
+                                          ("/api/v1/tasks/1/trials?limit=1&limit=1", "limit")])
+def test_a_query_parameter_given_twice_is_422_naming_it(api, tokens, path: str, name: str) -> None:
+    response = api.get(path, headers=tokens["admin"])
+    assert locs(response) == [["query", name]]
+    assert "give it once" in response.json()["detail"][0]["msg"]
+
+
 @pytest.fixture
 def bounded(settings) -> TestClient:
     """The API under small limits (everything else as `settings`)."""

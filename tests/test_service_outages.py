@@ -2,12 +2,17 @@
 data, as a restarted Redis has it), and the SQL database cut off for a minute (every
 connection closed, new ones refused, by a proxy in front of PostgreSQL). The tuner and the
 workers ride it out in the same processes, the server answers meanwhile (503 with Retry-After
-where it needs what is down), and the task then finishes with every trial measured once."""
+where it needs what is down), and the task then finishes with every trial measured once.
+Each worker logs the database outage (its refused heartbeats) once, and its end once; a
+worker started against an unreachable Redis says so at once, while it retries, and exits 1
+with one line when it gives up."""
 
 from __future__ import annotations
 
 import os
+import json
 import shutil
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +20,18 @@ from pathlib import Path
 import httpx
 import pytest
 from outage_helpers import CuttableProxy, PrivateRedis, redis_server_binary
-from service_helpers import FINAL_TRIAL, PROTOCOL, Service, ensure_fleet, start_service, submit, wait_for, wait_status
+from service_helpers import (
+    FINAL_TRIAL,
+    PROTOCOL,
+    TUNEFLEET,
+    Service,
+    ensure_fleet,
+    free_port,
+    start_service,
+    submit,
+    wait_for,
+    wait_status,
+)
 from sqlalchemy import make_url
 
 pytestmark = pytest.mark.timeout(600)
@@ -98,6 +114,41 @@ def test_database_cut_off_for_a_minute_mid_task(tmp_path: Path, private_redis: P
             time.sleep(5)
         proxy.restore()
         _finishes_with_each_trial_measured_once(service, task["id"], pids)
+        for name in ("worker0", "worker1"):  # 100+ refused heartbeats each: one line, and one at the end
+            messages = [json.loads(line)["message"] for line in service.logs[name].read_text().splitlines()
+                        if line.startswith("{")]
+            refused = [m for m in messages if "heartbeat refused: HTTP 503" in m]
+            assert len(refused) == 1 and service.url in refused[0], messages
+            assert sum(m.startswith(f"server {service.url}") and "is back after" in m for m in messages) == 1
     finally:
         service.stop_all()
         proxy.cut()
+
+
+def test_a_worker_against_an_unreachable_redis_says_so_at_once_and_gives_up_in_one_line(tmp_path: Path) -> None:
+    """Nothing listens on the port: the worker names the URL (its password hidden) while it
+    retries, reports progress, then exits 1 with one line after --redis-wait-s."""
+    url = f"redis://:s3cret@127.0.0.1:{free_port()}/0"
+    shown = url.replace("s3cret", "***")
+    log = tmp_path / "worker.log"
+    with log.open("w") as out:
+        worker = subprocess.Popen(
+            [TUNEFLEET, "worker", "--redis", url, "--server", f"http://127.0.0.1:{free_port()}", "--no-sandbox",
+             "--redis-wait-s", "15"],
+            env={**os.environ, "TUNEFLEET_WORKER_TOKEN": "unused", "TUNEFLEET_HOME": str(tmp_path)},
+            stdout=out, stderr=subprocess.STDOUT, text=True)
+    try:
+        first = wait_for(lambda: next((line for line in log.read_text().splitlines() if "does not answer" in line),
+                                      None), 60, "the worker's first line about Redis")
+        assert worker.poll() is None  # said while it still retries
+        assert shown in first and "retrying" in first
+        assert worker.wait(timeout=120) == 1
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    lines = log.read_text().splitlines()
+    assert "s3cret" not in log.read_text()
+    assert any("still waiting for Redis at " + shown in line for line in lines), lines
+    errors = [line for line in lines if line.startswith("Error")]
+    assert errors == [lines[-1]] and shown in errors[0] and "giving up" in errors[0], lines

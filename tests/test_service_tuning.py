@@ -15,7 +15,7 @@ from rq.job import Job
 
 from tunefleet.server import queue
 from tunefleet.server.db.models import Artifact, BestRecord, Task, TaskStatus, Trial, Worker, WorkerState
-from tunefleet.server.schemas.tasks import TaskCreate
+from tunefleet.server.schemas.tasks import TaskCreate, TrialOut
 from tunefleet.server.services import tasks, tuning
 from tunefleet.tuner.measure import MeasureResult
 
@@ -110,6 +110,23 @@ def test_a_result_is_recorded_once_and_counted_in_the_progress(db) -> None:
     assert db.get(Worker, worker.id).trials_done == 1
     lost = db.get(Trial, trials[1].id)
     assert (lost.status, lost.attempts, lost.latency_s, lost.error) == ("worker_lost", 2, None, "gone")
+
+
+def test_a_disturbed_trial_keeps_its_disturbance_and_never_sets_the_best(db) -> None:
+    task = new_task(db)
+    assert tuning.start(db, task.id)
+    trials = tuning.add_trials(db, task.id, [(i, {"index": i, "knobs": {}}) for i in (1, 2)])
+    first = MeasureResult("ok", [4e-6], disturbance=0.03)
+    outlier = MeasureResult("ok", [1e-6], disturbance=2.7, disturbed=True)  # fast, but the host was busy
+    assert tuning.record_result(db, trials[1].id, first, attempts=1, worker_id=None)
+    assert tuning.record_result(db, trials[0].id, outlier, attempts=1, worker_id=None)
+    db.expire_all()
+    assert db.get(Task, task.id).best_latency_s == pytest.approx(4e-6)
+    stored = [tuning.trial_result(db.get(Trial, t.id)) for t in trials]
+    assert [(r.disturbance, r.disturbed) for r in stored] == [(2.7, True), (0.03, False)]
+    out = TrialOut.model_validate(db.get(Trial, trials[0].id)).model_dump()
+    assert (out["disturbance"], out["disturbed"]) == (2.7, True)
+    assert [t.id for t in tuning.best_trials(db, task.id)] == [trials[1].id, trials[0].id]
 
 
 def test_a_cancel_is_never_overwritten_by_the_tuner(db) -> None:

@@ -1,5 +1,6 @@
 """The tuning loop on real builds and runs: resume, records, validation, apply_best, transfer."""
 
+import re
 from pathlib import Path
 
 import helpers_ops  # noqa: F401  (registers the test operator "faulty")
@@ -9,7 +10,7 @@ from scipy.stats import spearmanr
 
 import tunefleet
 from tunefleet.compiler import ops
-from tunefleet.compiler.target import Target
+from tunefleet.compiler.target import CPU_ISAS, Target
 from tunefleet.tuner import records
 from tunefleet.tuner.apply import apply_best
 from tunefleet.tuner.cost_model import CostModel
@@ -20,7 +21,9 @@ from tunefleet.tuner.runner import LocalMeasurer
 from tunefleet.tuner.tune import TuneError, tune
 
 TARGET = Target.host()
-FAST = MeasureProtocol(repeat=2, min_repeat_ms=1, cooldown_ms=0, timeout_s=1.0)
+# No trial counts as disturbed (tests/test_interference.py covers that): counts of transferred
+# and validated records must not depend on how busy the test host is.
+FAST = MeasureProtocol(repeat=2, min_repeat_ms=1, cooldown_ms=0, timeout_s=1.0, max_disturbance=1e6)
 DEVICE = "cpu-test-2c"
 
 
@@ -135,3 +138,14 @@ def test_a_record_file_written_before_the_one_loop_still_resumes(tmp_path, measu
     assert len(set(indices)) == 8 and indices[:6] == [r.config["index"] for r in old[:6]]
     assert records.load(path)[:len(old)] == old
     assert result.best.config["knobs"]["mode"] == "ok" and len(result.best.result.costs) == 4
+
+
+def test_a_cpu_target_this_host_cannot_execute_is_refused_before_any_trial(tmp_path):
+    here = Target.local("cpu")
+    foreign = next((Target("cpu", isa) for isa in CPU_ISAS if not Target("cpu", isa).runs_on(here)), None)
+    if foreign is None:
+        pytest.skip(f"this host ({here}) executes every CPU ISA tunefleet knows")
+    path = tmp_path / "records.jsonl"
+    with pytest.raises(TuneError, match=f"cannot execute target {re.escape(str(foreign))}"):
+        tune(ops.make_workload("matmul", {"M": 16, "N": 16, "K": 16}), foreign, trials=2, records_path=path)
+    assert not path.exists()

@@ -17,7 +17,8 @@ _COMMANDS_BY_EXTRA: dict[str | None, dict[str, str]] = {
     "model": {"tune-model": "tune_model:tune_model_command"},
     "server": {"db": "db:db_group", "token": "token:token_group", "server": "server:server_command"},
     "client": {"submit": "submit:submit_command", "status": "submit:status_command",
-               "wait": "submit:wait_command", "download": "submit:download_command"},
+               "wait": "submit:wait_command", "download": "submit:download_command",
+               "submit-model": "submit_model:submit_model_command"},
     "worker": {"worker": "worker:worker_command"},
     "all": {"tuner": "tuner:tuner_command", "up": "up:up_command", "demo": "demo:demo_command"},
 }

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import sys
 import tarfile
 import tempfile
 import time
@@ -21,8 +22,11 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-#: Seconds a multi-target download may take: the server builds it on request.
-MULTI_TARGET_TIMEOUT_S = 600.0
+#: Seconds a download waits, by default, for a worker to build the archive (a model's bundle,
+#: a multi-target library: the server answers 202 until it is stored).
+BUILD_TIMEOUT_S = 600.0
+#: Seconds a model upload may take: the server parses and extracts the model before it answers.
+MODEL_SUBMIT_TIMEOUT_S = 600.0
 
 if TYPE_CHECKING:
     from tunefleet.base.load import Kernel
@@ -188,36 +192,59 @@ class Client:
                     raise TimeoutError(f"task {task_id} still {task['status']} after {timeout_s}s")
                 time.sleep(poll_s)
 
-    def download(self, task_id: int, out_dir: str | Path, targets: Sequence[str] | None = None) -> Path:
+    def download(self, task_id: int, out_dir: str | Path, targets: Sequence[str] | None = None, *,
+                 progress: bool = False, timeout_s: float = BUILD_TIMEOUT_S) -> Path:
         """Download the task's artifact into `out_dir` and return the folder holding its
         manifest.json. The archive is checked against the server's sha256 and the shared
         library against the manifest's; IntegrityError on a mismatch. With `targets` (CPU ISAs,
         e.g. ["avx2", "avx512"]): ONE library of the task's workload for all of them that runs
-        the best the CPU supports (GET /tasks/{id}/artifact/multi-target, built on request)."""
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        path, params, timeout = f"/tasks/{task_id}/artifact", {}, httpx.USE_CLIENT_DEFAULT
-        if targets is not None:  # the server compiles each ISA's kernel before it answers
-            path, params, timeout = f"{path}/multi-target", {"targets": ",".join(targets)}, MULTI_TARGET_TIMEOUT_S
-        with tempfile.TemporaryDirectory(dir=out) as tmp:
-            archive = Path(tmp) / "artifact.tar.gz"
-            with self._reaching(), self._http.stream("GET", path, params=params, timeout=timeout) as response:
-                if response.is_error:
-                    response.read()
-                    raise ServiceError(response.status_code, response.json().get("detail"))
-                expected = response.headers["X-Content-SHA256"]
-                with archive.open("wb") as f:
-                    for chunk in response.iter_bytes():
-                        f.write(chunk)
-            actual = _sha256(archive)
-            if actual != expected:
-                raise IntegrityError(f"artifact of task {task_id} has sha256 {actual}, server says {expected}")
-            with tarfile.open(archive, "r:gz") as tar:
-                tar.extractall(out, filter="data")
-                manifests = [m.name for m in tar.getmembers() if Path(m.name).name == "manifest.json"]
-        root = (out / manifests[0]).parent
+        the best the CPU supports (GET /tasks/{id}/artifact/multi-target), built by a worker at
+        the first request: this waits for it (see `_fetch`: `progress`, `timeout_s`)."""
+        path, params = f"/tasks/{task_id}/artifact", {}
+        if targets is not None:
+            path, params = f"{path}/multi-target", {"targets": ",".join(targets)}
+        root = self._fetch(path, out_dir, "manifest.json", f"artifact of task {task_id}", params, progress, timeout_s)
         _check_manifest(root)
         return root
+
+    def _fetch(self, path: str, out_dir: str | Path, manifest: str, what: str, params: dict[str, str],
+               progress: bool = False, timeout_s: float = BUILD_TIMEOUT_S) -> Path:
+        """GET the tar.gz at `path`, check it against the server's X-Content-SHA256 (IntegrityError
+        naming `what`), extract it into `out_dir` and return the folder holding its file `manifest`.
+        While the server answers 202 (a worker builds it) ask again after its Retry-After, with
+        `progress` printing each new state on stderr; TimeoutError after `timeout_s` seconds."""
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        deadline, last = time.monotonic() + timeout_s, None
+        with tempfile.TemporaryDirectory(dir=out) as tmp:
+            archive = Path(tmp) / "artifact.tar.gz"
+            while True:
+                with self._reaching(), self._http.stream("GET", path, params=params) as response:
+                    if response.is_error:
+                        response.read()
+                        raise ServiceError(response.status_code, response.json().get("detail"))
+                    if response.status_code != 202:
+                        expected = response.headers["X-Content-SHA256"]
+                        with archive.open("wb") as f:
+                            for chunk in response.iter_bytes():
+                                f.write(chunk)
+                        break
+                    response.read()
+                    building = response.json()
+                    wait_s = float(response.headers.get("Retry-After", building["retry_after_s"]))
+                if progress and building["state"] != last:
+                    print(f"{what}: being built by a worker ({building['state']})", file=sys.stderr, flush=True)
+                    last = building["state"]
+                if time.monotonic() + wait_s > deadline:
+                    raise TimeoutError(f"{what} still being built ({building['state']}) after {timeout_s:g} s")
+                time.sleep(wait_s)
+            actual = _sha256(archive)
+            if actual != expected:
+                raise IntegrityError(f"{what} has sha256 {actual}, server says {expected}")
+            with tarfile.open(archive, "r:gz") as tar:
+                tar.extractall(out, filter="data")
+                manifests = [m.name for m in tar.getmembers() if Path(m.name).name == manifest]
+        return (out / manifests[0]).parent
 
     def load(self, task_id: int, cache_dir: str | Path | None = None) -> Kernel:
         """Download the task's artifact (into `cache_dir`, default a folder per task under
@@ -228,10 +255,81 @@ class Client:
         return load(self.download(task_id, folder))
 
 
-def _check_manifest(root: Path) -> None:
-    """Check the shared library in `root` against the sha256 its manifest publishes."""
-    manifest = json.loads((root / "manifest.json").read_text())
-    library = root / f"{manifest['name']}.so"
+    # --- whole models ------------------------------------------------------------------------
+
+    def submit_model(self, model: str | Path | bytes, *, name: str | None = None, trials: int = 64,
+                     target: str | None = None, device_key: str | None = None,
+                     input_shapes: dict[str, Sequence[int]] | None = None,
+                     protocol: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Submit an ONNX model (a file path or its bytes) for whole-model tuning with `trials`
+        in all, spread over its layers by the server's task scheduler; `input_shapes` fixes
+        graph inputs with dynamic dimensions (name → dims); `protocol` how workers time its
+        candidates (the task protocol's fields; default: the workers' defaults). Returns the model: its tasks
+        (layers), untuned nodes and status. ServiceError (422) lists the nodes it cannot handle."""
+        data = model if isinstance(model, bytes) else Path(model).read_bytes()
+        label = name or (Path(model).name if not isinstance(model, bytes) else "model.onnx")
+        params: dict[str, Any] = {"name": label, "trials": trials, "target": target, "device_key": device_key}
+        if protocol is not None:
+            params["protocol"] = json.dumps(protocol)
+        if input_shapes:
+            params["input_shapes"] = ";".join(f"{k}={','.join(map(str, v))}" for k, v in input_shapes.items())
+        return self._request("POST", "/models", content=data, headers={"Content-Type": "application/octet-stream"},
+                             params={k: v for k, v in params.items() if v is not None}, timeout=MODEL_SUBMIT_TIMEOUT_S)
+
+    def get_model(self, model_id: int) -> dict[str, Any]:
+        """The model with its layers' progress, its estimated latency and history."""
+        return self._request("GET", f"/models/{model_id}")
+
+    def cancel_model(self, model_id: int) -> dict[str, Any]:
+        """Cancel an unfinished model and its unfinished tasks."""
+        return self._request("POST", f"/models/{model_id}/cancel")
+
+    def wait_model(self, model_id: int, *, progress: bool = True, poll_s: float = 1.0,
+                   timeout_s: float | None = None) -> dict[str, Any]:
+        """Poll until the model is done, failed or cancelled and return it; with `progress`,
+        print a line whenever its trials or estimate change ("model 3 running: trials 12/64,
+        2/3 layers tuned, estimate 1.52 ms"). TimeoutError after `timeout_s`."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        last = None
+        while True:
+            model = self.get_model(model_id)
+            line = model_line(model)
+            if progress and line != last:
+                print(line, flush=True)
+                last = line
+            if model["status"] in FINAL_STATUSES:
+                return model
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"model {model_id} still {model['status']} after {timeout_s}s")
+            time.sleep(poll_s)
+
+    def download_bundle(self, model_id: int, out_dir: str | Path, *, progress: bool = False,
+                        timeout_s: float = BUILD_TIMEOUT_S) -> Path:
+        """Download the done model's bundle (one .so of every kernel, its header and
+        model_manifest.json; built by a worker at the first request: this waits for it, see
+        `_fetch`: `progress`, `timeout_s`) into `out_dir` and return its folder, for
+        `tunefleet.load`. The archive is checked against the server's sha256 and the library
+        against the manifest's; IntegrityError on a mismatch."""
+        root = self._fetch(f"/models/{model_id}/bundle", out_dir, "model_manifest.json",
+                           f"bundle of model {model_id}", {}, progress, timeout_s)
+        _check_manifest(root, "model_manifest.json", "library")
+        return root
+
+
+def model_line(model: dict[str, Any]) -> str:
+    """One line of a model's progress: status, trials, layers with a kernel, the estimate."""
+    tuned = sum(1 for t in model["tasks"] if t["best_latency_s"] is not None)
+    estimate = model["estimated_latency_s"]
+    shown = f"{estimate * 1e3:.4g} ms" if estimate is not None else "-"
+    return (f"model {model['id']} {model['status']}: trials {model['trials_done']}/{model['trials']}, "
+            f"{tuned}/{len(model['tasks'])} layers tuned, estimate {shown}")
+
+
+def _check_manifest(root: Path, name: str = "manifest.json", library_key: str | None = None) -> None:
+    """Check the shared library in `root` against the sha256 its manifest `name` publishes (the
+    library: the manifest's `library_key` entry, else `<name>.so`)."""
+    manifest = json.loads((root / name).read_text())
+    library = root / (manifest[library_key] if library_key else f"{manifest['name']}.so")
     if _sha256(library) != manifest["so_sha256"]:
         raise IntegrityError(f"{library} does not match the sha256 in its manifest")
 

@@ -103,8 +103,9 @@ def apply_best(records: Iterable[Record] | str | os.PathLike, workload: ops.Work
 def measured_manifest(workload: ops.Workload, device_key: str, result: MeasureResult) -> dict:
     """The manifest fields of a tuned artifact (``tunefleet tune`` and a service task's export alike):
     the device key, median latency (``latency_s``, seconds), ``gflops``, per-repeat ``costs``
-    (seconds), their coefficient of variation ``cv``, and where (``measured_on``) and when
-    (``measured_at``, Unix seconds) the winning measurement was taken."""
+    (seconds), their coefficient of variation ``cv``, where (``measured_on``) and when
+    (``measured_at``, Unix seconds) the winning measurement was taken, and how disturbed it was
+    (``disturbance``, a fraction, and ``disturbed``: see :class:`~.measure.MeasureResult`)."""
     return {
         "device_key": device_key,
         "latency_s": result.median,
@@ -113,4 +114,6 @@ def measured_manifest(workload: ops.Workload, device_key: str, result: MeasureRe
         "cv": result.cv,
         "measured_on": result.host,
         "measured_at": result.timestamp,
+        "disturbance": result.disturbance,
+        "disturbed": result.disturbed,
     }

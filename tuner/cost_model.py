@@ -191,10 +191,11 @@ class CostModel:
 
         The caller picks the records: same operator family, same device key
         (checked: records of several device keys raise ValueError). Labels are
-        ``peak_throughput()``; failed trials count as throughput 0. ``featurize(records)`` returns their
-        (n, n_features) float32 features.
+        ``peak_throughput()``; failed trials count as throughput 0; disturbed ones are left out (they
+        timed the host more than the config). ``featurize(records)`` returns their (n, n_features)
+        float32 features.
         """
-        records = list(records)
+        records = [r for r in records if not r.result.disturbed]
         if not records:
             return 0
         devices = sorted({r.device_key for r in records})

@@ -29,7 +29,7 @@ from multiprocessing.connection import Connection
 import numpy as np
 
 from tunefleet.compiler import ops
-from tunefleet.compiler.cuda.device import clocks as read_clocks
+from tunefleet.compiler.cuda_device import clocks as read_clocks
 from tunefleet.compiler.cuda.kernel import GpuKernel, GpuUnavailable
 
 from .measure import MeasureResult
@@ -51,7 +51,7 @@ def _check(kernel: GpuKernel, workload: ops.Workload, inputs: list[np.ndarray]) 
 def _clocks() -> dict | None:
     """NVML clocks of the device this process measures on (CUDA device 0 of its visible set)."""
     try:
-        from tunefleet.compiler.cuda.device import query
+        from tunefleet.compiler.cuda_device import query
 
         return read_clocks(query(0).get("pci_bus_id"))
     except Exception:  # clocks are a report, never a failure
@@ -100,8 +100,10 @@ class GpuMeasurer(LocalMeasurer):
         self.clocks: list[dict | None] = []
 
     def _converse(self, conn, timeout_s: float):
-        status, costs, error = super()._converse(_ClockTap(conn, self), timeout_s)
-        return status, costs, error
+        """The result, its clocks recorded; no interference probe (the clocks ride where the CPU
+        child's probe does)."""
+        status, costs, error, _ = super()._converse(_ClockTap(conn, self), timeout_s)
+        return status, costs, error, None
 
     def sandbox_devices(self) -> list[str]:
         """The NVIDIA device files (/dev/nvidia*: the GPUs, nvidiactl, nvidia-uvm) the sandboxed child needs."""
@@ -130,7 +132,7 @@ class _ClockTap:
 def gpu_device_key(target) -> str:
     """The device key of this host's GPU (CUDA device 0 of this process), e.g. "cuda-h100-sm90";
     "cuda-<arch>" when no GPU can be queried (the measurements will then fail anyway)."""
-    from tunefleet.compiler.cuda.device import GpuNotFound, device_key, query
+    from tunefleet.compiler.cuda_device import GpuNotFound, device_key, query
 
     try:
         return device_key(query(0))

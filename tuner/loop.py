@@ -141,9 +141,10 @@ class TuningLoop:
             self.planner.stop()
 
     def validate(self, top: int = validation.FINALISTS, repeat: int | None = None) -> list[Any]:
-        """Re-measure the ``top`` finalists of the history with ``repeat`` repeats
-        (:func:`.validation.validation_protocol`) side by side, and record them; returns what
-        the database stored, in ranking order."""
+        """Re-measure the ``top`` finalists of the history with ``repeat`` repeats in interleaved
+        rounds (:func:`.validation.validation_protocol`; the runner's measurer interleaves them,
+        :func:`.validation.interleaved`), and record them; returns what the database stored, in
+        ranking order."""
         chosen = validation.finalists(((canonical_json(t.config["knobs"]), t, t.result) for t in self.history), top)
         if not chosen:
             return []

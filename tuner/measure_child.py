@@ -16,7 +16,10 @@ only this process with it. It talks to the runner over a pipe:
 3. ``("ready",)``, then it waits for ``"go"``: the runner first keeps builds off
    these CPUs;
 4. timing with the artifact runtime's ``tunefleet_timer`` on
-   ``<name>_packed``: ``("result", "ok", costs, "")``, seconds per call.
+   ``<name>_packed``, between two interference probes (:mod:`.interference`: the
+   reference kernel on each CPU, the threads' schedstat):
+   ``("result", "ok", costs, "", probe)``, costs in seconds per call, ``probe`` =
+   ``{"stolen": fraction, "reference": [seconds per CPU before, ... after]}``.
 
 A Python exception, or a nonzero return code of the kernel, ends with
 ``("result", "runtime_error", [], text)``. Output of the process (C runtime
@@ -33,7 +36,7 @@ import numpy as np
 from tunefleet.base.load import Kernel
 from tunefleet.compiler import ops
 
-from . import plugins, processes
+from . import interference, plugins, processes
 from .measure import MeasureProtocol
 
 __all__ = ["TOLERANCE", "relative_error", "child_main", "sandboxed_main"]
@@ -121,9 +124,13 @@ def child_main(conn: Connection, job: dict) -> None:
             arrays = ops.random_inputs(workload.tensors(), np.random.default_rng())
         conn.send(("ready",))
         conn.recv()
+        before = interference.reference_seconds(job["cpus"])
+        sched = interference.sched_times()
         costs = kernel.time(*arrays, number=protocol.number, repeat=protocol.repeat,
                             min_repeat_ms=round(protocol.min_repeat_ms), cooldown_ms=round(protocol.cooldown_ms),
                             flush_cache=protocol.flush_cache)
-        conn.send(("result", "ok", costs.tolist(), ""))
+        stolen = interference.stolen_fraction(sched, interference.sched_times())
+        probe = {"stolen": stolen, "reference": [before, interference.reference_seconds(job["cpus"])]}
+        conn.send(("result", "ok", costs.tolist(), "", probe))
     except Exception as exc:
         conn.send(("result", "runtime_error", [], f"{type(exc).__name__}: {exc}"))

@@ -141,7 +141,11 @@ class ModelGuidedSearch(SearchStrategy):
     probability ``epsilon``.
 
     The model is refit after every ``retrain_every`` new results (and at the
-    first results while untrained); a refit invalidates the plan.
+    first results while untrained); a refit invalidates the plan. It learns
+    from undisturbed results only: a ``disturbed`` measurement (see
+    :class:`~.measure.MeasureProtocol`) timed the host more than the config,
+    and is neither a label nor a starting point of the annealing. (On a host
+    where every trial is disturbed, the search stays random.)
 
     ``featurize(configs) -> (n, n_features) float32`` computes the cost
     model's features of configs of this space (cached by the model per
@@ -187,10 +191,10 @@ class ModelGuidedSearch(SearchStrategy):
     # ---------------------------------------------------------------- learning
     def update(self, configs: Sequence[ConfigEntity], results: Sequence[MeasureResult]) -> None:
         super().update(configs, results)
-        if not configs:
+        learned = [(c.index, r.peak_throughput()) for c, r in zip(configs, results) if not r.disturbed]
+        if not learned:
             return
-        indices = [c.index for c in configs]
-        throughputs = [r.peak_throughput() for r in results]
+        indices, throughputs = (list(x) for x in zip(*learned))
         self._measured.update(zip(indices, throughputs))
         self.model.add(self._features(indices), throughputs, [self.workload_key] * len(indices))
         self._pending += len(indices)
@@ -315,6 +319,8 @@ class EarlyStopping:
     An improvement must beat the best by more than ``min_rel_improvement``
     (a fraction; 0 counts any gain). Failed trials count as trials, but only
     once a correct one was found: there is no best to stop on before that.
+    A disturbed trial counts as a trial that did not improve: its timing
+    cannot set the best.
     """
 
     def __init__(self, patience: int, min_rel_improvement: float = 0.0):
@@ -328,7 +334,7 @@ class EarlyStopping:
     def update(self, results: Iterable[MeasureResult]) -> bool:
         """Account for ``results`` in order; True when the search should stop."""
         for r in results:
-            t = r.throughput()
+            t = 0.0 if r.disturbed else r.throughput()
             if t > self.best * (1 + self.min_rel_improvement) and t > 0:
                 self.best = t
                 self.trials_since_best = 0

@@ -194,13 +194,17 @@ def tune(
     ``progress``: called with a :class:`Progress` after each batch.
 
     Raises TuneError when the record file already holds trials of this
-    workload, target and device key and ``resume`` is false, ValueError for a
-    bad argument (named). KeyboardInterrupt propagates after the measurer is
+    workload, target and device key and ``resume`` is false, or when ``target``
+    is a CPU target this host cannot execute (its candidates would die of SIGILL),
+    ValueError for a bad argument (named). KeyboardInterrupt propagates after the measurer is
     closed; every finished trial is already in the record file.
     """
     if trials < 1:
         raise ValueError(f"trials must be >= 1, got {trials}")
     target = Target.parse(target) if isinstance(target, str) else target
+    if target.kind == "cpu" and not target.runs_on(here := Target.local("cpu")):
+        raise TuneError(f"this host ({here}) cannot execute target {target}; it runs "
+                        f"{', '.join(map(str, here.executable()))}")
     protocol = protocol or MeasureProtocol()
     cpus = sorted(cpus) if cpus else host.affinity()
     if device_key is None and target.kind == "cuda":  # the pool of this host's GPU
@@ -235,7 +239,8 @@ def tune(
         window = min(now, _RATE_WINDOW_S)
         recent = sum(1 for t in loop.history[loop.resumed:] if t.elapsed_s >= now - _RATE_WINDOW_S)
         errors = collections.Counter(t.result.status for t in loop.history if not t.result.ok)
-        best_gflops = max((t.result.gflops(workload.flop) for t in loop.history), default=0.0)
+        best_gflops = max((t.result.gflops(workload.flop) for t in loop.history if not t.result.disturbed),
+                          default=0.0)
         progress(Progress(phase, len(loop.history), trials, best_gflops, recent / window if window else 0.0,
                           now, dict(errors)))
 

@@ -4,13 +4,18 @@
 task's device key) end alike:
 
 1. :func:`finalists`: the :data:`FINALISTS` fastest correct configs by their fastest repeat
-   (peak throughput: the ranking least disturbed by other processes on a shared host); a
+   (peak throughput: the ranking least disturbed by other processes on a shared host),
+   undisturbed measurements first (a disturbed one only fills the places left); a
    config that ever gave a wrong answer or a runtime error is out (a kernel wrong once is
    wrong).
-2. :func:`validation_protocol`: they are re-measured side by side with more repeats
-   (default :func:`validation_repeat`) and a timeout longer in proportion.
+2. :func:`validation_protocol`: they are re-measured with more repeats (default
+   :func:`validation_repeat`) in :data:`ROUNDS` interleaved rounds, A B C A B C ...
+   (:func:`interleaved`, by the measurer: one process, so the finalists share the same
+   disturbances, as Google Benchmark's ``--benchmark_enable_random_interleaving`` does for
+   its benchmarks), each with its per-config median over all rounds.
 3. :func:`best`: the winner is chosen by median among the measurements with the most
-   repeats, so a noise-lucky short measurement cannot beat the validated ones.
+   repeats, so a noise-lucky short measurement cannot beat the validated ones, and among
+   those undisturbed ones first.
 
 Measurements are given as ``(key, item, result)`` triples: ``key`` names the config
 (e.g. its canonical knobs JSON), ``item`` is what the caller wants back (a record, a trial
@@ -20,15 +25,20 @@ row, an index), ``result`` its :class:`~.measure.MeasureResult`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Hashable, Iterable
+import math
+import statistics
+from collections.abc import Callable, Hashable, Iterable
 from typing import TypeVar
 
 from .measure import MeasureProtocol, MeasureResult
 
-__all__ = ["FINALISTS", "DISQUALIFYING", "finalists", "validation_repeat", "validation_protocol", "best"]
+__all__ = ["FINALISTS", "ROUNDS", "DISQUALIFYING", "finalists", "validation_repeat", "validation_protocol",
+           "interleaved", "merge_rounds", "best"]
 
 #: Configs re-measured at the end of a tuning run, local or distributed.
 FINALISTS = 5
+#: Interleaved rounds of the finalists' re-measurement.
+ROUNDS = 3
 #: Statuses that rule a config out for good.
 DISQUALIFYING = ("wrong_answer", "runtime_error")
 
@@ -42,11 +52,12 @@ def _disqualified(measured: list[Measurement]) -> set[Hashable]:
 
 def finalists(measured: Iterable[Measurement], n: int = FINALISTS) -> list[T]:
     """The items of the ``n`` fastest correct measurements by fastest repeat, fastest first
-    (ties: the earlier measurement), leaving out configs with a :data:`DISQUALIFYING` result."""
+    (ties: the earlier measurement), undisturbed ones ahead of disturbed ones, leaving out
+    configs with a :data:`DISQUALIFYING` result."""
     measured = list(measured)
     out = _disqualified(measured)
     ok = [(key, item, result) for key, item, result in measured if result.ok and key not in out]
-    return [item for _, item, _ in sorted(ok, key=lambda m: -m[2].peak_throughput())[:n]]
+    return [item for _, item, _ in sorted(ok, key=lambda m: (m[2].disturbed, -m[2].peak_throughput()))[:n]]
 
 
 def validation_repeat(protocol: MeasureProtocol) -> int:
@@ -55,11 +66,47 @@ def validation_repeat(protocol: MeasureProtocol) -> int:
 
 
 def validation_protocol(protocol: MeasureProtocol, repeat: int | None = None) -> MeasureProtocol:
-    """``protocol`` with ``repeat`` repeats (default :func:`validation_repeat`) and its
-    ``timeout_s`` longer in proportion (never shorter)."""
+    """``protocol`` for the finalists: ``repeat`` repeats in all (default
+    :func:`validation_repeat`) taken in :data:`ROUNDS` interleaved rounds (fewer when there are
+    fewer repeats), each round's ``timeout_s`` longer in proportion to its repeats (never shorter)."""
     repeat = repeat or validation_repeat(protocol)
-    return dataclasses.replace(protocol, repeat=repeat,
-                               timeout_s=protocol.timeout_s * max(1.0, repeat / protocol.repeat))
+    rounds = min(ROUNDS, repeat)
+    return dataclasses.replace(protocol, repeat=repeat, rounds=rounds,
+                               timeout_s=protocol.timeout_s * max(1.0, math.ceil(repeat / rounds) / protocol.repeat))
+
+
+def interleaved(run: Callable[[int, MeasureProtocol], MeasureResult], n: int,
+                protocol: MeasureProtocol) -> list[MeasureResult]:
+    """Measure candidates ``0 .. n-1`` in ``protocol.rounds`` rounds, A B C A B C ...:
+    ``run(i, one_round)`` measures candidate ``i`` once with ``protocol`` at ``rounds=1`` and
+    its share of the ``repeat`` repeats (as even as can be, the earlier rounds taking the
+    remainder). A candidate whose round failed is not run again. Returns one
+    :func:`merge_rounds` result per candidate, in order (with one round: each run's result
+    as it is)."""
+    per: list[list[MeasureResult]] = [[] for _ in range(n)]
+    for k in range(protocol.rounds):
+        share = protocol.repeat // protocol.rounds + (k < protocol.repeat % protocol.rounds)
+        one = dataclasses.replace(protocol, rounds=1, repeat=share)
+        for i in range(n):
+            if not per[i] or per[i][-1].ok:
+                per[i].append(run(i, one))
+    return [merge_rounds(results) for results in per]
+
+
+def merge_rounds(results: list[MeasureResult]) -> MeasureResult:
+    """One candidate's rounds as one result: the first failed round if any; else every
+    round's costs in order (so its median is the per-config median over all rounds), the
+    first round's build seconds, the run seconds summed, the median disturbance, and
+    ``disturbed`` when more than half the rounds were (the rounds shared their disturbances
+    with the other candidates; the median over all costs outvotes a minority of bad rounds),
+    host and timestamp of the last round."""
+    failed = [r for r in results if not r.ok]
+    if failed or len(results) == 1:
+        return failed[0] if failed else results[0]
+    return dataclasses.replace(
+        results[-1], costs=[c for r in results for c in r.costs], build_s=results[0].build_s,
+        run_s=sum(r.run_s for r in results), disturbance=statistics.median(r.disturbance for r in results),
+        disturbed=2 * sum(r.disturbed for r in results) > len(results))
 
 
 def best(measured: Iterable[Measurement]) -> T | None:
@@ -69,6 +116,7 @@ def best(measured: Iterable[Measurement]) -> T | None:
     * A config measured several times is represented by its correct measurement with the
       most repeats (the latest of those on a tie).
     * Only configs represented by the most repeats compete (the validated finalists).
+    * Among those, undisturbed ones win over disturbed ones (a disturbed fast outlier cannot win).
     * Then the least median cost wins; ties go to the config measured first.
     """
     measured = list(measured)
@@ -79,4 +127,4 @@ def best(measured: Iterable[Measurement]) -> T | None:
             chosen[key] = (item, result)
     most = max((len(result.costs) for _, result in chosen.values()), default=0)
     return min(((item, result) for item, result in chosen.values() if len(result.costs) == most),
-               key=lambda m: m[1].median, default=(None, None))[0]
+               key=lambda m: (m[1].disturbed, m[1].median), default=(None, None))[0]

@@ -9,6 +9,11 @@ running each job with the tuner's isolated runner (:class:`~tunefleet.tuner.runn
 CPUs. A thread heartbeats the server every ``heartbeat_s`` with what it is doing (and
 registers again if the server forgot it).
 
+Before registering it waits for its Redis: one line at once when Redis does not answer
+(naming the URL, and that it retries), one every ``PROGRESS_S`` while it waits, and
+:class:`RedisUnavailable` after `ride_out_s`. A refused or failed heartbeat (the server's
+database away: 503) is logged once per outage, and once more when heartbeats go through again.
+
 SIGTERM (or Ctrl-C) stops it after the current job; a second one stops it at once.
 
 Imports stay light: the compiler, the tuner's measurement modules, redis, rq and httpx; no
@@ -34,13 +39,15 @@ from tunefleet.tuner.runner import LocalMeasurer
 from . import jobs
 from .host import host_facts
 
-__all__ = ["WorkerDaemon", "RegistrationError", "pin_process", "RIDE_OUT_S"]
+__all__ = ["WorkerDaemon", "RegistrationError", "RedisUnavailable", "pin_process", "RIDE_OUT_S", "PROGRESS_S"]
 
 log = logging.getLogger(__name__)
 
 #: Seconds the worker's Redis commands are retried through an outage before it gives up and
 #: exits (for its supervisor to restart it).
 RIDE_OUT_S = 900.0
+#: Seconds between two "still waiting for Redis" lines at start.
+PROGRESS_S = 10.0
 
 
 def pin_process(cpus: Sequence[int]) -> None:
@@ -59,13 +66,18 @@ class RegistrationError(RuntimeError):
     """The server refused the worker's registration, or could not be reached in time."""
 
 
+class RedisUnavailable(RuntimeError):
+    """The worker's Redis did not answer for `ride_out_s` seconds at start."""
+
+
 class WorkerDaemon:
     """One measurement worker: `redis_url` and `server_url` locate the service, `token` is
     a worker-scope token; `device_key` (default derived from the host and `cpus`, or from
     the GPU), `cpus` (default the affinity mask), `name` (default ``<host>/cpu<cpus>``, plus
     ``/gpu<N>``), `heartbeat_s` (how often it reports to the server and to RQ; RQ deems a job
     abandoned after three missed beats), `register_timeout_s` (how long to wait for the
-    server at start), `gpu` (measure CUDA candidates on GPU `gpu`, via
+    server at start), `ride_out_s` (how long its Redis may be unreachable, at start or
+    later, before it gives up), `gpu` (measure CUDA candidates on GPU `gpu`, via
     :class:`~.gpu.GpuMode`; GpuNotFound without one), `sandbox` (how its candidates are
     isolated, as the registration reports it: ``Sandbox.describe()``, or "none"; the caller
     turns the sandbox on or off, see ``tunefleet.compiler.sandbox.enable``)."""
@@ -81,6 +93,7 @@ class WorkerDaemon:
         name: str | None = None,
         heartbeat_s: float = 5.0,
         register_timeout_s: float = 60.0,
+        ride_out_s: float = RIDE_OUT_S,
         gpu: int | None = None,
         sandbox: str = "none",
     ) -> None:
@@ -96,6 +109,7 @@ class WorkerDaemon:
         self.redis_url = redis_url
         self.heartbeat_s = heartbeat_s
         self.register_timeout_s = register_timeout_s
+        self.ride_out_s = ride_out_s
         self.http = httpx.Client(
             base_url=server_url.rstrip("/") + "/api/v1",
             headers={"Authorization": f"Bearer {token}"},
@@ -108,6 +122,7 @@ class WorkerDaemon:
         self.rq: HeartbeatWorker | None = None
         self._stop_heartbeats = threading.Event()
         self.outages = redisconn.Outages()
+        self.server_outages = redisconn.Outages(f"server {self.http.base_url}")
 
     # --- server ----------------------------------------------------------------------
 
@@ -148,23 +163,52 @@ class WorkerDaemon:
             elif response.status_code == 422 and task_id is not None:  # task gone: report idle
                 self.http.post(f"/workers/{self.worker_id}/heartbeat", json={"state": "idle"})
             elif response.is_error:
-                log.warning("heartbeat refused: HTTP %s: %s", response.status_code, response.text)
+                self.server_outages.failed(RuntimeError(f"heartbeat refused: HTTP {response.status_code}: "
+                                                        f"{response.text}"))
+                return
         except (httpx.TransportError, RegistrationError) as exc:
-            log.warning("heartbeat failed: %s", exc)
+            self.server_outages.failed(RuntimeError(f"heartbeat failed: {exc}"))
+            return
+        self.server_outages.answered()
 
     def _heartbeats(self) -> None:
         while not self._stop_heartbeats.wait(self.heartbeat_s):
             self.heartbeat()
 
+    # --- Redis -----------------------------------------------------------------------
+
+    def wait_for_redis(self) -> None:
+        """Return once the worker's Redis answers a PING. While it does not: one warning at
+        once naming its URL (password hidden) and that the worker retries, then one every
+        PROGRESS_S; RedisUnavailable once `ride_out_s` seconds have passed."""
+        url = redisconn.shown(self.redis_url)
+        start = time.monotonic()
+        noted = None
+        while (error := redisconn.ping_error(self.redis_url)) is not None:
+            waited = time.monotonic() - start
+            if waited >= self.ride_out_s:
+                raise RedisUnavailable(f"Redis at {url} did not answer for {waited:.0f} s ({error}); giving up")
+            if noted is None:
+                log.warning("Redis at %s does not answer (%s): retrying for up to %.0f s", url, error,
+                            self.ride_out_s)
+                noted = waited
+            elif waited - noted >= PROGRESS_S:
+                log.warning("still waiting for Redis at %s (%.0f s of %.0f s)", url, waited, self.ride_out_s)
+                noted = waited
+            time.sleep(redisconn.BACKOFF_CAP_S)
+        if noted is not None:
+            log.info("Redis at %s answers", url)
+
     # --- main ------------------------------------------------------------------------
 
     def run(self) -> None:
-        """Pin, register, and work until stopped (SIGTERM / SIGINT)."""
+        """Pin, wait for Redis, register, and work until stopped (SIGTERM / SIGINT)."""
         pin_process(self.cpus)
         self.facts = self.gpu.host_facts(self.cpus) if self.gpu else host_facts(self.cpus)
         self.facts["sandbox"] = self.sandbox
+        self.wait_for_redis()
         self.register()
-        connection = redisconn.connect(self.redis_url, ride_out_s=RIDE_OUT_S, outages=self.outages)
+        connection = redisconn.connect(self.redis_url, ride_out_s=self.ride_out_s, outages=self.outages)
         redisconn.count_reconnects(lambda: connection, self.outages, self.name, "redis")
         if self.gpu:
             measurer = self.gpu.measurer(cpus=self.cpus, host=self.name)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-from tunefleet.compiler.cuda.device import GpuNotFound, clocks, device_key, name_slug, query
+from tunefleet.compiler.cuda_device import GpuNotFound, clocks, device_key, name_slug, query
 from tunefleet.compiler.cuda.limits import DeviceLimits
 from tunefleet.compiler.target import Target
 
@@ -42,7 +42,7 @@ def select(index: int) -> str:
 
 
 def facts(index: int = 0) -> dict:
-    """What the worker registers with: kind "cuda", the device's facts (compiler.cuda.device.query),
+    """What the worker registers with: kind "cuda", the device's facts (compiler.cuda_device.query),
     toolkit (nvcc version, or None without nvcc) and current clocks where NVML reports them."""
     from tunefleet.compiler.cuda.nvcc import have_nvcc, nvcc_path, nvcc_version
 

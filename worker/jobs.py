@@ -1,7 +1,9 @@
-"""The jobs a measurement worker runs: measure one trial, export a task's best config.
+"""The jobs a measurement worker runs: measure one trial, export a task's best config, build a
+model's bundle or a multi-target library.
 
-Tuners enqueue them by name on ``measure:<device_key>`` (``tunefleet.worker.jobs.measure``,
-``tunefleet.worker.jobs.export``) with JSON arguments; the worker daemon runs them in its
+Tuners enqueue the first two by name on ``measure:<device_key>`` (``tunefleet.worker.jobs.measure``,
+``tunefleet.worker.jobs.export``), the API server the builds (``tunefleet.worker.jobs.bundle``,
+``tunefleet.worker.jobs.multi_target``: nothing is compiled on the server), with JSON arguments; the worker daemon runs them in its
 own process (:class:`~tunefleet.base.rqworker.HeartbeatWorker`) with the context it
 :func:`bind`\\ s: its measurer (the tuner's isolated runner pinned to the worker's CPUs),
 its server registration and an HTTP client for uploads.
@@ -27,14 +29,17 @@ import httpx
 
 from tunefleet.base.rqworker import JobContext
 from tunefleet.compiler.artifact import pack_artifact, read_manifest
+from tunefleet.compiler import ops
 from tunefleet.compiler.target import Target, TargetError
 from tunefleet.tuner import validation
-from tunefleet.tuner.apply import build_artifact, measured_manifest
+from tunefleet.tuner.apply import build_artifact, build_multi_target_artifact, measured_manifest
+from tunefleet.tuner.kernel_bundle import library_name, write_bundle
 from tunefleet.tuner.measure import MeasureInput, MeasureProtocol, MeasureResult
 from tunefleet.tuner.resolve import resolve
 from tunefleet.tuner.runner import LocalMeasurer
 
-__all__ = ["WorkerContext", "ExportError", "bind", "current", "unsupported", "measure", "export"]
+__all__ = ["WorkerContext", "ExportError", "bind", "current", "unsupported", "measure", "export", "bundle",
+           "multi_target"]
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +62,8 @@ class WorkerContext:
 
 
 class ExportError(RuntimeError):
-    """The export job could not produce an artifact (no candidate measured correctly again,
-    or the server refused the upload)."""
+    """The export or a build job could not produce an artifact (no candidate measured
+    correctly again, or the server refused the upload)."""
 
 
 _context: JobContext[WorkerContext] = JobContext("tunefleet worker jobs run only inside `tunefleet worker`")
@@ -127,7 +132,8 @@ def export(
     validation_repeat: int,
 ) -> dict:
     """Re-measure the task's best `candidates` (``{"trial_id", "config"}``, fastest first)
-    side by side with `validation_repeat` repeats, build the fastest by median into an
+    with `validation_repeat` repeats in interleaved rounds (:func:`validation.validation_protocol`,
+    as ``tunefleet tune`` does), build the fastest by median into an
     artifact, upload it to the server's artifact store (checked by sha256 there) and
     return ``{"trial_id", "result", "artifact": ArtifactOut JSON, "validation": [...]}``.
 
@@ -143,7 +149,8 @@ def export(
         inputs = [MeasureInput(workload, target, c["config"]) for c in candidates]
         results = context.measurer.measure_batch(inputs, longer)
         measured = [
-            {"trial_id": c["trial_id"], "status": r.status, "median_s": r.median if r.ok else None}
+            {"trial_id": c["trial_id"], "status": r.status, "median_s": r.median if r.ok else None,
+             "disturbance": r.disturbance, "disturbed": r.disturbed}
             for c, r in zip(candidates, results)
         ]
         best = validation.best((i, i, r) for i, r in enumerate(results))
@@ -168,6 +175,39 @@ def _build_archive(task_id: int, workload: dict, target: str, device_key: str, c
     with tempfile.TemporaryDirectory(prefix="tunefleet-export-") as tmp:
         folder = build_artifact(wl, tgt, cfg, Path(tmp) / "artifact", manifest)
         return pack_artifact(folder), read_manifest(folder)["name"]
+
+
+def bundle(model_id: int, spec: dict) -> dict:
+    """Build model `model_id`'s bundle from `spec` (tuner.kernel_bundle: every kernel with its
+    config, nothing measured) and upload it to the server's artifact store as a tar.gz of one
+    folder, `<library name>/`; returns ``{"artifact": ArtifactOut JSON}``. Raises
+    ScheduleError / BuildError / ConfigError when a kernel does not build, ExportError when
+    the upload fails."""
+    context = current()
+    name = library_name(spec["model"])
+    with tempfile.TemporaryDirectory(prefix="tunefleet-bundle-") as tmp:
+        archive = pack_artifact(write_bundle(Path(tmp) / name, spec), arcname=name)
+    artifact = _upload(context.http, archive)
+    log.info("built the bundle of model %s: %s", model_id, artifact["sha256"],
+             extra={"event": "bundled", "model_id": model_id, "sha256": artifact["sha256"]})
+    return {"artifact": artifact}
+
+
+def multi_target(task_id: int, workload: dict, best: dict[str, dict | None]) -> dict:
+    """Build task `task_id`'s workload into ONE library for the CPU ISAs of `best` ({isa: its
+    best record or None: tuner.apply.build_multi_target_artifact}) and upload it to the server's
+    artifact store; returns ``{"artifact": ArtifactOut JSON}``. Raises TargetError,
+    ScheduleError / BuildError / ConfigError when a config does not build, ExportError when the
+    upload fails."""
+    context = current()
+    with tempfile.TemporaryDirectory(prefix="tunefleet-multi-target-") as tmp:
+        folder = build_multi_target_artifact(ops.Workload.from_json(workload), best, Path(tmp) / "artifact",
+                                             {"task_id": task_id})
+        archive = pack_artifact(folder)
+    artifact = _upload(context.http, archive)
+    log.info("built a multi-target library of task %s: %s", task_id, artifact["sha256"],
+             extra={"event": "multi_target", "task_id": task_id, "sha256": artifact["sha256"]})
+    return {"artifact": artifact}
 
 
 def _upload(http: httpx.Client, archive: bytes) -> dict[str, Any]:

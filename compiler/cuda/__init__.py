@@ -1,5 +1,7 @@
 """The compiler's CUDA half: from a GPU schedule to a verified kernel, a built `.so`, and its use.
 
+- `codegen`: the CUDA C++ source of a `GpuFunc`, a backend of the C-style renderer
+  (`compiler.codegen.cstyle`);
 - `lower`: a Schedule with GPU bindings becomes a `GpuFunc` (kernel PrimFunc plus launch);
   `shared_memory`: its barrier and double-buffering passes;
 - `resources`: GPU resource accounting (threads, shared memory, registers) of a lowered
@@ -9,7 +11,8 @@
 - `entry_points`: the exported launchers and the artifact header; `build`: the translation
   unit and the cached build; `nvcc`: the toolkit;
 - `emulate`: running a kernel on the CPU (tests without a GPU); `kernel`: calling a built
-  kernel from Python; `device`: what the installed GPUs are.
+  kernel from Python.
 
-The CUDA code generator is `compiler.codegen.cuda`, a backend of the C-style renderer.
+What the installed GPUs are is `compiler.cuda_device`, below `compiler.target` (whose
+`Target.local("cuda")` reads GPU 0's architecture there) and this package alike.
 """

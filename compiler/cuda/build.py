@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..abi import ArgSpec, arg_specs, dlpack_declarations
 from ..build import inline_dltensor_check
-from ..codegen.cuda import PRELUDE, generate_cuda
+from .codegen import PRELUDE, generate_cuda
 from ..schedule import Schedule
 from ..target import Target
 from ..te import Tensor

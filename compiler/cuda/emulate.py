@@ -31,7 +31,7 @@ from typing import Sequence
 import numpy as np
 
 from ..build import BuildError, compiler_command
-from ..codegen.cuda import PRELUDE, kernel_symbol
+from .codegen import PRELUDE, kernel_symbol
 from .build import CudaKernelSource
 
 SHIM = r"""

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from ..abi import (ABI_VERSION, ArgSpec, check_signature, checked_body, dlpack_check_args, dlpack_declarations,
                    format_dims, guard_closing, header_opening, shape_array)
 from ..build import BuildError
-from ..codegen.cuda import kernel_symbol
+from .codegen import kernel_symbol
 from ..target import DTYPE_BYTES
 from .lower import GpuFunc
 

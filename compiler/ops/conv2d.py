@@ -1,5 +1,11 @@
-"""conv2d_nchw: out[N, CO, OH, OW] = conv(data[N, CI, H, W], weight[CO, CI, KH, KW]) (+ bias[CO])
-(+ relu/gelu), float32/float64.
+"""conv2d_nchw: out[N, CO, OH, OW] = conv(data[N, CI, H, W], weight[CO, CI/groups, KH, KW])
+(+ bias[CO]) (+ relu/gelu), float32/float64.
+
+`groups` (default 1) splits the channels as ONNX's Conv `group` and PyTorch's `groups` do:
+output channel co reads the CI/groups input channels of its group g = co // (CO/groups),
+[g·CI/groups, (g+1)·CI/groups); groups must divide CI and CO. Depthwise convolution (groups =
+CI = CO) is its own operator (depthwise_conv2d_nchw). A workload with groups = 1 leaves the
+argument out (ArgDef.omit_default), so its key is the one it had before groups existed.
 
 The CPU template is the direct convolution of TVM's x86 `conv2d_NCHWc` schedule (Liu et
 al., "Optimizing CNN Model Inference on CPUs", USENIX ATC 2019), inside a kernel whose
@@ -18,10 +24,12 @@ public signature stays NCHW / OIHW:
   and activation applied;
 - the (batch, channel block, row) loops are fused and run in parallel.
 
-A 1×1 convolution with stride 1, no padding and OIHW weights is a GEMM per image,
-out[n] = weight[CO, CI] · data[n][CI, H·W]: it runs `matmul`'s CPU schedule (register tiles,
+A 1×1 convolution with no padding and OIHW weights is a GEMM per image,
+out[n] = weight[CO, CI] · data[n][CI, OH·OW]: it runs `matmul`'s CPU schedule (register tiles,
 cache blocking, zero-padded packed panels; its knobs and default rule) over views of the NCHW
-and OIHW arguments, with no packing into NCHWc and back (`pointwise_template`).
+and OIHW arguments, with no packing into NCHWc and back (`pointwise_template`); with a stride
+(ResNet's downsampling 1×1 convolutions) the packing of B into panels gathers the strided
+pixels.
 """
 
 from __future__ import annotations
@@ -34,8 +42,8 @@ from .. import te
 from ..schedule import create_schedule
 from . import matmul as gemm
 from .common import kernel_args, knob_choices
-from .conv_common import (check_conv, conv_args, conv_flop, finish, load_or_zero, np_conv2d_nchw, np_finish,
-                          out_size)
+from .conv_common import (MAX_DIM, check_conv, conv_args, conv_flop, finish, has_epilogue, load_or_zero,
+                          np_conv2d_nchw, np_finish, out_size)
 from .registry import ArgDef, OpDef, WorkloadError, register
 
 _PACKED_LAYOUT = re.compile(r"OIHW([1-9][0-9]*)i([1-9][0-9]*)o")
@@ -44,6 +52,9 @@ ARGS = conv_args() + [
     ArgDef("weight_layout", "str", "OIHW",
            description="OIHW, or OIHW<i>i<o>o for weights pre-packed to "
                        "[ceil(CO/o), CI/i, KH, KW, i, o] (output channels zero-padded; i must divide CI)"),
+    ArgDef("groups", "int", 1, 1, MAX_DIM, omit_default=True,
+           description="channel groups (ONNX Conv group): each output channel reads CI/groups input channels; "
+                       "must divide CI and CO"),
 ]
 
 #: Reduction loop orders (outermost first) of the register tile; `ic` is the input-channel
@@ -61,8 +72,19 @@ def packed_blocks(a: dict) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
+def groups(a: dict) -> int:
+    """The workload's channel groups (1 when the args leave it out)."""
+    return a.get("groups", 1)
+
+
 def check(a: dict) -> None:
     check_conv(a)
+    g = groups(a)
+    for channels in ("CI", "CO"):
+        if a[channels] % g:
+            raise WorkloadError("groups", f"{g} does not divide {channels}={a[channels]}")
+    if g > 1 and a["weight_layout"] != "OIHW":
+        raise WorkloadError("weight_layout", f"grouped convolutions (groups={g}) take OIHW weights only")
     if a["weight_layout"] != "OIHW":
         blocks = packed_blocks(a)
         if blocks is None:
@@ -74,7 +96,7 @@ def check(a: dict) -> None:
 def weight_shape(a: dict) -> tuple[int, ...]:
     blocks = packed_blocks(a)
     if blocks is None:
-        return (a["CO"], a["CI"], a["KH"], a["KW"])
+        return (a["CO"], a["CI"] // groups(a), a["KH"], a["KW"])
     ib, ob = blocks
     return (-(-a["CO"] // ob), a["CI"] // ib, a["KH"], a["KW"], ib, ob)
 
@@ -97,9 +119,11 @@ def _inputs(a: dict):
 
 def conv_nchwc(a: dict, data: te.Tensor, weight: te.Tensor, bias: te.Tensor | None, ic_bn: int, oc_bn: int):
     """(data_vec, kernel_vec, conv, out): the packed stages, the NCHW[oc_bn]c convolution and the
-    NCHW output (bias + epilogue applied). kernel_vec is `weight` itself when pre-packed."""
-    N, CI, H, W = data.shape
-    CO, KH, KW = a["CO"], a["KH"], a["KW"]
+    NCHW output (bias + epilogue applied). kernel_vec is `weight` itself when pre-packed. With
+    groups > 1, ic_bn divides CI/groups and oc_bn divides CO/groups (a block is in one group)."""
+    N, _, H, W = data.shape
+    CO, KH, KW, g = a["CO"], a["KH"], a["KW"], groups(a)
+    CI = a["CI"] // g  # the input channels each output channel reads
     (sh, sw), (ph, pw), (dh, dw) = a["stride"], a["padding"], a["dilation"]
     OH, OW = out_size(a)
     guard = tuple(d for d, p in ((2, ph), (3, pw)) if p)
@@ -108,7 +132,7 @@ def conv_nchwc(a: dict, data: te.Tensor, weight: te.Tensor, bias: te.Tensor | No
     else:
         vec_hw, rows, cols = (H + 2 * ph, W + 2 * pw), 1, 1
     data_vec = te.compute(
-        (N, CI // ic_bn, *vec_hw, ic_bn),
+        (N, a["CI"] // ic_bn, *vec_hw, ic_bn),
         lambda n, cc, h, w, cb: load_or_zero(data, (n, cc * ic_bn + cb, h * rows - ph, w * cols - pw), guard),
         name="data_vec")
     if packed_blocks(a) is not None:
@@ -121,10 +145,14 @@ def conv_nchwc(a: dict, data: te.Tensor, weight: te.Tensor, bias: te.Tensor | No
             name="kernel_vec")
     icc, icb = te.reduce_axis(CI // ic_bn, "icc"), te.reduce_axis(ic_bn, "icb")
     kh, kw = te.reduce_axis(KH, "kh"), te.reduce_axis(KW, "kw")
+
+    def in_block(oc):  # the input-channel block of reduction step icc for output block oc
+        return icc if g == 1 else oc // (CO // g // oc_bn) * (CI // ic_bn) + icc
+
     conv = te.compute(
         (N, -(-CO // oc_bn), OH, OW, oc_bn),
         lambda n, oc, oh, ow, ob: te.sum(
-            data_vec[n, icc, oh * sh + kh * dh, ow * sw + kw * dw, icb] * kernel_vec[oc, icc, kh, kw, icb, ob],
+            data_vec[n, in_block(oc), oh * sh + kh * dh, ow * sw + kw * dw, icb] * kernel_vec[oc, icc, kh, kw, icb, ob],
             axis=[icc, kh, kw, icb]),
         name="conv")
 
@@ -146,11 +174,14 @@ def reference(a: dict, data: np.ndarray, weight: np.ndarray, *rest: np.ndarray) 
     if blocks is not None:  # unpack [oc, ic, kh, kw, ib, ob] -> OIHW
         oc, ic, kh, kw, ib, ob = weight.shape
         weight = weight.transpose(0, 5, 1, 4, 2, 3).reshape(oc * ob, ic * ib, kh, kw)[:a["CO"]]
-    return [np_finish(a, np_conv2d_nchw(a, data, weight), rest[0] if rest else None, 1)]
+    g, ci, co = groups(a), a["CI"] // groups(a), a["CO"] // groups(a)
+    out = np.concatenate([np_conv2d_nchw(a, data[:, i * ci:(i + 1) * ci], weight[i * co:(i + 1) * co])
+                          for i in range(g)], axis=1)
+    return [np_finish(a, out, rest[0] if rest else None, 1)]
 
 
 def flop(a: dict) -> int:
-    return conv_flop(a, a["CI"] * a["KH"] * a["KW"], a["CO"])
+    return conv_flop(a, a["CI"] // groups(a) * a["KH"] * a["KW"], a["CO"])
 
 
 # ----------------------------------------------------------------------------- CPU template
@@ -173,6 +204,9 @@ def define_knobs(cfg, a: dict, lanes: int) -> None:
     if blocks is not None:
         cfg.define_knob("ic_bn", [blocks[0]])
         cfg.define_knob("oc_bn", [blocks[1]])
+    elif groups(a) > 1:  # a channel block lies in one group
+        cfg.define_knob("ic_bn", _divisors(a["CI"] // groups(a), 4 * lanes))
+        cfg.define_knob("oc_bn", _divisors(a["CO"] // groups(a), 4 * lanes))
     else:
         cfg.define_knob("ic_bn", _divisors(a["CI"], 4 * lanes))
         cfg.define_knob("oc_bn", [b for b in (1, 2, 4, 8, 16, 32, 64) if b <= 4 * lanes and b < 2 * a["CO"]])
@@ -228,31 +262,45 @@ def schedule(sch, cfg, data_vec, kernel_vec, conv, out, pack_weight: bool) -> No
 
 
 def is_pointwise(a: dict) -> bool:
-    """A 1×1 convolution with stride 1 and no padding over OIHW weights: a GEMM per image."""
-    return (a["KH"] == a["KW"] == 1 and tuple(a["stride"]) == (1, 1) and tuple(a["padding"]) == (0, 0)
-            and packed_blocks(a) is None)
+    """An ungrouped 1×1 convolution with no padding over OIHW weights: a GEMM per image (any stride)."""
+    return (a["KH"] == a["KW"] == 1 and tuple(a["padding"]) == (0, 0) and packed_blocks(a) is None
+            and groups(a) == 1)
 
 
 def pointwise_template(cfg, workload, target):
-    """out[n] = weight[CO, CI] · data[n][CI, H·W] (+ bias per row, epilogue) on the CPU GEMM
+    """out[n] = weight[CO, CI] · data[n][CI, OH·OW] (+ bias per row, epilogue) on the CPU GEMM
     schedule of `matmul` (register tiles, cache blocking, packed panels), over views of the
-    NCHW / OIHW arguments with their own memory layout: no packing into NCHWc and back."""
+    NCHW / OIHW arguments with their own memory layout: no packing into NCHWc and back.
+
+    With stride 1 the GEMM's B is data itself, [N, CI, H·W]. With stride (sh, sw) it is the
+    pixels the output reads, B[n, ci, oh·OW + ow] = data[n, ci, oh·sh, ow·sw], gathered by the
+    packing of B into panels (pack_b is then always on: the micro-kernel streams whole vectors
+    of B, which a strided view does not have)."""
     a = workload.args
-    N, CI, CO, Q = a["N"], a["CI"], a["CO"], a["H"] * a["W"]
-    gemm.define_gemm_knobs(cfg, CO, Q, CI, target.lanes(a["dtype"]))
+    N, CI, CO = a["N"], a["CI"], a["CO"]
+    OH, OW = out_size(a)
+    sh, sw = a["stride"]
+    strided = (sh, sw) != (1, 1)
+    gemm.define_gemm_knobs(cfg, CO, OH * OW, CI, target.lanes(a["dtype"]), pack_b=(True,) if strided else (True, False))
     cfg.add_flop(flop(a))
     dt = a["dtype"]
-    data = te.placeholder((N, CI, Q), dt, "data")
+    data = te.placeholder((N, CI, a["H"], a["W"]) if strided else (N, CI, OH * OW), dt, "data")
+    pixels = data
+    if strided:
+        pixels = te.compute((N, CI, OH * OW), lambda n, ci, q: data[n, ci, q // OW * sh, q % OW * sw], name="pixels")
     weight = te.placeholder((CO, CI), dt, "weight")
     bias = te.placeholder((CO,), dt, "bias") if a["bias"] else None
-    ap, bp, packs = gemm.packed_panels(cfg, weight, data)
-    prod, _ = gemm.matmul_expr(weight, data, None, "none", b_panel=bp, nr=cfg["nr"].val, a_panel=ap, mr=cfg["mr"].val,
-                               name="out_acc" if bias is not None or a["epilogue"] != "none" else "out")
+    ap, bp, packs = gemm.packed_panels(cfg, weight, pixels)
+    prod, _ = gemm.matmul_expr(weight, pixels, None, "none", b_panel=bp, nr=cfg["nr"].val, a_panel=ap,
+                               mr=cfg["mr"].val, name="out_acc" if has_epilogue(a) else "out")
     out = prod
     if prod.name == "out_acc":
-        out = te.compute((N, CO, Q), lambda n, co, q: finish(prod[n, co, q], bias, co, a["epilogue"]), name="out")
+        out = te.compute((N, CO, OH * OW), lambda n, co, q: finish(prod[n, co, q], bias, co, a["epilogue"]),
+                         name="out")
     sch = create_schedule(out)
     gemm.schedule_gemm(sch, cfg, prod, out, packs, CI)
+    if strided:
+        sch[pixels].compute_inline()
     return sch, kernel_args(data, weight, bias, out)
 
 
@@ -269,6 +317,12 @@ def cpu_template(cfg, workload, target):
     return sch, kernel_args(data, weight, bias, out)
 
 
+#: The default's AVX2 tiles of two vectors of output channels: output columns per tile (at most
+#: 6: 12 accumulators, 2 weight vectors and a broadcast in 16 registers), for OW of at least
+#: NARROW_TILE_MIN_OW.
+NARROW_TILES = (4, 5, 6)
+NARROW_TILE_MIN_OW = 12
+
 #: Weights (or packed input) larger than this many bytes, about an L2, are packed by the tasks
 #: that use them in the default config (parallel "n_oc_packw" / "n_oh_packd").
 WEIGHT_PACK_INSIDE_BYTES = 1 << 20
@@ -277,7 +331,15 @@ WEIGHT_PACK_INSIDE_BYTES = 1 << 20
 def default_config(space, workload, target) -> dict:
     """TVM's x86 fallback rule: channel blocks of one vector (the largest divisor of CI up to the
     vector width for ic_bn), reg_n the largest divisor of OW that keeps the reg_n × oc_bn tile in
-    28 vector registers (AVX-512 has 32; AVX2 16 → 12), kw not unrolled; (n, oc, oh) in parallel,
+    28 vector registers (AVX-512 has 32) or 14 (AVX2's 16 less the weight vector and the
+    broadcast input; TVM takes 12, which gives OW = 14, 28, 56 tiles of 7 or 8 accumulators, too
+    few to cover the FMA latency: Zen 3, one thread, 256@28² → 512 3×3 stride 2 reg_n 7 → 14,
+    39 → 68 GF/s; 3×3 stride 1 at 14², 28², 56² about 69 → 75). On AVX2 with OW >=
+    NARROW_TILE_MIN_OW, oc_bn is two vectors and reg_n one of NARROW_TILES (the least padding,
+    then the widest): a tile of reg_n × 1 vector takes one broadcast load per FMA, which Zen 3's
+    load ports cannot sustain at 2 FMAs a cycle; 2 vectors halve that (OpenBLAS's and oneDNN's
+    AVX2 kernels broadcast likewise to 2-3 vectors); one thread, 128@28² 3×3 75 → 88, 256@28²
+    → 512 stride 2 63 → 70 GF/s; at OW 7 it lost. kw not unrolled; (n, oc, oh) in parallel,
     except for weights beyond WEIGHT_PACK_INSIDE_BYTES in 8 or more blocks, which each task packs
     per output-channel block ("n_oc_packw": the packed block is read from cache, not memory), and
     for 1×1 kernels whose packed input is beyond it and 4× the weights, which each task packs per
@@ -285,17 +347,21 @@ def default_config(space, workload, target) -> dict:
     a = workload.args
     lanes = target.lanes(a["dtype"])
     if is_pointwise(a):
-        return gemm.gemm_default(space, a["CO"], a["H"] * a["W"], a["CI"], lanes, 4 if a["dtype"] == "float32" else 8)
+        OH, OW = out_size(a)
+        config = gemm.gemm_default(space, a["CO"], OH * OW, a["CI"], lanes, 4 if a["dtype"] == "float32" else 8)
+        return {**config, "pack_b": config["pack_b"] or tuple(a["stride"]) != (1, 1)}
     choices = {k: knob_choices(space, k) for k in ("ic_bn", "oc_bn", "parallel")}
     ic_bn = max(b for b in choices["ic_bn"] if b <= lanes) if min(choices["ic_bn"]) <= lanes else choices["ic_bn"][0]
     oc_bn = max(b for b in choices["oc_bn"] if b <= lanes) if min(choices["oc_bn"]) <= lanes else choices["oc_bn"][0]
-    regs = 28 if target.vector_bytes >= 64 else 12
+    regs = 28 if target.vector_bytes >= 64 else 14
     _, OW = out_size(a)
     limit = max(1, min(32, OW, regs // max(1, oc_bn // lanes)))
     reg_n = max(d for d in range(1, limit + 1) if OW % d == 0)
+    if regs == 14 and 2 * lanes in choices["oc_bn"] and OW >= NARROW_TILE_MIN_OW:
+        oc_bn, reg_n = 2 * lanes, min(NARROW_TILES, key=lambda r: (-(-OW // r) * r - OW, -r))
     OH = out_size(a)[0]
     item = 4 if a["dtype"] == "float32" else 8
-    weight_bytes = a["CO"] * a["CI"] * a["KH"] * a["KW"] * item
+    weight_bytes = a["CO"] * a["CI"] // groups(a) * a["KH"] * a["KW"] * item
     input_bytes = a["N"] * a["CI"] * OH * OW * item
     if ("n_oc_packw" in choices["parallel"] and weight_bytes > WEIGHT_PACK_INSIDE_BYTES
             and -(-a["CO"] // oc_bn) >= 8):
@@ -310,7 +376,7 @@ def default_config(space, workload, target) -> dict:
 
 def _layouts(a: dict) -> dict[str, str]:
     blocks = packed_blocks(a)
-    weight = ("OIHW [CO, CI, KH, KW]" if blocks is None else
+    weight = (f"OIHW [CO, CI{'/groups' if groups(a) > 1 else ''}, KH, KW]" if blocks is None else
               f"{a['weight_layout']} [ceil(CO/{blocks[1]}), CI/{blocks[0]}, KH, KW, {blocks[0]}, {blocks[1]}], "
               f"output channels zero-padded")
     return {"data": "NCHW [N, CI, H, W]", "weight": weight, "bias": "[CO]", "out": "NCHW [N, CO, OH, OW]"}

@@ -3,9 +3,12 @@ linear layer as PyTorch's `nn.Linear` and TVM's `nn.dense` store it (weights [ou
 
 The CPU template is matmul's GEMM (`define_gemm_knobs` / `schedule_gemm`) with B = Wᵀ:
 packing W into column panels Wp[ceil(N/nr), K, nr] turns its rows into the contiguous
-panels the micro-kernel streams, so the transposed weight costs nothing extra; the bias
-and activation are applied as the register tile is written out. The untuned config is
-matmul's (`gemm_workload_default`), whose rule packs W: unpacked, its columns are strided.
+panels the micro-kernel streams; the bias and activation are applied as the register tile
+is written out. The knob `dot_rows` > 0 selects the dot-product form of `compiler.ops.dot`
+instead (rows of X and W, both contiguous, multiplied along K: no packing of W, which
+matters when few rows of X share each weight). The untuned config is matmul's
+(`gemm_workload_default`, which packs W: unpacked, its columns are strided), or the dot
+products for skinny X.
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ import numpy as np
 
 from .. import te
 from .common import kernel_args, np_epilogue
-from .matmul import gemm_args, gemm_operands, gemm_template, gemm_workload_default, matmul_expr
+from .dot import dot_default, dot_rows_choices, dot_template
+from .matmul import (SKINNY_ROWS, define_gemm_knobs, gemm_args, gemm_operands, gemm_schedule, gemm_workload_default,
+                     matmul_expr)
 from .registry import OpDef, register
 
 ARGS = gemm_args({"M": (128, "rows of X and Y (batch of input vectors)"), "N": (3072, "output features (rows of W)"),
@@ -46,7 +51,24 @@ def cpu_template(cfg, workload, target):
     a = workload.args
     cfg.add_flop(flop(a))
     X, W, b = gemm_operands(a, OPERAND_NAMES, transpose_b=True)
-    return gemm_template(cfg, target.lanes(a["dtype"]), X, W, b, a["epilogue"], transpose_b=True, name="Y")
+    lanes = target.lanes(a["dtype"])
+    define_gemm_knobs(cfg, a["M"], a["N"], a["K"], lanes)
+    cfg.define_knob("dot_rows", dot_rows_choices(a["K"], lanes))
+    if cfg["dot_rows"].val:
+        return dot_template(cfg, lanes, X, W, b, a["epilogue"], name="Y")
+    return gemm_schedule(cfg, X, W, b, a["epilogue"], transpose_b=True, name="Y")
+
+
+def default_config(space, workload, target) -> dict:
+    """matmul's rule (`gemm_workload_default`) with dot_rows 0 (the GEMM); for skinny X
+    (M < SKINNY_ROWS, down to M = 1) the dot products of `dot.dot_default` instead, which read
+    W in place (at M = 1 the GEMM's packing of W is a second pass over the weights)."""
+    a = workload.args
+    config = {**gemm_workload_default(space, workload, target), "dot_rows": 0}
+    if a["M"] < SKINNY_ROWS:
+        config.update(dot_default(space, a["M"], a["N"], a["K"], target.lanes(a["dtype"]),
+                                  te.dtype_of(a["dtype"]).bytes))
+    return config
 
 
 def _layouts(a: dict) -> dict[str, str]:
@@ -58,5 +80,5 @@ register(OpDef(
     name="dense",
     description="Y = X · Wᵀ + b (a linear layer, W [N, K] row-major), optional relu/gelu epilogue",
     args=ARGS, compute=compute, reference=reference, flop=flop, templates={"cpu": cpu_template},
-    default_config=gemm_workload_default, layouts=_layouts, family="gemm",
+    default_config=default_config, layouts=_layouts, family="gemm",
 ))

@@ -142,10 +142,13 @@ def flop(a: dict) -> int:
 
 ORDERS = ("nm_nm", "nm_mn", "mn_nm", "mn_mn")
 MIN_PARALLEL_TASKS = 16
+#: Below this many rows of A the default rule treats a GEMM as skinny (gemm_default, dense's rule).
+SKINNY_ROWS = 16
 
 
-def define_gemm_knobs(cfg, M: int, N: int, K: int, lanes: int) -> None:
-    """Knobs of the register-blocked GEMM micro-kernel and its cache blocking."""
+def define_gemm_knobs(cfg, M: int, N: int, K: int, lanes: int, pack_b: tuple[bool, ...] = (True, False)) -> None:
+    """Knobs of the register-blocked GEMM micro-kernel and its cache blocking; `pack_b`: the
+    choices of packing B (only True where B is a view the micro-kernel cannot stream)."""
     cfg.define_knob("mr", [m for m in (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14) if m <= M] or [M])
     nrs = [lanes * v for v in (1, 2, 3, 4)]
     if N < lanes:
@@ -156,7 +159,7 @@ def define_gemm_knobs(cfg, M: int, N: int, K: int, lanes: int) -> None:
     cfg.define_knob("bn", [1, 2, 4, 8, 16, 32])
     cfg.define_knob("order", list(ORDERS))
     cfg.define_knob("parallel", ["outer", "fused"])
-    cfg.define_knob("pack_b", [True, False])
+    cfg.define_knob("pack_b", list(pack_b))
     cfg.define_knob("pack_a", [False, True])
 
 
@@ -262,13 +265,18 @@ def gemm_template(cfg, lanes: int, A: te.Tensor, B: te.Tensor, bias: te.Tensor |
     knobs of define_gemm_knobs (`lanes`: vector lanes of the dtype), the packed panels they
     ask for and schedule_gemm."""
     M, K = A.shape[-2:]
-    N = B.shape[-2] if transpose_b else B.shape[-1]
-    define_gemm_knobs(cfg, M, N, K, lanes)
+    define_gemm_knobs(cfg, M, B.shape[-2] if transpose_b else B.shape[-1], K, lanes)
+    return gemm_schedule(cfg, A, B, bias, epilogue, transpose_b=transpose_b, name=name)
+
+
+def gemm_schedule(cfg, A: te.Tensor, B: te.Tensor, bias: te.Tensor | None, epilogue: str, *,
+                  transpose_b: bool = False, name: str = "C"):
+    """gemm_template's (schedule, kernel arguments) in a space that has define_gemm_knobs' knobs."""
     ap, bp, packs = packed_panels(cfg, A, B, transpose_b)
     prod, out = matmul_expr(A, B, bias, epilogue, b_panel=bp, nr=cfg["nr"].val, a_panel=ap, mr=cfg["mr"].val,
                             transpose_b=transpose_b, name=name)
     sch = create_schedule(out)
-    schedule_gemm(sch, cfg, prod, out, packs, K)
+    schedule_gemm(sch, cfg, prod, out, packs, A.shape[-1])
     return sch, kernel_args(A, B, bias, out)
 
 
@@ -296,27 +304,42 @@ def gemm_default(space, M: int, N: int, K: int, lanes: int, dtype_bytes: int = 4
       stays cached anyway and packing it costs a pass and a fork/join), or when the blocks of
       bn·nr columns do not divide N: the packed panels are zero-padded to whole blocks, so the
       register tile reads whole vectors at the edge instead of guarding every lane (which
-      keeps it scalar); leave A in place (mr row streams prefetch well), ku = 4.
+      keeps it scalar); leave A in place (mr row streams prefetch well), ku = 4;
+    - skinny A (M < SKINNY_ROWS, down to GEMV at M = 1): with fewer than 6 rows the tile
+      takes up to 4 vectors of N per row instead (M = 1: 4 accumulators), B is read
+      in place (each element is used by M rows only, so packing doubles the traffic: at
+      M = 1, 1000×512, Zen 3, one thread, 117 -> 38 µs) and the threads split N.
     """
     choices = {name: knob_choices(space, name) for name in ("mr", "nr", "bm", "bn")}
     regs = 24 if lanes * dtype_bytes >= 64 else 12
-    wide = [n for n in choices["nr"] if n <= max(N, lanes) and n // lanes <= regs // 6]
+    skinny = M < SKINNY_ROWS
+    rows = min(M, 6)  # rows × vectors accumulators, vectors of B and a broadcast of A in the registers
+    wide = [n for n in choices["nr"] if n <= max(N, lanes) and n // lanes <= min(4, (regs * 4 // 3 - 1) // (rows + 1))]
     nr = max(wide) if wide else choices["nr"][0]
     vecs = max(1, nr // lanes)
     mr = max(m for m in choices["mr"] if m <= max(1, min(14, regs // vecs)))
     l2 = 1 << 20
-
-    def pick(options, limit):
-        return max([o for o in options if o <= max(1, limit)] or [options[0]])
-
-    bn = pick(choices["bn"], (l2 // 2) // max(1, K * nr * dtype_bytes))
+    bn = pick_at_most(choices["bn"], (l2 // 2) // max(1, K * nr * dtype_bytes))
     if N % nr == 0:  # blocks that divide N: no block straddles its edge, so no lane is guarded
         bn = max(b for b in choices["bn"] if b <= bn and (N // nr) % b == 0)
-    bm = pick(choices["bm"], (l2 // 4) // max(1, K * mr * dtype_bytes))
-    while -(-M // (mr * bm)) * -(-N // (nr * bn)) < MIN_PARALLEL_TASKS and (bm > 1 or bn > 1):
-        bm, bn = (bm // 2, bn) if bm >= bn else (bm, bn // 2)  # enough blocks to balance the threads
+    bm = pick_at_most(choices["bm"], (l2 // 4) // max(1, K * mr * dtype_bytes))
+    bm, bn = balance_blocks(-(-M // mr), -(-N // nr), bm, bn)
+    pack_b = not skinny and (K * N * dtype_bytes > l2 // 2 or N % (nr * bn) != 0)
     return {"mr": mr, "nr": nr, "ku": 4, "bm": bm, "bn": bn, "order": "nm_nm", "parallel": "fused",
-            "pack_b": K * N * dtype_bytes > l2 // 2 or N % (nr * bn) != 0, "pack_a": False}
+            "pack_b": pack_b, "pack_a": False}
+
+
+def pick_at_most(options: list[int], limit: int) -> int:
+    """The largest of `options` at most max(1, limit); the first when none is."""
+    return max([o for o in options if o <= max(1, limit)] or [options[0]])
+
+
+def balance_blocks(m_tiles: int, n_tiles: int, bm: int, bn: int) -> tuple[int, int]:
+    """(bm, bn) halved, the larger first, until the m_tiles × n_tiles register tiles make at least
+    MIN_PARALLEL_TASKS blocks of bm × bn tiles (so the threads get balanced shares) or both are 1."""
+    while -(-m_tiles // bm) * -(-n_tiles // bn) < MIN_PARALLEL_TASKS and (bm > 1 or bn > 1):
+        bm, bn = (bm // 2, bn) if bm >= bn else (bm, bn // 2)
+    return bm, bn
 
 
 def gemm_workload_default(space, workload, target) -> dict:

@@ -35,6 +35,10 @@ class ArgDef:
     'int2' is a per-dimension pair (e.g. a conv stride): an int `s` or a list `[h, w]`,
     normalized to the list `[h, w]` (so `2` and `[2, 2]` give the same workload key); `min`
     and `max` bound each element. `default` is given in normalized form.
+
+    `omit_default`: for an argument added to an operator after workloads of it were recorded,
+    a workload leaves it out of its args when it has its default, so the canonical JSON and
+    the key of every earlier workload stay the same (the operator reads it with its default).
     """
 
     name: str
@@ -45,6 +49,7 @@ class ArgDef:
     choices: tuple | None = None
     description: str = ""
     required: bool = False
+    omit_default: bool = False
 
     def schema(self) -> dict:
         return {"name": self.name, "type": self.type, "default": self.default, "min": self.min, "max": self.max,
@@ -131,11 +136,13 @@ class OpDef:
         out = {}
         for a in self.args:
             if a.name in args and args[a.name] is not None:
-                out[a.name] = a.check(args[a.name])
+                value = a.check(args[a.name])
             elif a.required:
                 raise WorkloadError(a.name, f"is required for {self.name}")
             else:
-                out[a.name] = copy.deepcopy(a.default)  # a workload never shares a mutable default
+                value = copy.deepcopy(a.default)  # a workload never shares a mutable default
+            if not (a.omit_default and value == a.default):
+                out[a.name] = value
         if self.check is not None:
             self.check(out)
         return out

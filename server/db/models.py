@@ -1,4 +1,5 @@
-"""SQL models of the service: tasks, trials, best records, artifacts, workers, API tokens.
+"""SQL models of the service: tasks, trials, best records, artifacts, workers and their
+device keys' registration locks, API tokens, whole models.
 
 The schema is created and changed only by the Alembic migrations in `migrations/`; a test
 checks that they agree with these models.
@@ -20,6 +21,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
@@ -138,6 +140,10 @@ class Trial(Base):
     build_s: Mapped[float | None] = mapped_column(Float)
     run_s: Mapped[float | None] = mapped_column(Float)
     error: Mapped[str | None] = mapped_column(Text)
+    # How much other processes slowed the measuring CPUs (a fraction, tunefleet.tuner.interference);
+    # NULL unless measured. `disturbed`: still above the protocol's max_disturbance after re-measures.
+    disturbance: Mapped[float | None] = mapped_column(Float)
+    disturbed: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     worker_id: Mapped[int | None] = mapped_column(ForeignKey("workers.id"))
     dispatched_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
@@ -154,6 +160,23 @@ class Artifact(Base):
     size: Mapped[int] = mapped_column(BigInteger)
     path: Mapped[str] = mapped_column(String(1024))
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class Build(Base):
+    """An archive built on request by a worker's job (a model's bundle, a multi-target library),
+    under its `key`, which is also the RQ job's id (``bundle-<model id>-<spec digest>``,
+    ``multi-target-<task id>-<spec digest>``): the stored `artifact` once built, or the
+    `error` that stopped the build (answered as it is, never retried)."""
+
+    __tablename__ = "builds"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    key: Mapped[str] = mapped_column(String(128), unique=True)
+    artifact_id: Mapped[int | None] = mapped_column(ForeignKey("artifacts.id"))
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    artifact: Mapped[Artifact | None] = relationship(lazy="joined")
 
 
 class BestRecord(Base):
@@ -190,6 +213,16 @@ class Worker(Base):
     current_task_id: Mapped[int | None] = mapped_column(ForeignKey("tasks.id"))
 
 
+class DeviceKeyLock(Base):
+    """One row per device key workers registered under, locked by each registration while
+    it checks the key's live hosts and writes its worker (services.pools.check_agreement),
+    so that two disagreeing hosts registering at once cannot both be accepted."""
+
+    __tablename__ = "device_key_locks"
+
+    device_key: Mapped[str] = mapped_column(String(KEY_LEN), primary_key=True)
+
+
 class ApiToken(Base):
     """A bearer token; only its sha256 is stored."""
 
@@ -201,3 +234,100 @@ class ApiToken(Base):
     scope: Mapped[str] = mapped_column(String(16))
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
     revoked_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+
+
+class ModelStatus(enum.StrEnum):
+    """Life cycle of a whole model (services.models, server.model_job): `queued` until its
+    first round starts, `running` while rounds are tuning, then `done` (every round ended,
+    its bundle can be built), `failed` (no task of it produced a kernel) or `cancelled`."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class RoundStatus(enum.StrEnum):
+    """A round of a model's scheduler: `pending` (chosen while its task was still busy),
+    `running` (its task tuning), `done` (its task finished; the latency fed back)."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+
+
+class Model(Base):
+    """An ONNX model submitted for whole-model tuning: its global trial budget spent by a
+    task scheduler over its distinct workloads (model_tasks), round by round (model_rounds).
+
+    `events` counts the scheduler's calls (a pull of a round, an update with its latency) so
+    that a restarted tuner rebuilds the scheduler by replaying them in order.
+    """
+
+    __tablename__ = "models"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(256))
+    owner: Mapped[str | None] = mapped_column(String(128), index=True)
+    target: Mapped[str] = mapped_column(String(256))
+    device_key: Mapped[str] = mapped_column(String(KEY_LEN), index=True)
+    trials: Mapped[int] = mapped_column(Integer)
+    protocol: Mapped[dict[str, Any]] = mapped_column(JSON)
+    input_shapes: Mapped[dict[str, Any]] = mapped_column(JSON)
+    # Nodes no kernel replaces: [{node, op_type, reason, flop}], graph order.
+    untuned: Mapped[list[Any]] = mapped_column(JSON)
+    total_flop: Mapped[int] = mapped_column(BigInteger)
+    status: Mapped[str] = _status(ModelStatus, ModelStatus.QUEUED)
+    error: Mapped[str | None] = mapped_column(Text)
+    events: Mapped[int] = mapped_column(Integer, default=0)
+    # The scheduler answered that the budget is spent: no round is pulled any more.
+    scheduled_all: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    finished_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)
+
+    tasks: Mapped[list[ModelTask]] = relationship(order_by="ModelTask.index")
+
+
+class ModelTask(Base):
+    """One distinct workload of a model: where it occurs (`matches`: per occurrence the ONNX
+    nodes it replaces and which tensor each kernel argument is) and the service task tuning it
+    (created at its first round; `reused` when a stored best record answered it at once)."""
+
+    __tablename__ = "model_tasks"
+    __table_args__ = (UniqueConstraint("model_id", "index"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    model_id: Mapped[int] = mapped_column(ForeignKey("models.id"), index=True)
+    index: Mapped[int] = mapped_column(Integer)
+    workload: Mapped[dict[str, Any]] = mapped_column(JSON)
+    workload_key: Mapped[str] = mapped_column(String(KEY_LEN))
+    flop: Mapped[int] = mapped_column(BigInteger)
+    occurrences: Mapped[int] = mapped_column(Integer)
+    matches: Mapped[list[Any]] = mapped_column(JSON)
+    task_id: Mapped[int | None] = mapped_column(ForeignKey("tasks.id"), index=True)
+    reused: Mapped[bool] = mapped_column(Boolean, default=False)
+    trials_given: Mapped[int] = mapped_column(Integer, default=0)
+
+    task: Mapped[Task | None] = relationship()
+
+
+class ModelRound(Base):
+    """One round of a model's scheduler: `trials` more for one of its tasks. `pulled_at` and
+    `updated_at` are the model's event numbers of its `next_round` and `update` calls;
+    `latency_s` the task's best (validated) latency after it, `estimate_s` the model's
+    estimated latency (Σ occurrences × best latency, seconds) then, when every task had one."""
+
+    __tablename__ = "model_rounds"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    model_id: Mapped[int] = mapped_column(ForeignKey("models.id"), index=True)
+    model_task_id: Mapped[int] = mapped_column(ForeignKey("model_tasks.id"))
+    trials: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = _status(RoundStatus, RoundStatus.PENDING)
+    pulled_at: Mapped[int] = mapped_column(Integer)
+    updated_at: Mapped[int | None] = mapped_column(Integer)
+    latency_s: Mapped[float | None] = mapped_column(Float)
+    estimate_s: Mapped[float | None] = mapped_column(Float)
+    created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
+    finished_at: Mapped[dt.datetime | None] = mapped_column(UTCDateTime)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict
 
 
@@ -27,3 +29,14 @@ class ArtifactHeaderOut(BaseModel):
     file_name: str
     text: str
     prototype: str
+
+
+class BuildingOut(BaseModel):
+    """An archive a worker is building (202 with `Retry-After`): ask again in `retry_after_s`
+    seconds; the same request then returns it, or 409 with the error that stopped the build."""
+
+    status: Literal["building"] = "building"
+    build: str
+    state: str
+    detail: str
+    retry_after_s: int

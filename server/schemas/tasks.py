@@ -35,7 +35,8 @@ class Protocol(BaseModel):
     measurements of `number` runs each, each lasting at least `min_repeat_ms`, with
     `cooldown_ms` between them and an optional cache flush; `timeout_s` bounds one
     candidate's execution on the worker; `check_correctness` compares the output with the
-    operator's reference first. The server's settings may bound `min_repeat_ms` and
+    operator's reference first; a trial disturbed by more than `max_disturbance` is measured
+    again up to `remeasure` times. The server's settings may bound `min_repeat_ms` and
     `timeout_s` below the limits declared here."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
@@ -49,6 +50,12 @@ class Protocol(BaseModel):
     timeout_s: float = Field(default=_PROTOCOL.timeout_s, gt=0, le=3_600,
                              description="at most the server's max_trial_timeout_s setting")
     check_correctness: bool = _PROTOCOL.check_correctness
+    max_disturbance: float = Field(
+        default=_PROTOCOL.max_disturbance, ge=0, le=100,
+        description="a trial whose disturbance (how much other processes slowed the measuring CPUs, a "
+        "fraction) is above this is measured again, then marked disturbed")
+    remeasure: int = Field(default=_PROTOCOL.remeasure, ge=0, le=10,
+                           description="re-measures of a disturbed trial")
 
 
 class TaskCreate(BaseModel):
@@ -130,6 +137,11 @@ class TrialOut(BaseModel):
     build_s: float | None
     run_s: float | None
     error: str | None
+    disturbance: float | None = Field(
+        description="how much other processes slowed the measuring CPUs during the timing, a fraction "
+        "(0: undisturbed; null: not measured)")
+    disturbed: bool = Field(description="still above the protocol's max_disturbance after its re-measures: "
+                            "its timing neither ranks it nor teaches the cost model")
     attempts: int
     worker_id: int | None
     dispatched_at: dt.datetime | None

@@ -45,7 +45,7 @@ class Clocks(_Strict):
 
 
 class GpuFacts(_Strict):
-    """What a GPU worker read off its device (tunefleet.compiler.cuda.device.query)."""
+    """What a GPU worker read off its device (tunefleet.compiler.cuda_device.query)."""
 
     index: int | None = Field(default=None, ge=0, le=1_024)
     name: Text | None = None

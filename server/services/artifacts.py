@@ -1,8 +1,8 @@
-"""Artifacts: recording uploads, finding a task's artifact, building a multi-target one."""
+"""Artifacts: recording uploads, finding a task's artifact, the job that builds a multi-target
+one (services.builds)."""
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -11,16 +11,12 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from tunefleet.compiler import ops
-from tunefleet.compiler.artifact import pack_artifact
-from tunefleet.compiler.build import BuildError
-from tunefleet.compiler.schedule import ScheduleError
-from tunefleet.compiler.space import ConfigError
 from tunefleet.compiler.target import DISPATCH_ISAS, Target, TargetError, cpu_features
 from tunefleet.server.artifact_store import ArtifactStore
 from tunefleet.server.db.models import Artifact, BestRecord, Trial
-from tunefleet.server.errors import Conflict, FieldError, NotFound
+from tunefleet.server.errors import FieldError, NotFound
 from tunefleet.server.services import tasks
-from tunefleet.tuner.apply import build_multi_target_artifact
+from tunefleet.server.services.builds import BuildJob, build_key, timeout_s
 
 
 def store_upload(session: Session, store: ArtifactStore, staged: Path, sha256: str) -> Artifact:
@@ -50,16 +46,17 @@ def of_task(session: Session, task_id: int) -> Artifact:
     return task.artifact
 
 
-def multi_target(session: Session, task_id: int, isas: Sequence[str]) -> tuple[bytes, str]:
-    """A tar.gz of ONE library of the task's workload for the CPU ISAs `isas` (of
+def multi_target_job(session: Session, task_id: int, isas: Sequence[str]) -> BuildJob:
+    """The worker job (tunefleet.worker.jobs.multi_target, on the task's device key) that builds
+    a tar.gz of ONE library of the task's workload for the CPU ISAs `isas` (of
     target.DISPATCH_ISAS) that picks the best the CPU supports when loaded (compiler.multitarget),
-    and its kernel name. Each ISA gets the fastest best record stored for the workload and
-    `cpu -isa=<isa>` on any device key, else the operator's default config.
+    keyed ``multi-target-<task id>-<digest of the workload and each ISA's config>``. Each ISA
+    gets the fastest best record stored for the workload and `cpu -isa=<isa>` on any device key,
+    else the operator's default config.
 
-    Builds here, with the server's compiler, nothing stored. NotFound for an unknown task;
-    FieldError (query `targets`) for no ISA or one that cannot be dispatched to, and for a
-    workload carrying extern C sources (compiled only on workers, in their sandbox); Conflict
-    when a stored config no longer builds.
+    NotFound for an unknown task; FieldError (query `targets`) for no ISA or one that cannot be
+    dispatched to, and for a workload carrying extern C sources (not part of multi-target
+    libraries).
     """
     task = tasks.get(session, task_id)
     try:
@@ -74,12 +71,10 @@ def multi_target(session: Session, task_id: int, isas: Sequence[str]) -> tuple[b
         raise FieldError(("query", "targets"), f"task {task_id}'s workload carries an extern C micro-kernel, which "
                          "only workers compile (in their sandbox): build it with `tunefleet build --targets`")
     best = {isa: _best_record(session, task.workload_key, str(Target("cpu", isa))) for isa in dict.fromkeys(isas)}
-    with tempfile.TemporaryDirectory(prefix="tunefleet-multi-target-") as tmp:
-        try:
-            folder = build_multi_target_artifact(workload, best, Path(tmp) / "artifact", {"task_id": task_id})
-        except (ScheduleError, BuildError, ConfigError) as exc:
-            raise Conflict(f"task {task_id}: a stored config does not build for every target: {exc}") from None
-        return pack_artifact(folder), workload.kernel_name()
+    key = build_key("multi-target", task_id, {"workload": task.workload, "best": best})
+    return BuildJob(key, task.device_key, "tunefleet.worker.jobs.multi_target",
+                    (task_id, task.workload, best), timeout_s(len(best) + 1),
+                    f"the multi-target library of task {task_id}", f"{workload.kernel_name()}.tar.gz")
 
 
 def _best_record(session: Session, workload_key: str, target: str) -> dict | None:

@@ -8,7 +8,7 @@ from tunefleet.base.settings import Settings
 from tunefleet.compiler.ops import Workload
 from tunefleet.compiler.te import dtype_of
 from tunefleet.server.errors import FieldError
-from tunefleet.server.schemas.tasks import TaskCreate
+from tunefleet.server.schemas.tasks import Protocol, TaskCreate
 
 #: The largest FLOP count stored (tasks.flop is a signed 64-bit integer).
 MAX_FLOP = 2**63 - 1
@@ -20,10 +20,14 @@ def check_request(request: TaskCreate, settings: Settings) -> None:
     if request.budget.early_stopping is not None:
         _at_most(("body", "budget", "early_stopping"), request.budget.early_stopping,
                  settings.max_trials, "max_trials")
-    _at_most(("body", "protocol", "timeout_s"), request.protocol.timeout_s,
-             settings.max_trial_timeout_s, "max_trial_timeout_s")
-    _at_most(("body", "protocol", "min_repeat_ms"), request.protocol.min_repeat_ms,
-             settings.max_min_repeat_ms, "max_min_repeat_ms")
+    check_protocol(request.protocol, settings, ("body", "protocol"))
+
+
+def check_protocol(protocol: Protocol, settings: Settings, loc: tuple[str, ...]) -> None:
+    """The protocol's timeout_s and min_repeat_ms within the settings' bounds; FieldError on
+    `loc` + the field otherwise."""
+    _at_most((*loc, "timeout_s"), protocol.timeout_s, settings.max_trial_timeout_s, "max_trial_timeout_s")
+    _at_most((*loc, "min_repeat_ms"), protocol.min_repeat_ms, settings.max_min_repeat_ms, "max_min_repeat_ms")
 
 
 def check_workload(workload: Workload, settings: Settings) -> None:

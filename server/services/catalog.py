@@ -20,17 +20,24 @@ def operators() -> list[dict[str, Any]]:
 
 
 def targets(live: Sequence[Pool] = ()) -> list[dict[str, Any]]:
-    """Every target kind the compiler generates code for, each with the `live` pools of its
-    kind: ``{"device_key", "hosts", "default", "supports"}`` (default: the best target
-    their hosts all execute)."""
+    """Every target kind the compiler generates code for, each with the `live` pools with a
+    host of its kind: ``{"device_key", "hosts", "default", "supports", "agree"}`` (default:
+    the best target their hosts all execute, None when they share none; agree: false for a
+    pool whose hosts have different best targets, which an operator should split) and, for
+    such a pool, ``"targets"``: each host's best target."""
     kinds = list_targets()
     for entry in kinds:
-        entry["pools"] = [
-            {"device_key": pool.device_key, "hosts": len(pool.hosts), "default": str(pool.best),
-             "supports": [str(t) for t in pool.supports]}
-            for pool in live if pool.best is not None and pool.best.kind == entry["kind"]
-        ]
+        entry["pools"] = [_pool(pool) for pool in live if entry["kind"] in pool.kinds]
     return kinds
+
+
+def _pool(pool: Pool) -> dict[str, Any]:
+    best = pool.best
+    out = {"device_key": pool.device_key, "hosts": len(pool.hosts), "default": str(best) if best is not None else None,
+           "supports": [str(t) for t in pool.supports], "agree": pool.agree}
+    if not pool.agree:
+        out["targets"] = {name: str(target) for name, target in sorted(pool.hosts.items())}
+    return out
 
 
 def make_workload(op: str, args: dict[str, Any]) -> Workload:

@@ -9,28 +9,32 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 
-from sqlalchemy import select, update
+from sqlalchemy import Select, select, update
 from sqlalchemy.orm import Session
 
 from tunefleet.server.db import utcnow
 from tunefleet.server.db.models import Worker, WorkerState
 
-__all__ = ["live_workers", "live_device_keys", "mark_lost_workers"]
+__all__ = ["live_query", "live_workers", "live_device_keys", "mark_lost_workers"]
 
 
 def _fresh_since(lost_after_s: float) -> dt.datetime:
     return utcnow() - dt.timedelta(seconds=lost_after_s)
 
 
+def live_query(device_key: str, lost_after_s: float) -> Select[tuple[Worker]]:
+    """The query for the workers of `device_key` that heartbeat within the last
+    `lost_after_s` seconds; run in the caller's transaction, which it does not end."""
+    return select(Worker).where(
+        Worker.device_key == device_key,
+        Worker.state != WorkerState.LOST,
+        Worker.last_heartbeat >= _fresh_since(lost_after_s),
+    )
+
+
 def live_workers(session: Session, device_key: str, lost_after_s: float) -> Sequence[Worker]:
     """Workers of `device_key` that heartbeat within the last `lost_after_s` seconds."""
-    workers = session.scalars(
-        select(Worker).where(
-            Worker.device_key == device_key,
-            Worker.state != WorkerState.LOST,
-            Worker.last_heartbeat >= _fresh_since(lost_after_s),
-        )
-    ).all()
+    workers = session.scalars(live_query(device_key, lost_after_s)).all()
     session.commit()  # end the read transaction: the next read sees newer commits
     return workers
 

@@ -5,6 +5,11 @@ Each worker reports the best target its host executes (``HostFacts.target``: ``c
 same best target, so that every trial of a task measures the same code on the same kind
 of host. A host registering under a key whose live hosts have another best target is
 refused (409) and should join, or found, a key of its own; a lost host does not count.
+The check and the registration's write are one transaction holding the key's lock
+(:func:`check_agreement`), so of disagreeing hosts registering at once exactly one kind
+is accepted. Pools whose live hosts disagree all the same (hosts registered before this
+check, or a restarted host that changed) are marked in ``GET /api/v1/targets``
+(:attr:`Pool.agree`).
 
 A task's target follows the key's live hosts (:func:`task_target`):
 
@@ -24,13 +29,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from tunefleet.compiler.target import Target, bare_kind
-from tunefleet.server.db.models import Task, Worker
+from tunefleet.server.db.models import DeviceKeyLock, Task, Worker
 from tunefleet.server.errors import Conflict, FieldError
 from tunefleet.server.schemas.workers import HostFacts, WorkerRegister
-from tunefleet.server.services.liveness import live_device_keys, live_workers
+from tunefleet.server.services.liveness import live_device_keys, live_query, live_workers
 
 __all__ = ["Pool", "live_pool", "check_agreement", "task_target", "resolve_pending", "live_pools"]
 
@@ -41,6 +47,23 @@ class Pool:
 
     device_key: str
     hosts: dict[str, Target]
+
+    @classmethod
+    def of(cls, device_key: str, workers: Sequence[Worker]) -> Pool:
+        """The pool of `workers` (live ones of `device_key`); a worker whose host facts name
+        no target, stored before registration required it, is left out."""
+        hosts = {w.name: HostFacts.model_validate(w.host or {}).target for w in workers}
+        return cls(device_key, {name: target for name, target in hosts.items() if target is not None})
+
+    @property
+    def agree(self) -> bool:
+        """Whether every live host has the same best target."""
+        return len(set(self.hosts.values())) <= 1
+
+    @property
+    def kinds(self) -> set[str]:
+        """The target kinds of the live hosts ("cpu", "cuda"; one when they agree)."""
+        return {target.kind for target in self.hosts.values()}
 
     @property
     def best(self) -> Target | None:
@@ -62,11 +85,9 @@ class Pool:
 
 
 def live_pool(session: Session, device_key: str, lost_after_s: float) -> Pool:
-    """The live workers of `device_key` and their best targets (a worker whose host facts
-    name none, stored before registration required it, is left out)."""
-    hosts = {w.name: HostFacts.model_validate(w.host or {}).target
-             for w in live_workers(session, device_key, lost_after_s)}
-    return Pool(device_key, {name: target for name, target in hosts.items() if target is not None})
+    """The live workers of `device_key` and their best targets (Pool.of); ends the read
+    transaction."""
+    return Pool.of(device_key, live_workers(session, device_key, lost_after_s))
 
 
 def live_pools(session: Session, lost_after_s: float) -> list[Pool]:
@@ -77,10 +98,14 @@ def live_pools(session: Session, lost_after_s: float) -> list[Pool]:
 def check_agreement(session: Session, request: WorkerRegister, lost_after_s: float) -> None:
     """Conflict (409) when the live hosts of the device key in `request` (other than a
     worker of the same name: a restart) have another best target than the registering
-    host; the message names both hosts, both targets and the device key."""
+    host; the message names both hosts, both targets and the device key.
+
+    First takes the key's lock, held until the caller commits its registration (or rolls
+    back): the check and that write are atomic against other registrations of the key."""
     mine = request.host.target
     assert mine is not None  # WorkerRegister requires it
-    pool = live_pool(session, request.device_key, lost_after_s)
+    _lock_device_key(session, request.device_key)
+    pool = Pool.of(request.device_key, session.scalars(live_query(request.device_key, lost_after_s)).all())
     others = {name: t for name, t in pool.hosts.items() if name != request.name and t != mine}
     if others:
         name, theirs = sorted(others.items())[0]
@@ -88,6 +113,16 @@ def check_agreement(session: Session, request: WorkerRegister, lost_after_s: flo
             f"device key {request.device_key!r}: host {request.name!r} executes {mine} at best, but its live "
             f"host {name!r} executes {theirs}; the hosts of a device key must agree on their best target "
             f"(register this host under another device key, e.g. {request.device_key}-{mine.isa})")
+
+
+def _lock_device_key(session: Session, device_key: str) -> None:
+    """Lock `device_key`'s DeviceKeyLock row (created when missing) for the rest of the
+    session's transaction. PostgreSQL: a row lock (an inserting transaction's row, or
+    SELECT ... FOR UPDATE), other transactions wait for it. SQLite: the INSERT makes the
+    transaction the database's one writer before it reads, other writers wait (busy timeout)."""
+    insert = {"postgresql": postgresql.insert, "sqlite": sqlite.insert}[session.get_bind().dialect.name]
+    session.execute(insert(DeviceKeyLock).values(device_key=device_key).on_conflict_do_nothing())
+    session.execute(select(DeviceKeyLock).where(DeviceKeyLock.device_key == device_key).with_for_update())
 
 
 def task_target(session: Session, device_key: str, kind: str | None, requested: Target | None,

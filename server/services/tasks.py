@@ -7,6 +7,8 @@ Status transitions (anything else is a Conflict):
       │                │                 ▼  │          │
       └────────────────┴──────▶ failed / cancelled ◀───┘
                                          (running ──▶ queued: its tuner died; resumed)
+                                         (done ──▶ queued: a model's next round raised its
+                                          budget: server.model_job)
 
 `reuse=true` with a stored best creates the task directly as `done`.
 """
@@ -37,7 +39,7 @@ TRANSITIONS: dict[TaskStatus, frozenset[TaskStatus]] = {
     S.WAITING_FOR_WORKER: frozenset({S.RUNNING, S.FAILED, S.CANCELLED}),
     S.RUNNING: frozenset({S.QUEUED, S.WAITING_FOR_WORKER, S.EXPORTING, S.FAILED, S.CANCELLED}),
     S.EXPORTING: frozenset({S.DONE, S.FAILED, S.CANCELLED}),
-    S.DONE: frozenset(),
+    S.DONE: frozenset({S.QUEUED}),
     S.FAILED: frozenset(),
     S.CANCELLED: frozenset(),
 }
@@ -104,14 +106,9 @@ def submit(
         status=S.QUEUED,
         trials_done=0,
     )
-    best = _stored_best(session, workload.key, target, device_key) if request.reuse else None
+    best = stored_best(session, workload.key, target, device_key) if request.reuse else None
     if best is not None:
-        task.status = S.DONE
-        task.started_at = task.finished_at = utcnow()
-        task.best_trial_id = best.trial_id
-        task.artifact_id = best.artifact_id
-        task.best_latency_s = best.latency_s
-        task.best_gflops = best.gflops
+        answer_with(task, best)
     session.add(task)
     session.commit()
     return task
@@ -135,7 +132,19 @@ def default_device_key(session: Session, kind: str | None, lost_after_s: float) 
                      f"no live {workers[:-1]} to default to: start a worker or name a device key ({hint})")
 
 
-def _stored_best(session: Session, workload_key: str, target: str, device_key: str) -> BestRecord | None:
+def answer_with(task: Task, best: BestRecord) -> None:
+    """Make a new `task` done at once with the stored `best` record's trial, artifact and
+    latency (a reused best: no trials)."""
+    task.status = S.DONE
+    task.started_at = task.finished_at = utcnow()
+    task.best_trial_id = best.trial_id
+    task.artifact_id = best.artifact_id
+    task.best_latency_s = best.latency_s
+    task.best_gflops = best.gflops
+
+
+def stored_best(session: Session, workload_key: str, target: str, device_key: str) -> BestRecord | None:
+    """The best record of `workload_key` on `target` and `device_key`, if one is stored."""
     return session.scalars(
         select(BestRecord).where(
             BestRecord.workload_key == workload_key,

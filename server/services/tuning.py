@@ -183,7 +183,7 @@ def record_result(
     worker_id: int | None,
 ) -> bool:
     """Store a trial's measure result, count it in its task's progress (trials done, best so
-    far) and its worker's trials (committed). False, with nothing changed, when the trial
+    far: see below for disturbed trials) and its worker's trials (committed). False, with nothing changed, when the trial
     was already recorded or is gone."""
     if worker_id is not None and session.get(Worker, worker_id) is None:
         worker_id = None
@@ -198,6 +198,8 @@ def record_result(
             build_s=result.build_s,
             run_s=result.run_s,
             error=result.error or None,
+            disturbance=result.disturbance if result.ok else None,
+            disturbed=result.disturbed,
             attempts=attempts,
             worker_id=worker_id,
             finished_at=utcnow(),
@@ -211,7 +213,11 @@ def record_result(
     ).one()
     values: dict[str, Any] = {"trials_done": Task.trials_done + 1}
     if latency is not None:
-        better = Task.best_latency_s.is_(None) | (Task.best_latency_s > latency)
+        # a disturbed timing sets the best only while there is none (then any undisturbed one
+        # that is faster replaces it): a fast outlier of a busy moment cannot beat a measured best
+        better = Task.best_latency_s.is_(None)
+        if not result.disturbed:
+            better = better | (Task.best_latency_s > latency)
         values["best_latency_s"] = case((better, latency), else_=Task.best_latency_s)
         values["best_gflops"] = case((better, gflops(flop, latency)), else_=Task.best_gflops)
     session.execute(update(Task).where(Task.id == task_id).values(**values))
@@ -236,6 +242,7 @@ def trial_result(trial: Trial) -> MeasureResult:
         trial.status, list(trial.costs or []), trial.build_s or 0.0, trial.run_s or 0.0, trial.error or "",
         host=str(trial.worker_id or ""),
         timestamp=trial.finished_at.timestamp() if trial.finished_at else 0.0,
+        disturbance=trial.disturbance or 0.0, disturbed=bool(trial.disturbed),
     )
 
 

@@ -354,7 +354,8 @@
       for (const t of page.items) state.deviceKeys.add(t.device_key);
       fillDeviceFilter(state);
       renderTasks(state);
-      const active = page.items.some((t) => !FINAL.has(t.status));
+      const modelsActive = await renderModelsPanel().catch(() => false);
+      const active = modelsActive || page.items.some((t) => !FINAL.has(t.status));
       setLive("live", active
         ? `Live: updating every ${POLL_ACTIVE_MS / 1000} s while tasks run`
         : `Live: checking for new tasks every ${POLL_IDLE_MS / 1000} s`);
@@ -790,38 +791,54 @@
       refresh();
     });
 
-    $("download-button").addEventListener("click", async () => {
-      const button = $("download-button");
-      button.disabled = true;
-      say("Downloading…");
-      try {
-        const response = await api(`/tasks/${state.id}/artifact`, { raw: true });
-        const blob = await response.blob();
-        const expected = response.headers.get("x-content-sha256");
-        const disposition = response.headers.get("content-disposition") || "";
-        const match = /filename\*?=(?:UTF-8'')?"?([^";]+)"?/i.exec(disposition);
-        const name = match ? decodeURIComponent(match[1]) : `tunefleet-task-${state.id}.tar.gz`;
-        let check = "";
-        if (expected && window.crypto && crypto.subtle) {
-          const digest = await crypto.subtle.digest("SHA-256", await blob.arrayBuffer());
-          const hex = [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, "0")).join("");
-          if (hex !== expected) throw new Error(`the download is corrupt: sha256 ${hex}, the server published ${expected}`);
-          check = ` (sha256 ${hex.slice(0, 12)}… verified)`;
-        }
-        const url = URL.createObjectURL(blob);
-        const link = h("a", { href: url, download: name });
-        document.body.append(link);
-        link.click();
-        link.remove();
-        setTimeout(() => URL.revokeObjectURL(url), 60000);
-        say(`Saved ${name}, ${fmtBytes(blob.size)}${check}.`, "ok");
-      } catch (err) {
-        say(errorText(err), "error");
-        if (err.status === 401 || err.status === 403) openTokenBox();
-      } finally {
-        button.disabled = false;
+    $("download-button").addEventListener("click", () =>
+      saveDownload(`/tasks/${state.id}/artifact`, `tunefleet-task-${state.id}.tar.gz`, say));
+  }
+
+  /** Fetch `path` (an archive the API publishes with X-Content-SHA256), check its digest and
+   * hand it to the browser as a file (`fallbackName` unless the response names one); `say`
+   * reports progress and errors. */
+  async function saveDownload(path, fallbackName, say) {
+    const button = $("download-button");
+    button.disabled = true;
+    say("Downloading…");
+    try {
+      // 202: a worker is building it (a model's bundle); ask again after Retry-After, 10 minutes at most
+      const deadline = Date.now() + 600000;
+      let response = await api(path, { raw: true });
+      while (response.status === 202) {
+        const building = await response.json();
+        const waitS = Number(response.headers.get("retry-after")) || building.retry_after_s || 2;
+        if (Date.now() + 1000 * waitS > deadline) throw new Error(`still being built by a worker (${building.state}) after 10 minutes; try again later`);
+        say(`Being built by a worker (${building.state})…`);
+        await new Promise((resolve) => setTimeout(resolve, 1000 * waitS));
+        response = await api(path, { raw: true });
       }
-    });
+      const blob = await response.blob();
+      const expected = response.headers.get("x-content-sha256");
+      const disposition = response.headers.get("content-disposition") || "";
+      const match = /filename\*?=(?:UTF-8'')?"?([^";]+)"?/i.exec(disposition);
+      const name = match ? decodeURIComponent(match[1]) : fallbackName;
+      let check = "";
+      if (expected && window.crypto && crypto.subtle) {
+        const digest = await crypto.subtle.digest("SHA-256", await blob.arrayBuffer());
+        const hex = [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, "0")).join("");
+        if (hex !== expected) throw new Error(`the download is corrupt: sha256 ${hex}, the server published ${expected}`);
+        check = ` (sha256 ${hex.slice(0, 12)}… verified)`;
+      }
+      const url = URL.createObjectURL(blob);
+      const link = h("a", { href: url, download: name });
+      document.body.append(link);
+      link.click();
+      link.remove();
+      setTimeout(() => URL.revokeObjectURL(url), 60000);
+      say(`Saved ${name}, ${fmtBytes(blob.size)}${check}.`, "ok");
+    } catch (err) {
+      say(errorText(err), "error");
+      if (err.status === 401 || err.status === 403) openTokenBox();
+    } finally {
+      button.disabled = false;
+    }
   }
 
   function renderTask(state) {
@@ -1004,6 +1021,30 @@
     ] : []);
   }
 
+  /** Pushes the grid, ticks, axes and labels of a chart of `width`×`height` onto `nodes`;
+   * returns its scales `X`, `Y` (data to pixels), margins `m` and plot height `ph`. */
+  function chartFrame(nodes, { width, height, maxX, yTicks, xTicks, fmtX, xLabel, yLabel }) {
+    const m = { left: 52, right: 14, top: 12, bottom: 38 };
+    const pw = width - m.left - m.right;
+    const ph = height - m.top - m.bottom;
+    const maxY = yTicks[yTicks.length - 1] || 1;
+    const X = (x) => m.left + (x / maxX) * pw;
+    const Y = (y) => m.top + ph - (y / maxY) * ph;
+    for (const v of yTicks) {
+      nodes.push(s("line", { class: "grid", x1: m.left, x2: m.left + pw, y1: Y(v), y2: Y(v) }));
+      nodes.push(s("text", { x: m.left - 6, y: Y(v) + 4, "text-anchor": "end", text: fmtNumber(v) }));
+    }
+    for (const v of xTicks(maxX)) {
+      nodes.push(s("line", { class: "axis", x1: X(v), x2: X(v), y1: m.top + ph, y2: m.top + ph + 4 }));
+      nodes.push(s("text", { x: X(v), y: m.top + ph + 16, "text-anchor": "middle", text: fmtX(v) }));
+    }
+    nodes.push(s("line", { class: "axis", x1: m.left, x2: m.left + pw, y1: m.top + ph, y2: m.top + ph }));
+    nodes.push(s("line", { class: "axis", x1: m.left, x2: m.left, y1: m.top, y2: m.top + ph }));
+    nodes.push(s("text", { x: m.left + pw / 2, y: height - 4, "text-anchor": "middle", text: xLabel }));
+    nodes.push(s("text", { x: 12, y: m.top + ph / 2, "text-anchor": "middle", transform: `rotate(-90 12 ${m.top + ph / 2})`, text: yLabel }));
+    return { X, Y, m, ph };
+  }
+
   function drawChart(svgEl, points, { total, empty, xLabel, xTicks, fmtX, minX }) {
     // first: the CSS sizes an empty chart smaller
     svgEl.dataset.points = points.length ? total : 0; // finished trials, drawn or thinned out
@@ -1019,27 +1060,10 @@
       replace(svgEl, s("text", { x: width / 2, y: height / 2, "text-anchor": "middle", class: "empty-msg", text: empty }));
       return;
     }
-    const m = { left: 52, right: 14, top: 12, bottom: 38 };
-    const pw = width - m.left - m.right;
-    const ph = height - m.top - m.bottom;
     const maxX = Math.max(minX + 1, ...points.map((pt) => pt.x));
-    const yTicks = niceTicks((best || 1) * 1.05, 5);
-    const maxY = yTicks[yTicks.length - 1] || 1;
-    const X = (x) => m.left + ((x - 0) / maxX) * pw;
-    const Y = (y) => m.top + ph - (y / maxY) * ph;
     const nodes = [];
-    for (const v of yTicks) {
-      nodes.push(s("line", { class: "grid", x1: m.left, x2: m.left + pw, y1: Y(v), y2: Y(v) }));
-      nodes.push(s("text", { x: m.left - 6, y: Y(v) + 4, "text-anchor": "end", text: fmtNumber(v) }));
-    }
-    for (const v of xTicks(maxX)) {
-      nodes.push(s("line", { class: "axis", x1: X(v), x2: X(v), y1: m.top + ph, y2: m.top + ph + 4 }));
-      nodes.push(s("text", { x: X(v), y: m.top + ph + 16, "text-anchor": "middle", text: fmtX(v) }));
-    }
-    nodes.push(s("line", { class: "axis", x1: m.left, x2: m.left + pw, y1: m.top + ph, y2: m.top + ph }));
-    nodes.push(s("line", { class: "axis", x1: m.left, x2: m.left, y1: m.top, y2: m.top + ph }));
-    nodes.push(s("text", { x: m.left + pw / 2, y: height - 4, "text-anchor": "middle", text: xLabel }));
-    nodes.push(s("text", { x: 12, y: m.top + ph / 2, "text-anchor": "middle", transform: `rotate(-90 12 ${m.top + ph / 2})`, text: "GFLOP/s" }));
+    const { X, Y, m, ph } = chartFrame(nodes, { width, height, maxX, yTicks: niceTicks((best || 1) * 1.05, 5),
+      xTicks, fmtX, xLabel, yLabel: "GFLOP/s" });
 
     // every trial: correct ones as dots at their GFLOP/s, failed ones as crosses at zero
     const dots = [];
@@ -1069,6 +1093,149 @@
       d += `H${X(points[points.length - 1].x)}`;
       nodes.push(s("path", { class: "best", d }));
     }
+    replace(svgEl, nodes);
+  }
+
+  // ---------------------------------------------------------------- models
+
+  /** The models panel of the tasks page: the newest models, each linked to its page. */
+  async function renderModelsPanel() {
+    const page = await api("/models?limit=10");
+    $("models-panel").hidden = page.total === 0;
+    $("models-count").textContent = page.total === 1 ? "1 model" : `${page.total} models`;
+    if (!page.items.length) return false;
+    replace($("models-body"), h("table", { class: "data cards", id: "models-table" },
+      h("thead", {}, h("tr", {}, h("th", { text: "Model" }), h("th", { text: "Status" }),
+        h("th", { class: "num", text: "Layers tuned" }), h("th", { class: "num", text: "Trials" }),
+        h("th", { class: "num", text: "Estimated latency" }), h("th", { class: "num", text: "Untuned FLOPs" }))),
+      h("tbody", {}, page.items.map((md) => h("tr", { "data-model-id": md.id, "data-status": md.status },
+        h("td", { class: "first", "data-label": "Model" },
+          h("a", { class: "task-link", href: `/models/${md.id}`, text: `#${md.id}` }), " ", h("span", { class: "op-name", text: md.name })),
+        h("td", { "data-label": "Status" }, badge(md.status)),
+        h("td", { "data-label": "Layers tuned", class: "num", text: layersTuned(md) }),
+        h("td", { "data-label": "Trials", class: "num", text: `${md.trials_done} / ${md.trials}` }),
+        h("td", { "data-label": "Estimated latency", class: "num", text: fmtLatency(md.estimated_latency_s) }),
+        h("td", { "data-label": "Untuned FLOPs", class: "num", text: fmtShare(md.untuned_flop_share) }))))));
+    return page.items.some((md) => !FINAL.has(md.status));
+  }
+
+  const layersTuned = (md) => `${md.tasks.filter((t) => t.best_latency_s !== null).length} / ${md.tasks.length}`;
+  const fmtShare = (x) => `${(100 * x).toFixed(x < 0.001 && x > 0 ? 3 : 1)}%`;
+
+  function modelPage() {
+    const id = Number(document.body.dataset.modelId);
+    const state = { id, model: null, ops: new Map() };
+    api("/ops").then((ops) => { for (const op of ops) state.ops.set(op.name, op); if (state.model) renderModel(state); }).catch(() => {});
+    const msg = $("action-msg");
+    const say = (text, kind) => { msg.className = `action-msg ${kind || ""}`; replace(msg, text); };
+    $("download-button").addEventListener("click", () => saveDownload(`/models/${id}/bundle`, `model-${id}-bundle.tar.gz`, say));
+    let resizeTimer = null;
+    window.addEventListener("resize", () => {
+      clearTimeout(resizeTimer);
+      resizeTimer = setTimeout(() => state.model && drawEstimate($("chart-estimate"), state.model), 150);
+    });
+    poller(async () => {
+      try {
+        state.model = await api(`/models/${id}`);
+      } catch (err) {
+        if (err.status !== 404) throw err;
+        $("model-view").hidden = true;
+        setLive("idle", "Nothing to update");
+        return null;
+      }
+      $("model-view").hidden = false;
+      renderModel(state);
+      if (FINAL.has(state.model.status)) {
+        setLive("idle", `Model ${humanStatus(state.model.status)}: updates stopped`);
+        return null;
+      }
+      setLive("live", `Live: updating every ${POLL_ACTIVE_MS / 1000} s while the model tunes`);
+      return POLL_ACTIVE_MS;
+    });
+  }
+
+  function renderModel(state) {
+    const md = state.model;
+    document.title = `Model ${md.id} · ${md.name} · ${humanStatus(md.status)} · tunefleet`;
+    $("model-name").textContent = `${md.name} (#${md.id})`;
+    const status = $("model-status");
+    status.dataset.status = md.status;
+    status.textContent = humanStatus(md.status);
+    $("model-error").hidden = !md.error;
+    $("model-error").textContent = md.error || "";
+    $("download-button").hidden = md.status !== "done";
+    const stat = (label, value, id) => h("div", {}, h("dt", { text: label }), h("dd", { id, text: value }));
+    replace($("model-stats"),
+      stat("Trials", `${md.trials_done} / ${md.trials}`, "stat-trials"),
+      stat("Layers tuned", layersTuned(md), "stat-layers"),
+      stat("Estimated latency", fmtLatency(md.estimated_latency_s), "stat-estimate"),
+      stat("Untuned FLOPs", fmtShare(md.untuned_flop_share), "stat-untuned"),
+      stat("Target", md.target, "stat-target"),
+      stat("Device key", md.device_key, "stat-device"),
+      stat("Submitted", fmtAgo(md.created_at), "stat-created"));
+    $("model-progress-bar").style.width = `${(100 * Math.min(1, md.trials_done / Math.max(1, md.trials))).toFixed(1)}%`;
+    drawEstimate($("chart-estimate"), md);
+    replace($("model-layers"), h("table", { class: "data cards", id: "layers-table" },
+      h("thead", {}, h("tr", {}, h("th", { text: "Layer" }), h("th", { class: "num", text: "Occurrences" }),
+        h("th", { class: "num", text: "FLOPs share" }), h("th", { text: "Nodes" }), h("th", { text: "Status" }),
+        h("th", { class: "num", text: "Trials" }), h("th", { class: "num", text: "Best latency" }),
+        h("th", { class: "num", text: "Best GFLOP/s" }))),
+      h("tbody", {}, md.tasks.map((t) => h("tr", { "data-layer": t.index, "data-status": t.status },
+        h("td", { class: "first", "data-label": "Layer" },
+          t.task_id ? h("a", { class: "task-link", href: `/tasks/${t.task_id}`, text: `#${t.task_id}` }) : "—", " ",
+          h("span", { class: "op-name", text: t.op }), h("div", { class: "shape", text: workloadSummary(t.workload, state.ops) })),
+        h("td", { "data-label": "Occurrences", class: "num", text: t.occurrences }),
+        h("td", { "data-label": "FLOPs share", class: "num", text: fmtShare(t.flop_share) }),
+        h("td", { "data-label": "Nodes", class: "mono", text: nodeNames(t.nodes.map((n) => n[0])) }),
+        h("td", { "data-label": "Status" }, badge(t.status), t.reused ? " reused" : ""),
+        h("td", { "data-label": "Trials", class: "num", text: `${t.trials_done} / ${t.trials_given}` }),
+        h("td", { "data-label": "Best latency", class: "num", text: fmtLatency(t.best_latency_s) }),
+        h("td", { "data-label": "Best GFLOP/s", class: "num", text: fmtNumber(t.best_gflops) }))))));
+    const groups = new Map();
+    for (const u of md.untuned) {
+      const key = `${u.op_type}\u0000${u.reason}`;
+      if (!groups.has(key)) groups.set(key, { op: u.op_type, reason: u.reason, nodes: [], flop: 0 });
+      const g = groups.get(key);
+      g.nodes.push(u.node);
+      g.flop += u.flop;
+    }
+    const untunedFlop = md.untuned.reduce((sum, u) => sum + u.flop, 0);
+    replace($("model-untuned"), !groups.size ? h("p", { class: "hint", text: "Every node runs on a tuned kernel." })
+      : h("table", { class: "data cards", id: "untuned-table" },
+        h("thead", {}, h("tr", {}, h("th", { text: "Op" }), h("th", { text: "Nodes" }),
+          h("th", { class: "num", text: "FLOPs share" }), h("th", { text: "Reason" }))),
+        h("tbody", {}, [...groups.values()].sort((a, b) => b.flop - a.flop).map((g) => h("tr", {},
+          h("td", { class: "first op-name", "data-label": "Op", text: g.op }),
+          h("td", { "data-label": "Nodes", class: "mono", text: nodeNames(g.nodes) }),
+          h("td", { "data-label": "FLOPs share", class: "num", text: fmtShare(untunedFlop ? md.untuned_flop_share * g.flop / untunedFlop : 0) }),
+          h("td", { "data-label": "Reason", text: g.reason }))))));
+  }
+
+  const nodeNames = (names) => names.slice(0, 3).join(", ") + (names.length > 3 ? ` (+${names.length - 3})` : "");
+
+  /** The model's estimate (ms) after each round, against wall time since it was submitted. */
+  function drawEstimate(svgEl, md) {
+    const origin = Date.parse(md.created_at);
+    const points = md.history.map((p) => ({ x: Math.max(0, (Date.parse(p.at) - origin) / 1000), y: p.estimate_s * 1e3 }));
+    svgEl.dataset.points = points.length;
+    const box = svgEl.getBoundingClientRect();
+    const width = Math.max(280, Math.round(box.width || 600));
+    const height = Math.max(points.length ? 180 : 40, Math.round(box.height || 260));
+    svgEl.setAttribute("viewBox", `0 0 ${width} ${height}`);
+    if (!points.length) {
+      replace(svgEl, s("text", { x: width / 2, y: height / 2, "text-anchor": "middle", class: "empty-msg",
+        text: "The estimate appears once every layer has a kernel" }));
+      return;
+    }
+    const nodes = [];
+    const { X, Y } = chartFrame(nodes, { width, height, maxX: Math.max(1, ...points.map((p) => p.x)),
+      yTicks: niceTicks(Math.max(...points.map((p) => p.y)) * 1.05, 5), xTicks: timeTicks, fmtX: fmtTick,
+      xLabel: "wall time since submission", yLabel: "ms" });
+    let d = "";
+    for (const p of points) d += d ? `H${X(p.x)}V${Y(p.y)}` : `M${X(p.x)} ${Y(p.y)}`;
+    nodes.push(s("path", { class: "best", d }));
+    nodes.push(s("g", { class: "points" }, points.map((p) => s("circle", { class: "pt s-ok", cx: X(p.x), cy: Y(p.y), r: 3.2 },
+      s("title", { text: `${fmtNumber(p.y)} ms after ${fmtTick(Math.round(p.x))}` })))));
     replace(svgEl, nodes);
   }
 
@@ -1152,6 +1319,7 @@
     const page = document.body.dataset.page;
     if (page === "tasks") tasksPage();
     else if (page === "task") taskPage();
+    else if (page === "model") modelPage();
     else if (page === "workers") workersPage();
   });
 })();

@@ -20,14 +20,15 @@ import threading
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 from redis import Redis
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError, RedisError, TimeoutError
 from redis.retry import Retry
 
-__all__ = ["BACKOFF_CAP_S", "Outages", "RideOutRetry", "connect", "options", "answers", "count_reconnects",
-           "reconnects"]
+__all__ = ["BACKOFF_CAP_S", "Outages", "RideOutRetry", "connect", "options", "answers", "ping_error", "shown",
+           "count_reconnects", "reconnects"]
 
 log = logging.getLogger("tunefleet.outages")
 
@@ -136,11 +137,27 @@ def options(ride_out_s: float, outages: Outages | None = None) -> dict[str, Any]
 def answers(url: str) -> bool:
     """Whether the Redis at `url` answers a PING now (within 2 s; no retries): for waiting
     until a Redis just started is up."""
+    return ping_error(url) is None
+
+
+def ping_error(url: str) -> RedisError | None:
+    """Why the Redis at `url` does not answer a PING now (within 2 s; no retries), or None
+    when it does."""
     try:
         with Redis.from_url(url, socket_timeout=2) as redis:
-            return bool(redis.ping())
-    except RedisError:
-        return False
+            redis.ping()
+    except RedisError as exc:
+        return exc
+    return None
+
+
+def shown(url: str) -> str:
+    """`url` with its password, if any, replaced by ``***``: for messages and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def count_reconnects(connection: Callable[[], Redis | None], outages: Outages, process: str, what: str) -> None:

@@ -161,9 +161,9 @@ def wait_command(client: Client, task_id: int, timeout_s: float | None) -> None:
               default=Path("."), show_default=True, help="folder to extract the artifact into")
 @click.option("--targets", "targets_text", metavar="ISA,ISA",
               help="instead: ONE library of the task's workload for these CPU ISAs (e.g. avx2,avx512), each "
-              "from its best record, running the best the CPU supports (built by the server on request)")
+              "from its best record, running the best the CPU supports (built by a worker at the first request)")
 @_client_command
 def download_command(client: Client, task_id: int, out_dir: Path, targets_text: str | None) -> None:
     """Download and check the artifact (.so, .h, manifest, source) of task TASK_ID."""
     targets = None if targets_text is None else [isa.strip() for isa in targets_text.split(",")]
-    click.echo(client.download(task_id, out_dir, targets=targets))
+    click.echo(client.download(task_id, out_dir, targets=targets, progress=True))

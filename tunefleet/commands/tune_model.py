@@ -9,9 +9,15 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from tunefleet.tuner.model.scheduler import SCHEDULERS
+
 from .build import parse_target
 from .opargs import ArgumentError
 from .tune import cpus_option, executable_here
+
+#: The default record file of `tune-model` under TUNEFLEET_HOME: every model a user tunes
+#: shares it, so a layer tuned for one model costs no trial in the next.
+MODEL_RECORDS = "model-records.jsonl"
 
 
 def _describe(workload) -> str:
@@ -51,11 +57,16 @@ def _report(console: Console, extraction) -> None:
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=D1,D2,...",
               help="the shape of a graph input with dynamic dimensions, e.g. input=1,3,224,224 (repeatable)")
 @click.option("--trials", type=click.IntRange(min=1), default=64, show_default=True,
-              help="trials for the whole model, split across its tasks by FLOPs × occurrences (at least 1 each)")
+              help="trials for the whole model (at least 1 per task), the record file's own counting toward each "
+                   "task's share")
+@click.option("--scheduler", type=click.Choice(SCHEDULERS), default=SCHEDULERS[0], show_default=True,
+              help="how the trials are split: gradient (Ansor's: the next round to the task that lowers the "
+                   "model's latency most), proportional (to FLOPs × occurrences), round-robin")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
               help="bundle directory to write (required unless --list)")
 @click.option("--records", "records_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="record file (JSON lines) of all tasks [default: OUT/records.jsonl]; tasks resume from it")
+              help="record file (JSON lines) of all tasks [default: TUNEFLEET_HOME/model-records.jsonl, one per "
+                   "user, ~/.tunefleet]; the trials it holds of a layer (from any model) are not measured again")
 @click.option("--target", help="a CPU target this machine executes, e.g. 'cpu -isa=avx2' [default: its best]")
 @click.option("--cpus", "cpus_text", metavar="LIST", help="CPUs to measure on, e.g. 0-1 [default: all allowed]")
 @click.option("--repeat", type=click.IntRange(min=1), default=10, show_default=True,
@@ -63,8 +74,8 @@ def _report(console: Console, extraction) -> None:
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True,
               help="seconds one candidate may execute (check + timing)")
 @click.option("--list", "list_only", is_flag=True, help="print the tasks and untuned nodes, tune nothing")
-def tune_model_command(model, input_shapes, trials, out, records_path, target, cpus_text, repeat, timeout,
-                       list_only) -> None:
+def tune_model_command(model, input_shapes, trials, scheduler, out, records_path, target, cpus_text, repeat,
+                       timeout, list_only) -> None:
     """Tune the layers of the ONNX MODEL on this machine and write one kernel library for them to OUT.
 
     E.g. `tunefleet tune-model resnet18.onnx --input-shape input=1,3,224,224 --trials 256 --out resnet18/`.
@@ -77,6 +88,7 @@ def tune_model_command(model, input_shapes, trials, out, records_path, target, c
     from tunefleet.tuner.measure import MeasureProtocol
     from tunefleet.tuner.model import ModelError, extract_tasks, load_model, parse_input_shape
     from tunefleet.tuner.model.bundle import write_bundle
+    from tunefleet.tuner.model.scheduler import make_scheduler
     from tunefleet.tuner.model.tune_model import tune_model
 
     if out is None and not list_only:
@@ -102,17 +114,20 @@ def tune_model_command(model, input_shapes, trials, out, records_path, target, c
     parsed = executable_here(parse_target(target or "cpu"))
     if parsed.kind != "cpu":
         raise ArgumentError(f"--target: a model bundle is one CPU library; {parsed} is not a CPU target")
-    records_path = records_path or out / "records.jsonl"
+    records_path = records_path or Settings().home / MODEL_RECORDS
 
-    def round_done(task, result) -> None:
-        console.print(f"{_describe(task.workload)}: {result.gflops:.2f} GFLOP/s "
-                      f"({result.latency_s * 1e3:.4g} ms) after {len(result.trials)} trials", highlight=False)
+    def round_done(task, done) -> None:
+        console.print(f"{_describe(task.workload)}: {done.gflops(task.flop):.2f} GFLOP/s "
+                      f"({done.latency_s * 1e3:.4g} ms) after {done.allotted} trials, {done.measured} measured now",
+                      highlight=False)
 
     tuned = tune_model(extraction, parsed, trials=trials, records_path=records_path, on_round=round_done,
+                       scheduler=make_scheduler(scheduler, extraction.tasks, trials),
                        protocol=MeasureProtocol(repeat=repeat, timeout_s=timeout), cpus=cpus_option(cpus_text))
     path = write_bundle(out, tuned, model_name=model.name)
     estimate = tuned.estimated_latency_s
     console.print(f"estimated model latency (Σ occurrences × kernel latency, tuned nodes): "
                   f"{estimate * 1e3:.4g} ms" if estimate is not None else
                   "some tasks had no correct config: their default config is in the bundle, unmeasured", highlight=False)
-    click.echo(f"bundle {path} ({len(tuned.results)} kernels, tuned in {tuned.elapsed_s:.0f} s); records {records_path}")
+    click.echo(f"bundle {path} ({len(tuned.results)} kernels, {tuned.measured} trials measured in "
+               f"{tuned.elapsed_s:.0f} s); records {records_path}")

@@ -25,19 +25,23 @@ from tunefleet.credentials import token_file_option
               help="measure CUDA candidates on this GPU (nvidia-smi's index) [default: CPU worker]")
 @click.option("--heartbeat-s", type=click.FloatRange(min=0.1), default=5.0, show_default=True,
               help="seconds between heartbeats; a job is retried elsewhere after three missed ones")
+@click.option("--redis-wait-s", type=click.FloatRange(min=1), default=900.0, show_default=True,
+              help="seconds Redis may stay unreachable, at start or later, before the worker exits 1")
 @click.option("--no-sandbox", is_flag=True, envvar="TUNEFLEET_NO_SANDBOX",
               help="build and run candidates WITHOUT the bubblewrap sandbox (only where every user is trusted); "
                    "the registration and the dashboard show it [env TUNEFLEET_NO_SANDBOX=1]")
 def worker_command(redis_url: str, server_url: str, token: str, device_key: str | None, cpus: str | None,
-                   name: str | None, gpu: int | None, heartbeat_s: float, no_sandbox: bool) -> None:
+                   name: str | None, gpu: int | None, heartbeat_s: float, redis_wait_s: float,
+                   no_sandbox: bool) -> None:
     """Measure candidates for the tuners: register with the server, then build, check and time
     each job from measure:<device key> in an isolated process pinned to --cpus. Every compiler
     run and every candidate runs in a sandbox (tunefleet.compiler.sandbox): a worker that cannot
-    make one refuses to start (exit status 2) unless --no-sandbox is given. SIGTERM or Ctrl-C
-    stops it after the current job."""
+    make one refuses to start (exit status 2) unless --no-sandbox is given. An unreachable
+    Redis is reported at once and retried (exit status 1 after --redis-wait-s). SIGTERM or
+    Ctrl-C stops it after the current job."""
     from tunefleet.server.logs import configure_logging
     from tunefleet.tuner.host import parse_cpus
-    from tunefleet.worker.daemon import RegistrationError, WorkerDaemon
+    from tunefleet.worker.daemon import RedisUnavailable, RegistrationError, WorkerDaemon
 
     configure_logging(os.environ.get("TUNEFLEET_LOG_LEVEL", "INFO"),
                       "json" if os.environ.get("TUNEFLEET_LOG_FORMAT") == "json" else "text")
@@ -49,9 +53,9 @@ def worker_command(redis_url: str, server_url: str, token: str, device_key: str 
     isolation = _sandbox(no_sandbox)
     try:
         daemon = WorkerDaemon(redis_url, server_url, token, device_key=device_key, cpus=cpu_list, name=name,
-                              heartbeat_s=heartbeat_s, gpu=gpu, sandbox=isolation)
+                              heartbeat_s=heartbeat_s, ride_out_s=redis_wait_s, gpu=gpu, sandbox=isolation)
         daemon.run()
-    except RegistrationError as exc:
+    except (RegistrationError, RedisUnavailable) as exc:
         raise click.ClickException(str(exc)) from exc
     except RuntimeError as exc:  # GpuNotFound: no such GPU, no driver
         if type(exc).__name__ != "GpuNotFound":

@@ -1,89 +1,44 @@
-"""The model bundle: one directory a user downloads for a tuned model.
+"""The model bundle of a tuned model: its spec (`bundle_spec`, JSON a worker builds from) and,
+on this machine, the bundle itself (`write_bundle`). The bundle's contents and the building
+are tuner.kernel_bundle's, which needs neither onnx nor XGBoost (workers build bundles).
 
-Contents, for library `<name>`:
-
-- `<name>.so`: every kernel of the model, one exported symbol per workload
-  (compiler.kernel_library; soname `<name>.so`);
-- `<name>.h`: their prototypes, argument shapes and layouts, and the runtime API;
-- `<name>.c`: the one C file the library is built from (`build_command` rebuilds it);
-- `model_manifest.json`: `kernels` (symbol → workload, config, its source, latency_s,
-  gflops, occurrences, args: the ABI argument specs in call order), `nodes` (one entry per
-  occurrence: the ONNX `node` it replaces with the `fused` nodes taken into it, the `kernel`
-  symbol, and `args`: per kernel argument in call order the ONNX `tensor`, its ONNX `shape`
-  (the same row-major memory as the argument's shape) and the kernel's `layout`), `untuned`
-  (node, op_type, reason, flop), `estimated_latency_s` (Σ occurrences × latency),
-  `untuned_flop_share`, and the build (target, flags, toolchain, build_command, so_sha256).
-
-`tunefleet.load(directory)` loads it (a `tunefleet.load.ModelBundle`).
+`tunefleet.load(directory)` loads a bundle (a `tunefleet.load.ModelBundle`).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-import re
-import shutil
 from pathlib import Path
 
-from tunefleet.compiler import ops
-from tunefleet.compiler.abi import ABI_VERSION
-from tunefleet.compiler.artifact import MODEL_MANIFEST
-from tunefleet.compiler.build import build_info
-from tunefleet.compiler.kernel_library import build_kernel_library, library_header_text
+from tunefleet.tuner import kernel_bundle
+from tunefleet.tuner.kernel_bundle import library_name
 
 from .tune_model import ModelTuneResult
 
-__all__ = ["library_name", "write_bundle"]
+__all__ = ["bundle_spec", "library_name", "write_bundle"]
 
 
-def library_name(model_name: str) -> str:
-    """A C identifier for the library of model `model_name` (e.g. "resnet-18.onnx" →
-    "resnet_18_kernels")."""
-    stem = re.sub(r"\W", "_", Path(model_name).stem) or "model"
-    return f"{'m' if stem[0].isdigit() else ''}{stem}_kernels"
+def bundle_spec(tuned: ModelTuneResult, *, model_name: str) -> dict:
+    """The JSON spec (tuner.kernel_bundle's module docstring) of the bundle of model
+    `model_name` (its file name) with each task of `tuned` built with its chosen config."""
+    extraction = tuned.extraction
+    return {
+        "model": model_name, "target": str(tuned.target), "device_key": tuned.device_key,
+        "estimated_latency_s": tuned.estimated_latency_s, "untuned_flop_share": extraction.untuned_share,
+        "untuned": [{"node": u.node, "op_type": u.op_type, "reason": u.reason, "flop": u.flop}
+                    for u in extraction.untuned],
+        "kernels": [{"workload": r.task.workload.to_json(), "config": r.config, "source": r.source,
+                     "latency_s": r.latency_s, "gflops": r.gflops, "trials": r.trials,
+                     "matches": [{"nodes": list(m.nodes), "op_types": list(m.op_types),
+                                  "bindings": [{"arg": b.arg, "tensor": b.tensor, "shape": list(b.shape)}
+                                               for b in m.bindings]}
+                                 for m in r.task.matches]}
+                    for r in tuned.results],
+    }
 
 
 def write_bundle(out_dir: str | os.PathLike, tuned: ModelTuneResult, *, model_name: str) -> Path:
     """Build the kernel library of `tuned` (each task with its chosen config) and write the
-    bundle of model `model_name` into `out_dir` (created if needed; see the module docstring).
+    bundle of model `model_name` into `out_dir` (created if needed; tuner.kernel_bundle).
     Returns the directory. Raises ScheduleError / BuildError when a kernel does not build."""
-    target = tuned.target
-    name = library_name(model_name)
-    configs = [(r.task.workload, ops.config_space(r.task.workload, target).from_json(r.config)) for r in tuned.results]
-    library = build_kernel_library(name, configs, target)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(library.so_path, out / f"{name}.so")
-    (out / f"{name}.c").write_text(library.source)
-    info = build_info(library.so_path)
-    kernels, nodes = {}, []
-    for result in tuned.results:
-        task = result.task
-        symbol = task.workload.kernel_name(target)
-        specs = library.kernels[symbol]
-        kernels[symbol] = {"workload": task.workload.to_json(), "config": result.config, "source": result.source,
-                           "latency_s": result.latency_s, "gflops": result.gflops, "trials": result.trials,
-                           "occurrences": task.occurrences, "flop": task.flop, "args": [s.to_dict() for s in specs]}
-        for match in task.matches:
-            nodes.append({"node": match.nodes[0], "fused": list(match.nodes[1:]), "op_types": list(match.op_types),
-                          "kernel": symbol,
-                          "args": [{"arg": b.arg, "tensor": b.tensor, "shape": list(b.shape), "layout": s.layout,
-                                    "output": s.is_output} for b, s in zip(match.bindings, specs)]})
-    extraction = tuned.extraction
-    manifest = {
-        "model": model_name, "name": name, "abi_version": ABI_VERSION, "library": f"{name}.so", "header": f"{name}.h",
-        "target": str(target), "device_key": tuned.device_key, "flags": info["flags"], "libs": info["libs"],
-        "toolchain": info["toolchain"], "build_command": info["command"],
-        "so_sha256": hashlib.sha256((out / f"{name}.so").read_bytes()).hexdigest(),
-        "estimated_latency_s": tuned.estimated_latency_s, "untuned_flop_share": extraction.untuned_share,
-        "kernels": kernels, "nodes": nodes,
-        "untuned": [{"node": u.node, "op_type": u.op_type, "reason": u.reason, "flop": u.flop}
-                    for u in extraction.untuned],
-    }
-    doc = (f"Model: {model_name}; target: {target}; device key: {tuned.device_key}\n"
-           f"{MODEL_MANIFEST} maps each ONNX node to its kernel and argument order.\n"
-           f"Rebuild from {name}.c: {info['command']}")
-    (out / f"{name}.h").write_text(library_header_text(name, library.kernels, doc=doc))
-    (out / MODEL_MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    return out
+    return kernel_bundle.write_bundle(out_dir, bundle_spec(tuned, model_name=model_name))

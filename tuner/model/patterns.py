@@ -7,8 +7,8 @@ node is taken in only when it is the sole reader of the anchor's result, which i
 output (nothing else may see the intermediate value).
 
 Each pattern gives a `Match` (the workload and which ONNX tensor each kernel argument is) or
-raises `Untuned` with the reason the anchor cannot run on an operator (e.g. a grouped
-convolution, asymmetric padding, a transposed Gemm input).
+raises `Untuned` with the reason the anchor cannot run on an operator (e.g. asymmetric
+padding, a transposed Gemm input).
 """
 
 from __future__ import annotations
@@ -163,8 +163,8 @@ def _conv_padding(attrs: dict, in_hw: tuple[int, int], kernel: tuple[int, int], 
 
 
 def conv(graph: ModelGraph, node: onnx.NodeProto) -> Match:
-    """Conv (2-D, NCHW) [+ bias Add] [+ activation] → conv2d_nchw, or depthwise_conv2d_nchw when
-    group == input channels == output channels."""
+    """Conv (2-D, NCHW) [+ bias Add] [+ activation] → depthwise_conv2d_nchw when group == input
+    channels == output channels, else conv2d_nchw with its `groups` (1 for an ordinary one)."""
     dtype = _check_dtype(graph, node)
     x, w = _known(graph, node.input[0]).shape, _known(graph, node.input[1]).shape
     if len(x) != 4:
@@ -182,12 +182,9 @@ def conv(graph: ModelGraph, node: onnx.NodeProto) -> Match:
     geometry = {"N": n, "H": h, "W": wd, "KH": kh, "KW": kw, "stride": strides, "padding": padding,
                 "dilation": dilations, "bias": bias is not None, "epilogue": epilogue, "dtype": dtype}
     inputs = [("data", node.input[0]), ("weight", node.input[1])] + ([("bias", bias[0])] if bias else [])
-    if group == 1:
-        return build.match("conv2d_nchw", {**geometry, "CI": ci, "CO": co}, inputs)
-    if group == ci == co:
+    if group == ci == co > 1:
         return build.match("depthwise_conv2d_nchw", {**geometry, "C": ci}, inputs)
-    raise Untuned(f"grouped convolution (group={group}, {ci} input and {co} output channels): "
-                  "no grouped conv2d operator yet")
+    return build.match("conv2d_nchw", {**geometry, "CI": ci, "CO": co, "groups": group}, inputs)
 
 
 def gemm(graph: ModelGraph, node: onnx.NodeProto) -> Match:

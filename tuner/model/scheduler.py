@@ -1,10 +1,15 @@
 """Task schedulers: which task of a model gets the next round of trials, and how many.
 
-`ProportionalScheduler` splits one global budget in proportion to each task's FLOPs ×
-occurrences (its share of the model's work), one round per task, the largest first. It is the
-first step: the gradient-based scheduler of Ansor (Zheng et al., OSDI 2020, §6), which gives
-the next round to the task whose improvement lowers Σ occurrences × latency most, goes behind
-the same two methods, `next_round` (choose) and `update` (learn a task's latency after a round).
+Every scheduler answers two calls, the `TaskScheduler` protocol: `next_round` (the task and
+the trials of its next round, None when the budget is spent) and `update` (a task's best
+latency after its round). A budget counts the trials allotted to the tasks, at least one per
+task: `tune_model` asks the local loop for each task's allotment in all, so trials already in
+the record file count toward it (a task tuned before costs nothing).
+
+* `ProportionalScheduler`: one round per task, trials in proportion to FLOPs × occurrences.
+* `RoundRobinScheduler`: rounds of `round_trials` trials to each task in turn (the baseline).
+* `GradientScheduler` (gradient.py): Ansor's scheduler, the next round to the task whose
+  improvement lowers Σ occurrences × latency most; the default (`make_scheduler`).
 """
 
 from __future__ import annotations
@@ -13,8 +18,14 @@ import math
 from collections.abc import Sequence
 from typing import Protocol
 
-__all__ = ["TaskScheduler", "ProportionalScheduler", "proportional_split"]
+from .gradient import GradientScheduler
+from .rounds import ROUND_TRIALS, RoundBudget
 
+__all__ = ["SCHEDULERS", "TaskScheduler", "ProportionalScheduler", "RoundRobinScheduler", "GradientScheduler",
+           "proportional_split", "make_scheduler"]
+
+#: The schedulers `make_scheduler` makes, the default first.
+SCHEDULERS = ("gradient", "proportional", "round-robin")
 
 class TaskScheduler(Protocol):
     """Chooses the rounds of a model's tuning."""
@@ -23,7 +34,7 @@ class TaskScheduler(Protocol):
         """(task index, trials) of the next round; None when the budget is spent."""
 
     def update(self, task: int, latency_s: float) -> None:
-        """The best latency (median seconds) of `task` after its round."""
+        """The best latency (median seconds; inf: no correct config) of `task` after its round."""
 
 
 def proportional_split(weights: Sequence[float], budget: int) -> list[int]:
@@ -59,3 +70,40 @@ class ProportionalScheduler:
 
     def update(self, task: int, latency_s: float) -> None:
         self.latency_s[task] = latency_s
+
+
+class RoundRobinScheduler:
+    """Every task in turn (index order), a warm-up round each and then rounds of
+    `round_trials` (see RoundBudget) until `budget` is spent: the baseline that knows nothing
+    of the tasks."""
+
+    def __init__(self, tasks: int, budget: int, round_trials: int = ROUND_TRIALS):
+        self.budget = RoundBudget(tasks, budget, round_trials)
+        self.tasks = tasks
+        self.rounds = 0
+        self.latency_s: dict[int, float] = {}
+
+    def next_round(self) -> tuple[int, int] | None:
+        trials = self.budget.take(warm_up=self.rounds < self.tasks)
+        if not trials:
+            return None
+        task = self.rounds % self.tasks
+        self.rounds += 1
+        return task, trials
+
+    def update(self, task: int, latency_s: float) -> None:
+        self.latency_s[task] = latency_s
+
+
+def make_scheduler(name: str, tasks: Sequence, budget: int, round_trials: int = ROUND_TRIALS) -> TaskScheduler:
+    """The scheduler `name` (one of SCHEDULERS) of `budget` trials over `tasks` (extract.Task:
+    their occurrences, FLOPs and operator; tasks of one operator are similar for the gradient
+    scheduler). Raises ValueError for another name, no task, or round_trials < 1."""
+    if name == "gradient":
+        return GradientScheduler([t.occurrences for t in tasks], [t.flop for t in tasks], budget,
+                                 groups=[t.workload.op for t in tasks], round_trials=round_trials)
+    if name == "proportional":
+        return ProportionalScheduler([t.flop * t.occurrences for t in tasks], budget)
+    if name == "round-robin":
+        return RoundRobinScheduler(len(tasks), budget, round_trials)
+    raise ValueError(f"scheduler: {name!r} is not one of {', '.join(SCHEDULERS)}")

@@ -1,9 +1,22 @@
 """Tuning a whole model: every task of an extraction tuned by the local loop (tuner.tune), the
-rounds chosen by a task scheduler (tuner.model.scheduler), all records in one record file."""
+rounds chosen by a task scheduler (tuner.model.scheduler, default Ansor's gradient scheduler),
+all records in one record file.
+
+A task's allotment is the trials the scheduler gave it in all; the record file's trials of its
+workload (same target and device key) count toward it, as `tune(..., resume=True)` counts
+them. A round whose allotment the file already holds measures nothing and is not tuned again,
+so a second run of the same model, or of another model sharing layers, with the same record
+file costs no trial for the layers tuned before. The latency the scheduler learns after a
+round is the best median among the task's first `allotment` search trials in the file (the
+ones that round would have measured), so that a run repeated on the same file makes the same
+choices. Search rounds skip the final re-measurement; each task measured by the run is
+validated once at the end (tuner.validation), and its kernel is the record file's best.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import time
 from collections.abc import Callable
@@ -12,24 +25,45 @@ from pathlib import Path
 from tunefleet.compiler import ops
 from tunefleet.compiler.target import Target
 
-from ..tune import TuneResult, tune
+from .. import host, validation
+from ..records import Record, RecordFile
+from ..runner import LocalMeasurer
+from ..tune import tune
 from .extract import Extraction, Task
-from .scheduler import ProportionalScheduler, TaskScheduler
+from .scheduler import TaskScheduler, make_scheduler
 
-__all__ = ["TaskResult", "ModelTuneResult", "tune_model"]
+__all__ = ["Round", "TaskResult", "ModelTuneResult", "tune_model"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Round:
+    """One round of a task: its `allotted` trials in all so far, the trials `measured` by this
+    round (0 when the record file held them), the task's `latency_s` after it (best median
+    seconds among its first `allotted` search trials; inf when none was correct) and the
+    round's wall `elapsed_s`."""
+
+    allotted: int
+    measured: int
+    latency_s: float
+    elapsed_s: float
+
+    def gflops(self, flop: int) -> float:
+        """Throughput of the task's best kernel so far, for `flop` FLOPs per call."""
+        return flop / self.latency_s / 1e9 if 0 < self.latency_s < math.inf else 0.0
 
 
 @dataclasses.dataclass(frozen=True)
 class TaskResult:
     """The kernel chosen for one task: its `config` JSON, where it came from (`source`: "best
     record", or "default config" when no trial was correct), its median `latency_s` (None for a
-    default config), and the `trials` the task was given."""
+    default config), the `trials` the task was allotted and those `measured` by this run."""
 
     task: Task
     config: dict
     source: str
     latency_s: float | None
     trials: int
+    measured: int = 0
 
     @property
     def gflops(self) -> float | None:
@@ -53,16 +87,22 @@ class ModelTuneResult:
             return None
         return sum(r.task.occurrences * r.latency_s for r in self.results)
 
+    @property
+    def measured(self) -> int:
+        """Trials measured by this run (the others came from the record file)."""
+        return sum(r.measured for r in self.results)
+
 
 def tune_model(extraction: Extraction, target: Target, *, trials: int, records_path: str | os.PathLike,
-               scheduler: TaskScheduler | None = None,
-               on_round: Callable[[Task, TuneResult], None] | None = None, **tune_options) -> ModelTuneResult:
+               scheduler: TaskScheduler | None = None, on_round: Callable[[Task, Round], None] | None = None,
+               validate_top: int = validation.FINALISTS, **tune_options) -> ModelTuneResult:
     """Tune every task of `extraction` for `target` with `trials` trials in all (at least one per
-    task), in the rounds `scheduler` chooses (default ProportionalScheduler over FLOPs ×
-    occurrences), each round a `tune(..., resume=True)` of its task into `records_path` (its
-    folder created if needed);
-    `tune_options` go to every tune call (protocol, cpus, device_key, strategy, ...);
-    `on_round(task, result)` after each round.
+    task; the record file's count, see the module docstring), in the rounds `scheduler` chooses
+    (default `make_scheduler("gradient", ...)`), each measuring round a `tune(..., resume=True)`
+    of its task into `records_path` (its folder created if needed), then the `validate_top`
+    finalists of each task measured re-measured; `tune_options` go to every tune call
+    (protocol, cpus, device_key, strategy, ...; one LocalMeasurer serves them all unless
+    `measurer` is given); `on_round(task, round)` after each round.
 
     Raises ValueError for trials < 1, and what tune raises.
     """
@@ -71,25 +111,55 @@ def tune_model(extraction: Extraction, target: Target, *, trials: int, records_p
     tasks = extraction.tasks
     records_path = Path(records_path)
     records_path.parent.mkdir(parents=True, exist_ok=True)
-    scheduler = scheduler or ProportionalScheduler([t.flop * t.occurrences for t in tasks], trials)
+    scheduler = scheduler or make_scheduler("gradient", tasks, trials)
+    tune_options.setdefault("device_key", host.device_key(tune_options.get("cpus")))
+    files = [RecordFile(records_path, t.workload.to_json(), str(target), tune_options["device_key"]) for t in tasks]
     start = time.perf_counter()
-    given = [0] * len(tasks)
-    last: dict[int, TuneResult] = {}
-    while (chosen := scheduler.next_round()) is not None:
-        index, count = chosen
-        given[index] += count
-        result = tune(tasks[index].workload, target, trials=given[index], records_path=records_path,
-                      resume=True, **tune_options)
-        last[index] = result
-        scheduler.update(index, result.latency_s)
-        if on_round:
-            on_round(tasks[index], result)
-    results = [_task_result(task, last.get(i), target, given[i]) for i, task in enumerate(tasks)]
-    device_key = next((r.device_key for r in last.values()), tune_options.get("device_key") or "")
-    return ModelTuneResult(extraction, results, target, device_key, time.perf_counter() - start)
+    given, measured = [0] * len(tasks), [0] * len(tasks)
+    own = "measurer" not in tune_options
+    measurer = tune_options.pop("measurer", None) or LocalMeasurer(cpus=tune_options.get("cpus"))
+    try:
+        while (chosen := scheduler.next_round()) is not None:
+            index, count = chosen
+            given[index] += count
+            began = time.perf_counter()
+            new = _fill(tasks[index], target, files[index], given[index], records_path, measurer, tune_options)
+            measured[index] += new
+            done = Round(given[index], new, _latency(files[index], given[index]), time.perf_counter() - began)
+            scheduler.update(index, done.latency_s)
+            if on_round:
+                on_round(tasks[index], done)
+        for index in (i for i in range(len(tasks)) if measured[i] and validate_top):
+            tune(tasks[index].workload, target, trials=given[index], records_path=records_path, resume=True,
+                 measurer=measurer, validate_top=validate_top, **tune_options)
+    finally:
+        if own:
+            measurer.close()
+    results = [_task_result(task, files[i].best(), target, given[i], measured[i]) for i, task in enumerate(tasks)]
+    return ModelTuneResult(extraction, results, target, tune_options["device_key"], time.perf_counter() - start)
 
 
-def _task_result(task: Task, result: TuneResult | None, target: Target, trials: int) -> TaskResult:
-    if result is None or result.best is None:
-        return TaskResult(task, ops.default_config(task.workload, target).to_json(), "default config", None, trials)
-    return TaskResult(task, result.best.config, "best record", result.latency_s, trials)
+def _fill(task: Task, target: Target, file: RecordFile, allotted: int, records_path: Path,
+          measurer: LocalMeasurer, tune_options: dict) -> int:
+    """Measure what the record file lacks of the task's `allotted` trials (no more than its
+    config space holds); returns the trials measured."""
+    wanted = min(allotted, len(ops.config_space(task.workload, target)))
+    if len(file.trials()) >= wanted:
+        return 0
+    result = tune(task.workload, target, trials=allotted, records_path=records_path, resume=True,
+                  measurer=measurer, validate_top=0, **tune_options)
+    return result.measured
+
+
+def _latency(file: RecordFile, allotted: int) -> float:
+    """The best median (seconds) among the first `allotted` search trials of the file; inf if
+    none was correct."""
+    results = [t.result for t in file.trials()[:allotted] if t.result is not None and t.result.ok]
+    return min((r.median for r in results), default=math.inf)
+
+
+def _task_result(task: Task, best: Record | None, target: Target, allotted: int, measured: int) -> TaskResult:
+    if best is None:
+        config = ops.default_config(task.workload, target).to_json()
+        return TaskResult(task, config, "default config", None, allotted, measured)
+    return TaskResult(task, best.config, "best record", best.result.median, allotted, measured)

@@ -28,6 +28,8 @@ def conv2d_nchw_template(cfg, workload, target):
     a = workload.args
     if a["weight_layout"] != "OIHW":
         raise ScheduleError(f"conv2d_nchw: the cuda template takes OIHW weights, not {a['weight_layout']}")
+    if a.get("groups", 1) > 1:
+        raise ScheduleError(f"conv2d_nchw: the cuda template has no grouped convolution (groups={a['groups']})")
     N, CI, H, W, CO, KH, KW = a["N"], a["CI"], a["H"], a["W"], a["CO"], a["KH"], a["KW"]
     (sh, sw), (ph, pw), (dh, dw) = a["stride"], a["padding"], a["dilation"]
     OH, OW = out_size(a)

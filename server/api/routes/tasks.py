@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import hashlib
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Path, Query, Request, status
 from fastapi.responses import FileResponse, Response
 from sqlalchemy.orm import Session
 
-from tunefleet.server import artifact_store, queue
+from tunefleet.server import artifact_store, build_jobs, queue
+from tunefleet.server.api import downloads
 from tunefleet.server.api.routes import API_PREFIX
 from tunefleet.server.db.models import Artifact, TaskStatus, TrialStatus
 from tunefleet.server.deps import ReadAuth, RedisDep, SessionDep, SettingsDep, StoreDep, UserAuth, in_session
@@ -160,25 +160,21 @@ def download_shared_library(artifact: OwnedArtifact, store: StoreDep) -> Respons
     )
 
 
-@router.get("/{task_id}/artifact/multi-target", response_class=Response,
-            responses=_download("application/gzip", 401, 403, 404, 409, 422))
+@router.get("/{task_id}/artifact/multi-target", response_class=Response, responses=downloads.RESPONSES)
 def download_multi_target_artifact(
-    task_id: TaskId, session: SessionDep, caller: UserAuth,
+    task_id: TaskId, session: SessionDep, caller: UserAuth, settings: SettingsDep, store: StoreDep, redis: RedisDep,
     targets: Annotated[str, Query(max_length=256, description="CPU ISAs, comma-separated, e.g. avx2,avx512")],
 ) -> Response:
     """ONE library of the task's workload for several CPU ISAs, choosing the best the CPU
     supports when it is loaded (TUNEFLEET_ISA forces one), as a tar.gz like /artifact: each
-    ISA's fastest stored best record, else the default config. Built on request (seconds);
-    422 naming `targets` for an ISA that cannot be dispatched to."""
+    ISA's fastest stored best record, else the default config. A worker of the task's device
+    key builds it once per set of configs, at the first request (202 with `Retry-After` while
+    it builds); later ones get the stored archive. 422 naming `targets` for an ISA that cannot
+    be dispatched to; 409 without a live worker or with the error of a build that failed."""
     access.require_owner(caller, tasks.get(session, task_id))
     isas = [isa.strip() for isa in targets.split(",") if isa.strip()]
-    data, name = artifacts.multi_target(session, task_id, isas)
-    return Response(
-        data,
-        media_type="application/gzip",
-        headers={"Content-Disposition": f'attachment; filename="{name}.tar.gz"',
-                 "X-Content-SHA256": hashlib.sha256(data).hexdigest()},
-    )
+    job = artifacts.multi_target_job(session, task_id, isas)
+    return downloads.archive(build_jobs.fetch(session, redis, settings, job), job, store)
 
 
 @router.get("/{task_id}/artifact/header", response_model=ArtifactHeaderOut, responses=errors(401, 403, 404, 422))

@@ -1,4 +1,4 @@
-"""CUDA C++ code generation for NVIDIA GPU targets: the CUDA backend of `codegen.cstyle`.
+"""CUDA C++ code generation for NVIDIA GPU targets: the CUDA backend of `compiler.codegen.cstyle`.
 
 From a lowered `GpuFunc` (`compiler.cuda.lower.lower_cuda`):
 
@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import math
 
-from ..cuda.lower import GpuFunc
-from ..cuda.shared_memory import BARRIER
+from ..codegen.cstyle import CStyleRenderer
 from ..ir import Allocate, Broadcast, Buffer, Evaluate, For, Load, Ramp, Store, lanes_of
 from ..schedule import GPU_TAGS
 from ..te import DTYPES, BinOp, Call, Cast, Expr, Select, dtype_of
-from .cstyle import CStyleRenderer
+from .lower import GpuFunc
+from .shared_memory import BARRIER
 
 #: (dtype, lanes) -> CUDA vector type and its component names.
 VECTOR_TYPES = {("float32", 4): "float4", ("float32", 2): "float2", ("float64", 2): "double2"}

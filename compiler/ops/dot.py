@@ -1,0 +1,114 @@
+"""Y = X · Wᵀ as dot products along K: the CPU schedule of dense when W [N, K] is read in place.
+
+The GEMM schedule (`matmul.schedule_gemm`) vectorizes over N, so for W [N, K] it either packs W
+into column panels first (a whole pass over the weights each call, which at M = 1 costs as
+much as the product) or reads its columns with a gather. Here each output Y[i, j] is the dot
+product of rows X[i, :] and W[j, :], both contiguous, vectorized over K as BLAS's SGEMV_T
+kernels do (OpenBLAS `sgemv_t`: a few rows of A at once, lane-wise partial sums, one
+horizontal sum per output):
+
+    part[i, j, l] = Σ_ko X[i, ko·L + l] · W[j, ko·L + l]    (L = vector lanes, ko < K // L)
+    Y[i, j]       = epilogue(Σ_l part[i, j, l] + Σ_t X[i, t] · W[j, t] + b[j])
+
+(the lanes and the K % L products of the tail t summed pairwise).
+
+The register tile is mr rows of X × `dot_rows` rows of W, one vector accumulator each (the
+same register count as the GEMM's mr × nr/lanes tile); per vector of K it loads mr + dot_rows
+vectors for mr · dot_rows FMAs. Tiles are blocked bm × bn and the blocks fused into the
+parallel loop (knobs `order`, `parallel`), so at M = 1 the threads split N into contiguous
+ranges of whole rows of W, each streamed once. Knobs nr, pack_a and pack_b do not apply.
+"""
+
+from __future__ import annotations
+
+from .. import te
+from ..schedule import create_schedule
+from .common import apply_epilogue, kernel_args, knob_choices
+from .matmul import balance_blocks, pick_at_most
+
+#: Rows of W per register tile; 0 is the GEMM schedule (no dot products).
+DOT_ROWS = (0, 1, 2, 4, 8)
+
+
+def dot_rows_choices(K: int, lanes: int) -> list[int]:
+    """Choices of the `dot_rows` knob: DOT_ROWS where K holds at least one vector of `lanes`, else [0]."""
+    return list(DOT_ROWS) if K >= lanes else [0]
+
+
+def pairwise_sum(terms: list[te.Expr]) -> te.Expr:
+    """((t0 + t1) + (t2 + t3)) + ...: depth log2(len) instead of a chain of len - 1 additions."""
+    while len(terms) > 1:
+        terms = [terms[n] + terms[n + 1] if n + 1 < len(terms) else terms[n] for n in range(0, len(terms), 2)]
+    return terms[0]
+
+
+def dot_expr(X: te.Tensor, W: te.Tensor, bias: te.Tensor | None, epilogue: str, lanes: int, name: str = "Y"
+             ) -> tuple[te.Tensor, te.Tensor]:
+    """(part, out) for out = epilogue(X · Wᵀ + bias): X [M, K], W [N, K], bias [N] or None,
+    K >= `lanes`; part [M, N, lanes] the lane-wise partial sums over the first K - K % lanes
+    elements, out [M, N] their pairwise sum (the horizontal add) and the K % lanes products of
+    the tail, with bias and epilogue."""
+    M, K = X.shape
+    N = W.shape[0]
+    ko = te.reduce_axis(K // lanes, "ko")
+    part = te.compute((M, N, lanes), lambda i, j, l: te.sum(X[i, ko * lanes + l] * W[j, ko * lanes + l], axis=ko),
+                      name=f"{name}_part", axis_names=["i", "j", "l"])
+    tail = range(K - K % lanes, K)
+
+    def body(i, j):
+        x = pairwise_sum([part[i, j, lane] for lane in range(lanes)] + [X[i, k] * W[j, k] for k in tail])
+        return apply_epilogue(x + bias[j] if bias is not None else x, epilogue)
+
+    return part, te.compute((M, N), body, name=name, axis_names=["i", "j"])
+
+
+def dot_template(cfg, lanes: int, X: te.Tensor, W: te.Tensor, bias: te.Tensor | None, epilogue: str, name: str = "Y"):
+    """(schedule, kernel arguments) of dense's dot-product form (module docstring) with the knobs
+    mr, dot_rows, ku, bm, bn, order and parallel of a space that defines them."""
+    part, out = dot_expr(X, W, bias, epilogue, lanes, name)
+    M, N = out.shape
+    mr, rows, ku = cfg["mr"].val, cfg["dot_rows"].val, cfg["ku"].val
+    sch = create_schedule(out)
+    so = sch[out]
+    i, j = so.op.axis
+    io, ii = so.split(i, factor=mr)
+    jo, ji = so.split(j, factor=rows)
+    ioo, ioi = so.split(io, factor=min(cfg["bm"].val, -(-M // mr)))
+    joo, joi = so.split(jo, factor=min(cfg["bn"].val, -(-N // rows)))
+    order = cfg["order"].val
+    outer = [joo, ioo] if order.startswith("nm") else [ioo, joo]
+    inner = [joi, ioi] if order.endswith("nm") else [ioi, joi]
+    so.reorder(*outer, *inner, ii, ji)
+    so.parallel(so.fuse(*outer) if cfg["parallel"].val == "fused" else outer[0])
+    so.unroll(ii)
+    so.unroll(ji)
+    sa = sch[part]
+    sa.compute_at(so, inner[-1])
+    ai, aj, al = sa.op.axis
+    (ak,) = sa.op.reduce_axis
+    kko, kki = sa.split(ak, factor=min(ku, ak.extent))
+    sa.reorder(kko, kki, ai, aj, al)
+    sa.unroll(kki)
+    sa.unroll(ai)
+    sa.unroll(aj)
+    sa.vectorize(al)
+    return sch, kernel_args(X, W, bias, out)
+
+
+def dot_default(space, M: int, N: int, K: int, lanes: int, dtype_bytes: int) -> dict:
+    """The dot-product knobs of the untuned config (the GEMM knobs it ignores come from
+    gemm_default): dot_rows = 4 rows of W and mr rows of X with mr × 4 accumulators within 12
+    vector registers (16 on AVX2, leaving mr + 1 for the operands) or 24 (AVX-512's 32); bn
+    blocks of W rows filling about half a 1 MiB L2, bm covering M, both halved until there are
+    enough blocks for the threads (matmul.balance_blocks). {"dot_rows": 0} (the GEMM) where
+    the space has no dot products (K shorter than a vector)."""
+    rows_choices = knob_choices(space, "dot_rows")
+    if rows_choices == [0]:
+        return {"dot_rows": 0}
+    rows = max(r for r in rows_choices if r <= 4)
+    regs = 24 if lanes * dtype_bytes >= 64 else 12
+    mr = max(m for m in knob_choices(space, "mr") if m <= max(1, regs // rows))
+    bn = pick_at_most(knob_choices(space, "bn"), (1 << 19) // max(1, K * rows * dtype_bytes))
+    bm = pick_at_most(knob_choices(space, "bm"), -(-M // mr))
+    bm, bn = balance_blocks(-(-M // mr), -(-N // rows), bm, bn)
+    return {"dot_rows": rows, "mr": mr, "bm": bm, "bn": bn}

@@ -1,0 +1,158 @@
+"""Disturbance of a measurement: a real busy loop on the measuring CPU shows in it, a disturbed
+trial is measured again and marked, finalists are re-measured in interleaved rounds.
+
+No timing thresholds: the load test compares the same kernel measured with and without a busy
+loop sharing its CPU (medians of three interleaved pairs, so a burst of other load on a
+shared CI host cannot decide it alone)."""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import subprocess
+import sys
+
+import helpers_ops  # noqa: F401  (the "faulty" operator's plugin)
+import pytest
+
+from tunefleet.compiler import ops
+from tunefleet.compiler.target import Target
+from tunefleet.tuner import interference, validation
+from tunefleet.tuner.host import affinity
+from tunefleet.tuner.measure import MeasureInput, MeasureProtocol, MeasureResult
+from tunefleet.tuner.runner import LocalMeasurer
+
+TARGET = Target.host()
+PLUGINS = ("helpers_ops",)
+#: No re-measure, no threshold: the raw disturbance of one measurement.
+RAW = MeasureProtocol(repeat=10, min_repeat_ms=2, cooldown_ms=1, timeout_s=10, max_disturbance=100, remeasure=0)
+
+
+def candidate(vec: int = 1) -> MeasureInput:
+    w = ops.make_workload("faulty", {"n": 4096})
+    config = ops.config_space(w, TARGET).from_json({"knobs": {"mode": "ok", "vec": vec}})
+    return MeasureInput(w.to_json(), str(TARGET), config.to_json())
+
+
+class BusyLoop:
+    """A real load generator: a Python process spinning on `cpu` (pinned), at the same priority."""
+
+    def __init__(self, cpu: int) -> None:
+        self.cpu = cpu
+
+    def __enter__(self) -> BusyLoop:
+        code = f"import os\nos.sched_setaffinity(0, {{{self.cpu}}})\nprint(flush=True)\nwhile True: pass"
+        self.proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+        self.proc.stdout.readline()  # pinned and spinning from here on
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def measurer():
+    cpus = affinity()
+    with LocalMeasurer(cpus=cpus[-1:], build_cpus=cpus[:1], plugin_modules=PLUGINS) as m:
+        yield m
+
+
+class Counting(LocalMeasurer):
+    """The real measurer, counting its child processes (attempts) and the configs they ran, in order."""
+
+    def __init__(self, **options) -> None:
+        super().__init__(**options)
+        self.ran: list[int] = []
+
+    def _attempt(self, inp, built, protocol):
+        self.ran.append(inp.config["knobs"]["vec"])
+        return super()._attempt(inp, built, protocol)
+
+
+def test_a_busy_loop_on_the_measuring_cpu_makes_the_disturbance_higher(measurer):
+    inp = candidate()
+    quiet, loaded = [], []
+    for _ in range(3):
+        (q,) = measurer.measure_batch([inp], RAW)
+        with BusyLoop(measurer.cpus[0]):
+            (d,) = measurer.measure_batch([inp], RAW)
+        quiet.append(q.disturbance)
+        loaded.append(d.disturbance)
+        assert q.ok and d.ok and not q.disturbed and not d.disturbed
+    assert statistics.median(loaded) > statistics.median(quiet), (quiet, loaded)
+    assert set(measurer.calibration) == set(measurer.cpus)
+
+
+def test_a_disturbed_trial_is_measured_again_and_marked():
+    cpus = affinity()
+    with Counting(cpus=cpus[-1:], build_cpus=cpus[:1], plugin_modules=PLUGINS) as m:
+        with BusyLoop(cpus[-1]):  # a CPU shared with a busy loop: every attempt is disturbed (> 0)
+            (result,) = m.measure_batch([candidate()], MeasureProtocol(repeat=3, max_disturbance=0, remeasure=2))
+        assert result.ok and result.disturbed and result.disturbance > 0
+        assert m.ran == [1, 1, 1]
+        (trusting,) = m.measure_batch([candidate()], MeasureProtocol(repeat=3, max_disturbance=1e6, remeasure=2))
+        assert trusting.ok and not trusting.disturbed and m.ran == [1, 1, 1, 1]
+
+
+def test_a_lasting_load_is_not_measured_again():
+    """Once the latest 8 trials' first attempts were disturbed, a disturbed trial is marked at once."""
+    cpus = affinity()
+    with Counting(cpus=cpus[-1:], build_cpus=cpus[:1], plugin_modules=PLUGINS) as m, BusyLoop(cpus[-1]):
+        results = m.measure_batch([candidate()] * 9, MeasureProtocol(repeat=1, max_disturbance=0, remeasure=1))
+    assert all(r.ok and r.disturbed for r in results)
+    assert len(m.ran) == 8 * 2 + 1
+
+
+def test_finalists_are_measured_in_interleaved_rounds_with_per_config_costs():
+    cpus = affinity()
+    inputs = [candidate(v) for v in (1, 4, 8)]
+    longer = validation.validation_protocol(MeasureProtocol(repeat=2, min_repeat_ms=1, cooldown_ms=0), repeat=6)
+    assert (longer.rounds, longer.repeat) == (3, 6)
+    with Counting(cpus=cpus[-1:], build_cpus=cpus[:1], plugin_modules=PLUGINS) as m:
+        results = m.measure_batch(inputs, dataclasses.replace(longer, max_disturbance=1e6))
+    assert m.ran == [1, 4, 8, 1, 4, 8, 1, 4, 8]
+    assert all(r.ok and len(r.costs) == 6 for r in results)
+
+
+def test_interleaved_stops_a_failed_candidate_and_merges_rounds():
+    order = []
+    results = {0: [MeasureResult("ok", [3.0], run_s=1, disturbance=0.9, disturbed=True),
+                   MeasureResult("ok", [1.0], run_s=1, disturbance=0.1),
+                   MeasureResult("ok", [2.0], run_s=1, disturbance=0.2)],
+               1: [MeasureResult("ok", [1.0]), MeasureResult("timeout", error="slow")]}
+
+    def run(i, one):
+        assert one.rounds == 1
+        order.append(i)
+        return results[i][order.count(i) - 1]
+
+    shares = []
+    merged = validation.interleaved(lambda i, one: shares.append(one.repeat) or run(i, one), 2,
+                                    MeasureProtocol(repeat=8, rounds=3))
+    assert order == [0, 1, 0, 1, 0] and shares == [3, 3, 3, 3, 2]
+    a, b = merged
+    assert a.costs == [3.0, 1.0, 2.0] and a.median == 2.0 and a.run_s == 3
+    assert a.disturbance == 0.2 and not a.disturbed  # one disturbed round of three is outvoted
+    assert b.status == "timeout"
+
+
+def test_stolen_time_and_reference_slowdown_from_recorded_numbers():
+    before = {10: (1_000_000, 0), 11: (0, 0)}
+    # thread 10 ran 20 ms and waited 20 ms (half its CPU went elsewhere); 11 ran 1 ms, waited 9;
+    # 12 was born in between; 11 ran less than a tenth of the busiest and does not count.
+    after = {10: (21_000_000, 20_000_000), 11: (1_000_000, 9_000_000), 12: (5_000_000, 1_000_000)}
+    assert interference.stolen_fraction(before, after) == pytest.approx(1.0)
+    assert interference.stolen_fraction(before, before) == 0.0
+    assert interference.reference_slowdown([[1.2e-4, 1e-4], [1.0e-4, 1e-4]], [1e-4, 1e-4]) == pytest.approx(0.1)
+    assert interference.reference_slowdown([[0.9e-4]], [1e-4]) == 0.0
+    assert interference.disturbance(1.0, 0.1) == pytest.approx(1.2)
+
+
+def test_probes_read_this_process_and_restore_its_affinity():
+    mask = affinity()
+    times = interference.sched_times()
+    assert times and all(run >= 0 and wait >= 0 for run, wait in times.values())
+    seconds = interference.reference_seconds(mask)
+    assert len(seconds) == len(mask) and all(s > 0 for s in seconds)
+    assert affinity() == mask

@@ -1,0 +1,112 @@
+"""How disturbed a measurement was: other processes' share of its CPUs, and how fast those CPUs ran.
+
+A candidate's timing is only its own speed when nothing else ran on its CPUs meanwhile. Two
+probes, both taken in the measuring child around its timed repeats, tell how far that held:
+
+* **Stolen time** (:func:`sched_times`, :func:`stolen_fraction`): Linux counts, per thread,
+  the nanoseconds it ran and the nanoseconds it waited on a run queue while runnable
+  (``/proc/self/task/<tid>/schedstat``: run time, run delay, time slices; the kernel's
+  ``Documentation/scheduler/sched-stats.rst``). A thread that waited ``d`` ns while it ran
+  ``r`` ns was slowed ``(r + d) / r`` by whoever had its CPU, so ``d / r`` is the slowdown
+  minus 1 that time-sharing caused during the window; the largest over the process's busy
+  threads is the candidate's (a parallel loop waits for its slowest thread). It costs two
+  reads of a few small files: nothing next to the timing. Where schedstat cannot be read
+  (a kernel without ``CONFIG_SCHED_INFO``), it is 0.
+* **Reference speed** (:func:`reference_seconds`): a fixed reference kernel (a C loop of
+  :data:`REFERENCE_ADDS` integer additions, ``sum(range(n))`` in CPython) timed on each
+  measuring CPU just before and just after the repeats, best of :data:`REFERENCE_BLOCKS`
+  blocks so that it measures the CPU's speed while running, not time-sharing. Compared with
+  the fastest this measuring process has seen on that CPU (its calibration: the minimum so
+  far, kept by the measurer), it shows what stolen time cannot: a busy SMT sibling, a lower
+  clock, caches shared with a busy neighbour (issue #18: "time a fixed reference kernel in
+  the same window").
+
+:func:`disturbance` combines them into one figure, a fraction: ``(1 + stolen) * (1 +
+slowdown) - 1``, where ``slowdown`` is the reference's time over its calibration minus 1,
+averaged over before/after and maximal over the CPUs. 0 means an undisturbed window; 1 means
+the candidate's CPUs did about half as much of its work per second as they could.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+__all__ = ["REFERENCE_ADDS", "REFERENCE_BLOCKS", "sched_times", "stolen_fraction", "reference_seconds",
+           "reference_slowdown", "disturbance"]
+
+#: Integer additions of one block of the reference kernel (about 0.1 ms on a 3 GHz Zen 3 core).
+REFERENCE_ADDS = 4000
+#: Blocks of the reference kernel per CPU and side; the fastest counts.
+REFERENCE_BLOCKS = 5
+#: A thread counts for stolen time when it ran at least this fraction of the busiest thread's time.
+_BUSY_FRACTION = 0.1
+
+
+def sched_times(task_dir: Path = Path("/proc/self/task")) -> dict[int, tuple[int, int]]:
+    """``{thread id: (run ns, run-queue wait ns)}`` of every thread of this process, from
+    schedstat; empty when it cannot be read."""
+    out: dict[int, tuple[int, int]] = {}
+    try:
+        tids = os.listdir(task_dir)
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            run, wait, _ = (task_dir / tid / "schedstat").read_text().split()
+        except (OSError, ValueError):
+            continue
+        out[int(tid)] = (int(run), int(wait))
+    return out
+
+
+def stolen_fraction(before: Mapping[int, tuple[int, int]], after: Mapping[int, tuple[int, int]]) -> float:
+    """The time-sharing slowdown minus 1 between two :func:`sched_times` snapshots: the largest
+    ``wait / run`` of a thread that ran at least a tenth as long as the busiest one (threads
+    born in between count from 0). 0.0 when no thread ran."""
+    deltas = []
+    for tid, (run, wait) in after.items():
+        run0, wait0 = before.get(tid, (0, 0))
+        deltas.append((run - run0, wait - wait0))
+    busiest = max((run for run, _ in deltas), default=0)
+    if busiest <= 0:
+        return 0.0
+    return max(wait / run for run, wait in deltas if run >= _BUSY_FRACTION * busiest and run > 0)
+
+
+def reference_seconds(cpus: Sequence[int], adds: int = REFERENCE_ADDS, blocks: int = REFERENCE_BLOCKS) -> list[float]:
+    """Seconds of the reference kernel on each of ``cpus`` (same order): the calling thread is
+    pinned to each in turn (its affinity is restored after), and the fastest of ``blocks``
+    blocks of ``adds`` additions counts. About ``len(cpus) * blocks * 0.1`` ms on Zen 3."""
+    mask = os.sched_getaffinity(0)
+    out = []
+    try:
+        for cpu in cpus:
+            os.sched_setaffinity(0, {cpu})
+            best = float("inf")
+            for _ in range(blocks):
+                t0 = time.perf_counter()
+                sum(range(adds))
+                best = min(best, time.perf_counter() - t0)
+            out.append(best)
+    finally:
+        os.sched_setaffinity(0, mask)
+    return out
+
+
+def reference_slowdown(samples: Iterable[Sequence[float]], calibration: Sequence[float]) -> float:
+    """How much slower than ``calibration`` (seconds per CPU, the fastest seen) the reference
+    ran: per CPU the mean of ``samples`` (e.g. before and after, each seconds per CPU) over
+    the calibration, the largest over the CPUs, minus 1, at least 0."""
+    samples = [list(s) for s in samples]
+    if not samples or not calibration:
+        return 0.0
+    ratios = [sum(s[i] for s in samples) / len(samples) / calibration[i] for i in range(len(calibration))]
+    return max(0.0, max(ratios) - 1.0)
+
+
+def disturbance(stolen: float, slowdown: float) -> float:
+    """``(1 + stolen) * (1 + slowdown) - 1``: the combined slowdown, as a fraction (>= 0)."""
+    return max(0.0, (1.0 + stolen) * (1.0 + slowdown) - 1.0)
