@@ -17,8 +17,9 @@ from pathlib import Path
 import httpx
 import pytest
 import numpy as np
-from server_helpers import artifact_files, real_artifact, tarball
+from server_helpers import artifact_files, real_artifact, run_worker_jobs_over, tarball
 from service_helpers import free_port, wait_healthy
+from test_server_workers import HOST
 
 from tunefleet.client import Client, IntegrityError, ServerUnreachable, ServiceError
 from tunefleet.server.db.models import Task, TokenScope
@@ -171,10 +172,32 @@ def test_cli_submit_status_wait_download(live: LiveServer, db, tmp_path: Path) -
     assert downloaded.returncode == 0, downloaded.stderr
     assert Path(downloaded.stdout.strip(), "manifest.json").is_file()
 
-    multi = live.cli("download", str(task["id"]), "--targets", "generic,avx2", "-o", str(tmp_path / "multi"))
-    assert multi.returncode == 0, multi.stderr
+    # a multi-target library is built by a live worker of the task's device key
+    refused = live.cli("download", str(task["id"]), "--targets", "generic,avx2", "-o", str(tmp_path / "multi"))
+    assert refused.returncode == 1 and "no live worker of device key 'cpu-test'" in refused.stderr
+    multi = _download_built_by_a_worker(live, task["id"], "generic,avx2", tmp_path / "multi")
     manifest = json.loads(Path(multi.stdout.strip(), "manifest.json").read_text())
     assert manifest["build_targets"] == ["cpu -isa=avx2", "cpu -isa=generic"] and manifest["task_id"] == task["id"]
+
+
+def _download_built_by_a_worker(live: LiveServer, task_id: int, targets: str,
+                                out: Path) -> subprocess.CompletedProcess[str]:
+    """`tunefleet download --targets` while a registered worker of cpu-test runs the build job
+    that the download queued (the CLI waits through the server's 202 answers)."""
+    with httpx.Client(base_url=f"{live.url}/api/v1",
+                      headers={"Authorization": f"Bearer {live.worker_token}"}) as http:
+        registered = http.post("/workers/register", json={"name": "w1", "device_key": "cpu-test", "host": HOST})
+        assert registered.status_code == 200, registered.text
+        env = {**live.env, "TUNEFLEET_URL": live.url, "TUNEFLEET_TOKEN": live.user_token}
+        download = subprocess.Popen([TUNEFLEET, "download", str(task_id), "--targets", targets, "-o", str(out)],
+                                    env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 120
+        while download.poll() is None and time.monotonic() < deadline:
+            run_worker_jobs_over(http, live.env["TUNEFLEET_REDIS_URL"], "cpu-test")
+            time.sleep(0.2)
+        download.kill()
+        stdout, stderr = download.communicate()
+    return subprocess.CompletedProcess(download.args, download.returncode, stdout, stderr)
 
 
 def test_submit_wait_prints_progress_lines_when_not_on_a_terminal(live: LiveServer, db) -> None:
