@@ -13,7 +13,15 @@ and fork server, the tuner's database engine) plus two things RQ's forking worke
   job (a tuning run) watches to stop early; RQ itself exits after the current job;
 - a job whose ``meta["notify"]`` names a Redis list gets its id pushed there once its
   outcome is stored (RQ's own callbacks run before that), so whoever waits for it can block
-  on the list instead of polling.
+  on the list instead of polling;
+- one enqueue of a job runs once. redis-py re-sends a command whose reply a dropped
+  connection lost (our clients ride out Redis outages that way), and an enqueue is not
+  idempotent: a re-sent ``MULTI … RPUSH … EXEC`` that Redis had already executed puts the
+  job's id in its queue twice, and two workers measured one trial at once (seen when Redis
+  was stopped mid-task). Before running a job, the worker claims its enqueue — the job id
+  with its ``enqueued_at`` and ``retries_left``, which every real enqueue (a new one, or
+  RQ's retry of a job whose worker died) changes and a re-sent one does not — with
+  ``SET NX``; a second queue entry of a claimed enqueue is dropped.
 
 RQ calls a job by its function's name with JSON arguments, so what a job needs from its
 process (a measurer, a database engine) is bound once per process in a :class:`JobContext`.
@@ -24,6 +32,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import uuid
 from typing import Any, Generic, TypeVar
 
 from redis import Redis
@@ -37,6 +46,8 @@ log = logging.getLogger(__name__)
 
 #: Every tunefleet queue carries JSON (job arguments and results are plain data).
 SERIALIZER = JSONSerializer
+#: Seconds a job's claim is kept: longer than any job waits in a queue and runs.
+CLAIM_TTL_S = 7 * 86_400
 
 
 T = TypeVar("T")
@@ -85,7 +96,12 @@ class HeartbeatWorker(SimpleWorker):
         return max(2, math.ceil(3 * self.heartbeat_s))
 
     def execute_job(self, job: Job, queue: Queue) -> None:
-        """Run `job` in this process, heartbeating it from a thread meanwhile."""
+        """Run `job` in this process, heartbeating it from a thread meanwhile; drop it instead
+        when its enqueue already ran (a duplicate queue entry, see the module docstring)."""
+        if not self.claim(job):
+            log.warning("job %s: dropped a second queue entry of one enqueue (it runs or ran already)", job.id)
+            self.connection.lrem(queue.intermediate_queue_key, 1, job.id)
+            return
         execution = self.prepare_execution(job)
         done = threading.Event()
 
@@ -111,6 +127,17 @@ class HeartbeatWorker(SimpleWorker):
             except RedisError as exc:  # the waiter falls back to its periodic look
                 log.warning("could not notify %s of job %s: %s", notify, job.id, exc)
         self.set_state(WorkerStatus.IDLE)
+
+    def claim(self, job: Job) -> bool:
+        """Claim this enqueue of `job` (its id, ``enqueued_at`` and ``retries_left``) for this
+        worker; False when another execution claimed it first. Kept CLAIM_TTL_S seconds. A
+        re-sent ``SET`` that finds this worker's own token counts as claimed."""
+        enqueued = job.enqueued_at.isoformat() if job.enqueued_at else ""
+        key = f"tunefleet:claim:{job.id}:{enqueued}:{job.retries_left}"
+        token = f"{self.name}:{uuid.uuid4().hex}"
+        if self.connection.set(key, token, nx=True, ex=CLAIM_TTL_S):
+            return True
+        return self.connection.get(key) == token.encode()
 
     def handle_warm_shutdown_request(self) -> None:
         super().handle_warm_shutdown_request()
