@@ -20,7 +20,7 @@ from tunefleet.compiler.target import Target
 from tunefleet.tuner import interference, validation
 from tunefleet.tuner.host import affinity
 from tunefleet.tuner.measure import MeasureInput, MeasureProtocol, MeasureResult
-from tunefleet.tuner.runner import LocalMeasurer
+from tunefleet.tuner.runner import LocalMeasurer, excess_disturbance
 
 TARGET = Target.host()
 PLUGINS = ("helpers_ops",)
@@ -95,13 +95,37 @@ def test_a_disturbed_trial_is_measured_again_and_marked():
         assert trusting.ok and not trusting.disturbed and m.ran == [1, 1, 1, 1]
 
 
-def test_a_lasting_load_is_not_measured_again():
-    """Once the latest 8 trials' first attempts were disturbed, a disturbed trial is marked at once."""
+def test_a_lasting_load_becomes_the_baseline_and_its_trials_are_trusted():
+    """A busy loop sharing the measuring CPU all along: before the baseline is known, trials are
+    measured against a quiet host (disturbed: re-measured, then marked); once the latest first
+    attempts set it, a trial is judged against the load it shares with its neighbours, and the
+    load no longer marks every trial (which left the cost model nothing to learn from)."""
     cpus = affinity()
+    protocol = MeasureProtocol(repeat=3, max_disturbance=0.5, remeasure=2)
     with Counting(cpus=cpus[-1:], build_cpus=cpus[:1], plugin_modules=PLUGINS) as m, BusyLoop(cpus[-1]):
-        results = m.measure_batch([candidate()] * 9, MeasureProtocol(repeat=1, max_disturbance=0, remeasure=1))
-    assert all(r.ok and r.disturbed for r in results)
-    assert len(m.ran) == 8 * 2 + 1
+        results = m.measure_batch([candidate(4)] + [candidate()] * 9, protocol)
+        assert m.baseline > protocol.max_disturbance
+    first, later = results[0], results[5:]
+    assert all(r.ok for r in results)
+    assert first.disturbed and m.ran[:4] == [4, 4, 4, 1]  # against a quiet baseline: measured three times
+    assert not all(r.disturbed for r in later), [r.disturbance for r in results]
+
+
+def test_a_busy_loop_off_the_kernels_cpus_disturbs_less_than_one_on_them(measurer):
+    """The probes look at the CPUs the kernel's pool is pinned to: a busy loop on the builders'
+    CPU (not the kernel's) shows less than the same loop on the kernel's CPU."""
+    if len(affinity()) < 2:
+        pytest.skip("needs a CPU besides the measuring one")
+    inp = candidate()
+    off, on = [], []
+    for _ in range(3):
+        with BusyLoop(affinity()[0]):
+            (a,) = measurer.measure_batch([inp], RAW)
+        with BusyLoop(measurer.cpus[0]):
+            (b,) = measurer.measure_batch([inp], RAW)
+        off.append(a.disturbance)
+        on.append(b.disturbance)
+    assert statistics.median(on) > statistics.median(off), (off, on)
 
 
 def test_finalists_are_measured_in_interleaved_rounds_with_per_config_costs():
@@ -147,6 +171,9 @@ def test_stolen_time_and_reference_slowdown_from_recorded_numbers():
     assert interference.reference_slowdown([[1.2e-4, 1e-4], [1.0e-4, 1e-4]], [1e-4, 1e-4]) == pytest.approx(0.1)
     assert interference.reference_slowdown([[0.9e-4]], [1e-4]) == 0.0
     assert interference.disturbance(1.0, 0.1) == pytest.approx(1.2)
+    # Judged against the host's present load: a trial as disturbed as its neighbours has no excess.
+    assert excess_disturbance(1.0, 1.0) == 0.0 and excess_disturbance(0.5, 1.0) == 0.0
+    assert excess_disturbance(3.0, 1.0) == pytest.approx(1.0) and excess_disturbance(2.0, 0.0) == 2.0
 
 
 def test_probes_read_this_process_and_restore_its_affinity():

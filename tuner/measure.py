@@ -111,16 +111,18 @@ class MeasureProtocol(_JsonDataclass):
 
     Interference (:mod:`.interference`): each measurement reports its
     ``disturbance`` (a fraction: 0 undisturbed, 1 about half the CPUs' time
-    went elsewhere). One above ``max_disturbance`` is measured again, up to
-    ``remeasure`` more times (not while the load lasts, see
-    :mod:`.runner`); the least disturbed attempt is kept and, if it is still
-    above, marked ``disturbed`` (the cost model and the ranking then leave it
-    out). The default 2.0 (the CPUs did a third of the work they
-    could) flags what the issue #18 saw on a busy host (the search's best 3-4x
-    below the same kernels on a quiet one) and a busy loop sharing a CPU with a
-    host's other load (3-6 on a 2-core Zen 3 VM beside other engineers' jobs,
-    where the same kernel alone showed about 1: the time-sharing of an
-    ordinarily busy host, whose trials still teach the cost model). ``rounds`` > 1 measures a batch in
+    went elsewhere). One whose excess over the host's present load (the
+    median of the latest trials' disturbances, :mod:`.runner`) is above
+    ``max_disturbance`` is measured again, up to ``remeasure`` more times; the
+    least disturbed attempt is kept and, if it is still above, marked
+    ``disturbed`` (the cost model and the ranking then leave it out). A load
+    that lasts is the level every trial shares, so its trials still teach
+    the cost model; a burst above it is what gets re-measured. The default 2.0
+    (the CPUs did a third of the work they did for the neighbouring trials)
+    flags a burst like what issue #18 saw on a busy host (the search's best
+    3-4x below the same kernels on a quiet one); on a quiet 2-CPU Xeon
+    (AVX-512) a 1024³ matmul's trials showed 0.15 (median), with one of the two
+    CPUs shared with a busy loop all along about 1.1. ``rounds`` > 1 measures a batch in
     rounds, A B C A B C ..., the ``repeat`` repeats of each candidate split
     among them, so that candidates compared with each other share the same
     disturbances (final validation: :func:`.validation.validation_protocol`);
@@ -191,8 +193,9 @@ class MeasureResult(_JsonDataclass):
     Unix seconds when the result was made; ``disturbance``: how much other
     processes slowed the measuring CPUs during the timing, a fraction >= 0
     (:mod:`.interference`; 0.0 where not measured, e.g. a failed trial);
-    ``disturbed``: it stayed above the protocol's ``max_disturbance`` after
-    its re-measures, so its costs say more about the host than the config.
+    ``disturbed``: it stayed above the host's present load by more than the
+    protocol's ``max_disturbance`` after its re-measures (:mod:`.runner`:
+    ``excess_disturbance``), so its costs say more about the host than the config.
     """
 
     status: str

@@ -18,12 +18,16 @@ and the worker daemon share it:
   candidate was queued or built; waiting for the CPUs (below) does not count;
 * each measurement reports its disturbance (:mod:`.interference`: stolen time and the
   reference kernel's speed against this measurer's calibration, the fastest it has seen per
-  CPU). A measurement above ``protocol.max_disturbance`` is taken again in a fresh child, up
-  to ``protocol.remeasure`` times; the least disturbed is kept, marked ``disturbed`` if
-  still above. Not while the load lasts: when the median first-attempt disturbance of the
-  latest 8 trials is above the threshold too, a disturbed trial is marked at once (measuring
-  it again would triple the time per trial for nothing). Each probe costs about 2 ms per trial on 2 CPUs (the reference kernel, before
-  and after the repeats);
+  CPU). What counts is its *excess* over the host's present load (:func:`excess_disturbance`):
+  the baseline is the median first-attempt disturbance of the latest 8 trials (0 until 3 were
+  measured), so a load that lasts (one core kept busy, a neighbour's long job) is the level
+  every trial shares and compares alike under, and only a trial measured in a burst above it is
+  suspect. A measurement whose excess is above ``protocol.max_disturbance`` is taken again in a
+  fresh child, up to ``protocol.remeasure`` times; the least disturbed is kept, marked
+  ``disturbed`` if still above. (An absolute threshold counted almost every trial disturbed on a
+  host whose load lasted, so the cost model learned nothing and the search turned random.)
+  Each probe costs about 2.5 ms per trial on 2 quiet CPUs, more when one is busy (the
+  reference kernel, before and after the repeats, waits for a turn on every measuring CPU);
 * ``protocol.rounds`` > 1 measures the batch in interleaved rounds
   (:func:`.validation.interleaved`), all builds done first.
 
@@ -68,12 +72,14 @@ from .interfaces import Candidate, Runner, RunnerFuture, RunnerResult
 from .measure import MeasureInput, MeasureProtocol, MeasureResult
 from .measure_child import child_main
 
-__all__ = ["STARTUP_TIMEOUT_S", "LocalMeasurer", "LocalRunner", "measure_batch"]
+__all__ = ["STARTUP_TIMEOUT_S", "LocalMeasurer", "LocalRunner", "excess_disturbance", "measure_batch"]
 
 #: Seconds a child may take to start and load its library before it counts as a runtime error.
 STARTUP_TIMEOUT_S = 60.0
-#: Latest trials whose first attempt's disturbance tells a lasting load from a passing one.
+#: Latest trials whose first attempts' median disturbance is the host's present load (the baseline).
 _RECENT = 8
+#: First attempts needed before their median counts as the baseline (until then it is 0: quiet).
+_MIN_RECENT = 3
 #: Characters of the child's output kept in an error text.
 _LOG_TAIL = 2000
 #: Address space of a sandboxed measurement child, bytes: ``$TUNEFLEET_SANDBOX_MEMORY``, default
@@ -141,7 +147,7 @@ class LocalMeasurer:
         self._logs = tempfile.TemporaryDirectory(prefix="tunefleet-measure-")
         #: The reference kernel's fastest seconds per measuring CPU so far (the calibration).
         self.calibration: dict[int, float] = {}
-        # First attempts' disturbances of the latest trials: a load that lasts is not re-measured.
+        # First attempts' disturbances of the latest trials: their median is the baseline.
         self._recent: collections.deque[float] = collections.deque(maxlen=_RECENT)
 
     @property
@@ -177,25 +183,29 @@ class LocalMeasurer:
                 error: str = "", disturbance: float = 0.0) -> MeasureResult:
         return MeasureResult(status, list(costs), built.build_s, run_s, error, self.host, disturbance=disturbance)
 
+    @property
+    def baseline(self) -> float:
+        """The host's present load, as a disturbance: the median first-attempt disturbance of the
+        latest trials, 0.0 until :data:`_MIN_RECENT` were measured."""
+        return statistics.median(self._recent) if len(self._recent) >= _MIN_RECENT else 0.0
+
     def _run(self, inp: MeasureInput, built: BuildResult, protocol: MeasureProtocol) -> MeasureResult:
-        """Measure; again while disturbed (see the module docstring). ``run_s`` counts every attempt."""
+        """Measure; again while disturbed beyond the baseline (see the module docstring).
+        ``run_s`` counts every attempt."""
         if built.status != "ok":
             return self._result(built.status, built, error=built.error)
         kept: MeasureResult | None = None
         run_s = 0.0
+        baseline = self.baseline
         for attempt in range(1 + protocol.remeasure):
             result = self._attempt(inp, built, protocol)
             run_s += result.run_s
-            lasting = len(self._recent) == self._recent.maxlen and \
-                statistics.median(self._recent) > protocol.max_disturbance
             if attempt == 0 and result.ok:
                 self._recent.append(result.disturbance)
-            if not result.ok or result.disturbance <= protocol.max_disturbance:
+            if not result.ok or excess_disturbance(result.disturbance, baseline) <= protocol.max_disturbance:
                 return dataclasses.replace(result, run_s=run_s)
             if kept is None or result.disturbance < kept.disturbance:
                 kept = result
-            if lasting:  # the host is busy all along: measuring again would only cost time
-                break
         return dataclasses.replace(kept, run_s=run_s, disturbed=True)
 
     def _disturbance(self, probe: dict | None) -> float:
@@ -371,3 +381,12 @@ def measure_batch(inputs: Sequence[MeasureInput], protocol: MeasureProtocol | No
     keyword arguments). For repeated batches keep one LocalMeasurer: its builders stay up."""
     with LocalMeasurer(cpus=cpus, **options) as measurer:
         return measurer.measure_batch(inputs, protocol or MeasureProtocol())
+
+
+def excess_disturbance(disturbance: float, baseline: float) -> float:
+    """How much more a measurement was disturbed than the host's present load: ``(1 +
+    disturbance) / (1 + baseline) - 1``, at least 0 (both fractions as :func:`.interference.
+    disturbance` gives them). E.g. 1.0 under a baseline of 1.0 (one of the CPUs shared with a
+    busy loop, all along) is 0: the trial ran as its neighbours did; 3.0 under it is 1.0: its
+    CPUs did half the work per second its neighbours' did."""
+    return max(0.0, (1.0 + disturbance) / (1.0 + baseline) - 1.0)

@@ -53,7 +53,8 @@ class Protocol(BaseModel):
     max_disturbance: float = Field(
         default=_PROTOCOL.max_disturbance, ge=0, le=100,
         description="a trial whose disturbance (how much other processes slowed the measuring CPUs, a "
-        "fraction) is above this is measured again, then marked disturbed")
+        "fraction) exceeds the worker's present load (its latest trials' median) by more than this is "
+        "measured again, then marked disturbed")
     remeasure: int = Field(default=_PROTOCOL.remeasure, ge=0, le=10,
                            description="re-measures of a disturbed trial")
 
