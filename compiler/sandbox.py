@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import importlib.util
 import os
 import re
 import shutil
@@ -48,7 +49,7 @@ from pathlib import Path
 from .toolchain import compiler_command
 
 __all__ = ["UNSANDBOXED", "SandboxUnavailable", "Limits", "Sandbox", "ENV_VAR", "SANDBOX_UID", "active", "enable",
-           "current", "detect", "hidden_paths", "clean_output", "OUTPUT_LIMIT"]
+           "current", "detect", "hidden_paths", "import_paths", "clean_output", "OUTPUT_LIMIT"]
 
 #: The variable that turns the sandbox on ("1") for this process and its children.
 ENV_VAR = "TUNEFLEET_SANDBOX"
@@ -175,16 +176,29 @@ def hidden_paths() -> list[Path]:
     return [p for p in unique if p != Path("/")]
 
 
-def _exposed_paths(hidden: Sequence[Path]) -> list[Path]:
-    """The Python installation and ``sys.path`` entries that lie under a hidden folder, under
-    ``/tmp`` (the sandbox's private tmpfs: a checkout and its virtual environment cloned there)
-    or in or under a folder closed to other users (a 0700 checkout), to be shown again read-only, except those that are, or contain, a secret (a hidden path that
-    is not a mere parent of the installation: TUNEFLEET_HOME, the cache, a token file...)."""
+def import_paths() -> list[Path]:
+    """Where this Python and tunefleet are imported from: the installation, ``sys.path``, and the
+    folder of each of tunefleet's top-level packages — in an editable install these lie in the
+    checkout, found through setuptools' finder rather than ``sys.path``."""
+    wanted = [Path(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path) if p]
+    wanted += [Path(sys.executable).parent, Path(__file__).resolve().parents[1]]
+    for name in ("tunefleet", "tunefleet.compiler", "tunefleet.tuner", "tunefleet.worker", "tunefleet.server"):
+        spec = importlib.util.find_spec(name)
+        wanted += [Path(p) for p in (spec.submodule_search_locations or [])] if spec else []
+    return wanted
+
+
+def _exposed_paths(hidden: Sequence[Path], wanted: Sequence[Path]) -> list[Path]:
+    """Of the `wanted` folders (:func:`import_paths`), those that lie under a hidden folder,
+    under ``/tmp`` (the sandbox's private tmpfs: a checkout and its virtual environment cloned
+    there) or in or under a folder closed to other users (a 0700 checkout), to be shown again
+    read-only, except those that are, or contain, a secret (a hidden path that is not a mere
+    parent of the installation: TUNEFLEET_HOME, the cache, a token file...). A checkout that
+    holds a secret (the demo's home, ``./tunefleet-demo/home``) is not shown; its package
+    folders are."""
     generic = {Path.home().resolve(), Path("/root"), Path("/home"), Path("/run"), Path("/tmp")}
     secrets = [h for h in hidden if h not in generic]
     covered = [*hidden, Path("/tmp")]
-    wanted = [Path(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path) if p]
-    wanted += [Path(sys.executable).parent, Path(__file__).resolve().parents[1]]
     shown = []
     for path in dict.fromkeys(p.resolve() for p in wanted if p.exists()):
         if path in generic:
@@ -219,7 +233,7 @@ class Sandbox:
         (it does not start one: see :func:`detect`)."""
         hidden = hidden_paths()
         return cls(bwrap_path(), _tool("setpriv"), _tool("prlimit"), os.geteuid() == 0, tuple(hidden),
-                   tuple(_exposed_paths(hidden)))
+                   tuple(_exposed_paths(hidden, import_paths())))
 
     def describe(self) -> str:
         """One line for a worker's registration: bwrap's version and how the uid is dropped,

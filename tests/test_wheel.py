@@ -196,6 +196,38 @@ def test_a_command_of_another_extra_fails_with_one_line_naming_it(worker_host, t
     assert f"pip install 'tunefleet[{extra}]'" in line and f"tunefleet {args[0]}" in line
 
 
+def test_an_editable_clone_under_tmp_that_holds_its_home_can_sandbox(wheelhouse: Path, tmp_path: Path) -> None:
+    """The README's quick start: a clone installed editable under /tmp (/home and /root are
+    hidden from the sandbox as well), whose `tunefleet demo` keeps its home, a secret, inside
+    the clone. The sandbox shows the folders the packages are imported from, not the clone."""
+    from tunefleet.compiler import sandbox
+
+    try:
+        sandbox.detect()
+    except sandbox.SandboxUnavailable as exc:
+        pytest.skip(f"no sandbox on this host: {exc}")
+    clone = tmp_path / "clone"
+    clone.mkdir()
+    for name in BUILD_FILES:
+        shutil.copy2(ROOT / name, clone / name)
+    for folder in sorted(set(PACKAGE_DIR.values())):
+        shutil.copytree(ROOT / folder, clone / folder, ignore=_BYTECODE)
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+    python = venv / "bin" / "python"
+    requirement = f"{clone}[worker]"
+    _offline_first(wheelhouse, [*PYPROJECT["build-system"]["requires"], requirement], "install", "-q", "--no-compile",
+                   "-e", requirement, python=python)
+    home = clone / "tunefleet-demo" / "home"
+    home.mkdir(parents=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TUNEFLEET_", "PYTHON", "VIRTUAL_ENV"))}
+    check = _run({**env, "TUNEFLEET_HOME": str(home)}, python, "-c",
+                 "import tunefleet.compiler as c; from tunefleet.compiler import sandbox; print(c.__file__); "
+                 "print(sandbox.detect().describe())", cwd=tmp_path)
+    assert check.returncode == 0, check.stderr[-2000:]
+    assert check.stdout.startswith(str(clone / "compiler")), check.stdout
+
+
 def test_the_docker_images_install_the_wheel_with_declared_extras() -> None:
     """The Dockerfile builds the wheel and each image installs it (never the source tree, never
     editably), with an extra pyproject.toml declares."""
