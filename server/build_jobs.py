@@ -3,7 +3,10 @@ server compiles nothing. The first request for an archive enqueues one build job
 ``measure:<device_key>`` under the build's key (its RQ job id, so a request while it builds
 enqueues nothing more); the worker uploads the archive to the artifact store and returns it;
 the next request records it (services.builds) and every later one serves it from the store. A
-build that fails is recorded with its error and answered with it, never retried.
+build whose inputs do not build (a compile or config error) is recorded with its error and
+answered with it, never retried. A build the worker could not finish — the upload refused or
+cut, the worker lost, the job timed out or stopped (:data:`UNFINISHED`), after RQ's one retry —
+is answered with its error once and not recorded: the next request builds it again.
 """
 
 from __future__ import annotations
@@ -29,6 +32,9 @@ __all__ = ["RETRY_AFTER_S", "Building", "fetch"]
 #: Seconds a client is asked to wait before it asks again for an archive being built.
 RETRY_AFTER_S = 2
 _FAILED = (JobStatus.FAILED, JobStatus.STOPPED, JobStatus.CANCELED)
+#: Exceptions of a build job that say nothing of its inputs: the worker could not finish it
+#: (worker.jobs.ExportError: the upload; RQ's for a lost worker and a timeout).
+UNFINISHED = ("ExportError", "AbandonedJobError", "JobTimeoutException", "SandboxUnavailable")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,12 +67,21 @@ def fetch(session: Session, redis: Redis | None, settings: Settings, job: BuildJ
         elif status in _FAILED:
             latest = found.latest_result()
             error = last_line(latest.exc_string if latest and latest.exc_string else str(status))
+            if status != JobStatus.FAILED or _exception_name(error) in UNFINISHED:
+                found.delete()
+                raise Conflict(f"the worker could not finish building {job.what}: {error} (not stored: "
+                               "ask again to build it again)")
             build = builds.record(session, job.key, None, f"the worker's build failed: {error}")
         else:
             return Building(job.key, getattr(status, "value", str(status)))
     if build.artifact is None:
         raise Conflict(f"{job.what} does not build: {build.error}")
     return build.artifact
+
+
+def _exception_name(line: str) -> str:
+    """The exception's class name in a traceback's last line ("pkg.mod.Name: message")."""
+    return line.split(":", 1)[0].rsplit(".", 1)[-1]
 
 
 def _enqueue(session: Session, redis: Redis, settings: Settings, job: BuildJob) -> Building:

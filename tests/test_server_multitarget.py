@@ -88,6 +88,28 @@ def test_a_failed_build_is_answered_with_its_error_and_not_retried(api, tokens, 
     assert not run_worker_jobs(api, tokens["worker"], redis_url, task["device_key"])
 
 
+def test_a_build_the_worker_could_not_finish_is_answered_once_and_built_again(api, tokens, db, redis,
+                                                                             redis_url) -> None:
+    """The upload refused (a worker token the server does not know): the inputs build, so the
+    error is not stored and the next request queues the build again."""
+    task = submit(api, tokens)
+    register(api, tokens, "w1", task["device_key"])
+    url, params = f"/api/v1/tasks/{task['id']}/artifact/multi-target", {"targets": "avx2,generic"}
+    assert api.get(url, params=params, headers=tokens["user"]).status_code == 202
+    run_worker_jobs(api, {"Authorization": "Bearer not-a-token"}, redis_url, task["device_key"])
+    unfinished = api.get(url, params=params, headers=tokens["user"])
+    assert unfinished.status_code == 409, unfinished.text
+    detail = unfinished.json()["detail"]
+    assert "could not finish" in detail and "upload" in detail and "not stored" in detail
+    assert db.query(Build).count() == 0
+
+    assert api.get(url, params=params, headers=tokens["user"]).status_code == 202
+    assert run_worker_jobs(api, tokens["worker"], redis_url, task["device_key"])
+    built = api.get(url, params=params, headers=tokens["user"])
+    assert built.status_code == 200 and hashlib.sha256(built.content).hexdigest() == built.headers["X-Content-SHA256"]
+    assert db.query(Build).count() == 1
+
+
 def test_without_a_live_worker_nothing_is_built_and_the_answer_says_so(api, tokens, redis) -> None:
     task = submit(api, tokens, device_key="cpu-nobody")
     response = api.get(f"/api/v1/tasks/{task['id']}/artifact/multi-target", params={"targets": "avx2"},

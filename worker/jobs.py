@@ -212,8 +212,11 @@ def multi_target(task_id: int, workload: dict, best: dict[str, dict | None]) -> 
 
 def _upload(http: httpx.Client, archive: bytes) -> dict[str, Any]:
     sha256 = hashlib.sha256(archive).hexdigest()
-    response = http.put(f"/workers/artifacts/{sha256}", content=archive,
-                        headers={"Content-Type": "application/gzip"})
+    try:
+        response = http.put(f"/workers/artifacts/{sha256}", content=archive,
+                            headers={"Content-Type": "application/gzip"})
+    except httpx.TransportError as exc:
+        raise ExportError(f"the artifact upload to the server failed: {exc}") from exc
     if response.is_error:
         raise ExportError(f"the server refused the artifact upload: HTTP {response.status_code}: {response.text}")
     return response.json()
