@@ -125,7 +125,7 @@ def _progress(session: Session, task_id: int, caller: Caller) -> ProgressOut:
         .order_by(Trial.finished_at.asc().nulls_first(), Trial.id)
     ).all()
     origin = task.started_at or min((t.finished_at for t in finished if t.finished_at), default=None)
-    points = _thin([
+    points = thin_points([
         (
             n,
             row.id,
@@ -183,7 +183,7 @@ def _progress(session: Session, task_id: int, caller: Caller) -> ProgressOut:
 Point = tuple[int, int, float | None, TrialStatus, float | None]
 
 
-def _thin(points: list[Point], limit: int | None = None) -> list[Point]:
+def thin_points(points: list[Point], limit: int | None = None) -> list[Point]:
     """At most about `limit` (MAX_POINTS) of `points`: an even sample plus every point that
     set a new best and the last one, so the best-so-far curve drawn from them is exact."""
     limit = limit or MAX_POINTS

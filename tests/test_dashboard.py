@@ -141,7 +141,7 @@ def test_header_endpoint_before_an_artifact_and_without_a_header(api, db, settin
 
 
 def test_many_points_are_thinned_keeping_every_new_best() -> None:
-    from tunefleet.server.dashboard import _thin
+    from tunefleet.server.dashboard import thin_points
 
     rng = random.Random(0)
     points = [(n, n, float(n), "ok" if n % 7 else "timeout", rng.random() * n if n % 7 else None)
@@ -155,8 +155,8 @@ def test_many_points_are_thinned_keeping_every_new_best() -> None:
                 out.append(p)
         return out
 
-    kept = _thin(points, limit=1000)
+    kept = thin_points(points, limit=1000)
     assert 1000 <= len(kept) <= 1001 + len(steps(points)) and kept[-1] == points[-1]
     assert [p[0] for p in kept] == sorted(p[0] for p in kept)
     assert steps(kept) == steps(points)  # the best-so-far curve is the same
-    assert _thin(points[:50], limit=1000) == points[:50]
+    assert thin_points(points[:50], limit=1000) == points[:50]
