@@ -1,0 +1,308 @@
+"""Benchmark: tunefleet's tuner head to head with TVM MetaSchedule on single operators.
+
+For each workload (float32; `--ops` picks by name prefix): matmul 1024³, matmul 128×3072×768
+(M×N×K), conv2d NCHW 1×512×7×7 → 512 (3×3, pad 1, + bias + relu) and ResNet-50's stride-2
+3×3 conv2d 1×128×56×56 → 128 (pad 1, + bias + relu, as its layer 2.0 computes it):
+
+1. tunefleet tunes it on this machine (`tunefleet.tuner.tune`, the `tunefleet tune` path:
+   XGBoost-guided search, `--trials` configs, then its final validation of the finalists) in a
+   child process, and `apply_best` writes the winner's artifact;
+2. MetaSchedule tunes the same computation, written in TVM TE by a child process that runs
+   under TVM's own Python (`--tvm-python`; TVM stays out of tunefleet's dependencies):
+   `te.create_prim_func`, `s_tir.meta_schedule.tune_tir` with the same number of trials
+   (`max_trials_global`; `--ms-per-iter` trials per search iteration, 16 by default so its
+   XGBoost cost model is refit between rounds as ours is; everything else its defaults:
+   evolutionary search, its LocalBuilder / LocalRunner with EvaluatorConfig number 3,
+   min_repeat_ms 100), target `{"kind": "llvm", "mcpu": <this CPU as LLVM names it>,
+   "num-cores": threads}`. Its database's best record is built (`tvm.compile`), checked
+   against tunefleet's numpy reference on the same random inputs (the bench stops if it
+   differs), exported as a shared library, and its trace and TIR are written beside it;
+3. the printed tuning time is each child's wall time, start to artifact (interpreter start,
+   imports, tuning, and for us the final validation; for MetaSchedule the build and check of
+   the winner);
+4. both winners are re-timed in `--processes` interleaved rounds of fresh processes (each:
+   10 repeats of at least 100 ms, best repeat; ours with tunefleet's timer, MetaSchedule's
+   with TVM's `time_evaluator`, the same protocol), `--threads` threads each
+   (TUNEFLEET_NUM_THREADS, TVM_NUM_THREADS); printed: best and median over the rounds in
+   GFLOP/s, the best as a % of the fp32 FMA peak that the bench measures itself
+   (`common.peak_gflops`), and ours ÷ MetaSchedule in time (below 1: ours is faster).
+
+    python bench/vs_metaschedule.py [--ops matmul conv2d] [--trials 64] [--threads 2]
+                                    [--tvm-python /work/tvmenv/bin/python] [--out DIR]
+
+Without TVM's Python (or without tvm, xgboost, cloudpickle, psutil in it) the bench prints one line and exits 2.
+
+Measured once: see the numbers below (MEASURED).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+DEFAULT_TVM_PYTHON = "/work/tvmenv/bin/python"
+_CONV = {"N": 1, "KH": 3, "KW": 3, "padding": 1, "bias": True, "epilogue": "relu"}
+#: name -> (operator, arguments), tunefleet's workload; the TVM child writes the same in TE.
+WORKLOADS = {
+    "matmul 1024³": ("matmul", {"M": 1024, "N": 1024, "K": 1024}),
+    "matmul 128x3072x768": ("matmul", {"M": 128, "N": 3072, "K": 768}),
+    "conv2d 512x7x7 3x3": ("conv2d_nchw", {**_CONV, "CI": 512, "CO": 512, "H": 7, "W": 7}),
+    "conv2d 128x56x56 3x3 s2": ("conv2d_nchw", {**_CONV, "CI": 128, "CO": 128, "H": 56, "W": 56, "stride": 2}),
+}
+
+
+# ----------------------------------------------------------------------------- the TVM child
+# Runs under --tvm-python: imports only the standard library, numpy and tvm.
+
+
+def _tvm_compute(op: str, a: dict):
+    """The workload in TVM TE: the tensors in tunefleet's argument order (inputs, then output).
+    matmul: A[M, K] · B[K, N]; conv2d_nchw: data[N, CI, H, W] ⊛ weight[CO, CI, KH, KW] (zero
+    padding, stride) + bias[CO], relu."""
+    from tvm import te, tirx
+
+    if op == "matmul":
+        A = te.placeholder((a["M"], a["K"]), "float32", "A")
+        B = te.placeholder((a["K"], a["N"]), "float32", "B")
+        k = te.reduce_axis((0, a["K"]), "k")
+        C = te.compute((a["M"], a["N"]), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), "C")
+        return [A, B, C]
+    if op == "conv2d_nchw":
+        n, ci, h, w, co, kh, kw = (a[x] for x in ("N", "CI", "H", "W", "CO", "KH", "KW"))
+        stride = a.get("stride", 1)
+        s = stride if isinstance(stride, int) else stride[0]
+        p = a["padding"] if isinstance(a["padding"], int) else a["padding"][0]
+        oh, ow = (h + 2 * p - kh) // s + 1, (w + 2 * p - kw) // s + 1
+        data = te.placeholder((n, ci, h, w), "float32", "data")
+        weight = te.placeholder((co, ci, kh, kw), "float32", "weight")
+        bias = te.placeholder((co,), "float32", "bias")
+        pad = te.compute((n, ci, h + 2 * p, w + 2 * p), lambda b, c, y, x: tirx.if_then_else(
+            tirx.all(y >= p, y < h + p, x >= p, x < w + p), data[b, c, y - p, x - p], tirx.const(0.0, "float32")),
+            "pad")
+        rc, ry, rx = te.reduce_axis((0, ci), "rc"), te.reduce_axis((0, kh), "ry"), te.reduce_axis((0, kw), "rx")
+        conv = te.compute((n, co, oh, ow), lambda b, o, y, x: te.sum(
+            pad[b, rc, y * s + ry, x * s + rx] * weight[o, rc, ry, rx], axis=[rc, ry, rx]), "conv")
+        out = te.compute((n, co, oh, ow), lambda b, o, y, x: te.max(conv[b, o, y, x] + bias[o], 0.0), "out")
+        return [data, weight, bias, out]
+    raise SystemExit(f"the TVM child has no TE definition of {op!r}")
+
+
+def _tvm_target(threads: int):
+    import tvm
+    from tvm.target import codegen
+
+    return tvm.target.Target({"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu(), "num-cores": threads})
+
+
+def tvm_child_tune(args) -> None:
+    """Tune with MetaSchedule, build the best, check it against the .npz, export it; print one
+    JSON line (seconds of tuning, trials in the database, its best run_secs)."""
+    import numpy as np
+    import tvm
+    from tvm import te
+    from tvm.s_tir import meta_schedule as ms
+
+    spec = json.loads(args.spec)
+    out = Path(args.out)
+    target = _tvm_target(args.threads)
+    func = te.create_prim_func(_tvm_compute(spec["op"], spec["args"]))
+    mod = tvm.IRModule({"main": func})
+    t0 = time.perf_counter()
+    database = ms.tune_tir(mod, target, str(out / "ms-work"), max_trials_global=args.trials,
+                           num_trials_per_iter=args.per_iter, num_tuning_cores=args.threads, seed=args.seed)
+    tuning_s = time.perf_counter() - t0
+    record = database.query_tuning_record(mod, target, workload_name="main")
+    if record is None:
+        raise SystemExit("MetaSchedule found no valid schedule")
+    sch = database.query_schedule(mod, target, workload_name="main")
+    (out / "ms-trace.py").write_text(str(sch.trace))
+    (out / "ms-tir.py").write_text(sch.mod.script())
+    lib = tvm.compile(sch.mod, target)
+    dev = tvm.cpu()
+    data = np.load(args.npz)
+    expected = data[f"arg{len(data.files) - 1}"]
+    arrays = [*(tvm.runtime.tensor(data[f"arg{i}"], dev) for i in range(len(data.files) - 1)),
+              tvm.runtime.tensor(np.zeros_like(expected), dev)]
+    lib["main"](*arrays)
+    got = arrays[-1].numpy()
+    if not np.allclose(got, expected, rtol=1e-3, atol=1e-3):
+        raise SystemExit(f"MetaSchedule's winner differs from numpy: max |diff| {np.abs(got - expected).max():.3g}")
+    lib.export_library(str(out / "ms.so"))
+    records = database.get_all_tuning_records()
+    print(json.dumps({"tuning_s": tuning_s, "records": len(records),
+                      "best_run_s": min(float(x) for x in record.run_secs), "max_abs_diff":
+                      float(np.abs(got - expected).max())}))
+
+
+def tvm_child_time(args) -> None:
+    """Print the best per-call seconds of the exported winner (time_evaluator: `repeat` repeats
+    of at least `min_repeat_ms`, one warm-up run), on the .npz's inputs."""
+    import numpy as np
+    import tvm
+
+    dev = tvm.cpu()
+    lib = tvm.runtime.load_module(args.so)
+    data = np.load(args.npz)
+    arrays = [tvm.runtime.tensor(data[f"arg{i}"], dev) for i in range(len(data.files))]
+    timer = lib.time_evaluator("main", dev, number=1, repeat=args.repeat, min_repeat_ms=args.min_repeat_ms)
+    print(min(timer(*arrays).results))
+
+
+def tvm_child(argv: list[str]) -> None:
+    p = argparse.ArgumentParser(prog="vs_metaschedule.py --tvm-child")
+    p.add_argument("mode", choices=["check", "tune", "time"])
+    p.add_argument("--spec", default="{}")
+    p.add_argument("--out", default=".")
+    p.add_argument("--npz")
+    p.add_argument("--so")
+    p.add_argument("--trials", type=int, default=64)
+    p.add_argument("--per-iter", type=int, default=16)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--repeat", type=int, default=10)
+    p.add_argument("--min-repeat-ms", type=int, default=100)
+    args = p.parse_args(argv)
+    os.environ["TVM_NUM_THREADS"] = str(args.threads)
+    if args.mode == "check":
+        import tvm
+        import cloudpickle  # noqa: F401  (its builder's and runner's worker processes)
+        import psutil  # noqa: F401
+        import xgboost  # noqa: F401  (its default cost model)
+
+        # MetaSchedule's database serializes IR with save_json, which segfaults when the
+        # apache-tvm-ffi beside tvm 0.27.0.post1 is 0.1.15.post2 (fine with 0.1.14.post1).
+        tvm.ir.save_json(tvm.tirx.const(1, "int32"))
+        print(f"tvm {tvm.__version__}, llvm {_tvm_target(args.threads)}")
+    elif args.mode == "tune":
+        tvm_child_tune(args)
+    else:
+        tvm_child_time(args)
+
+
+# ----------------------------------------------------------------------------- the parent
+
+
+def _ours_tune_code(op: str, a: dict, trials: int, out: Path) -> str:
+    """Python source for the child that tunes with tunefleet and writes the winner's artifact;
+    prints one JSON line."""
+    return f"""
+import json
+from tunefleet.compiler import ops
+from tunefleet.compiler.target import Target
+from tunefleet.tuner.apply import apply_best
+from tunefleet.tuner.tune import tune
+w = ops.make_workload({op!r}, {a!r})
+target = Target.host()
+r = tune(w, target, trials={trials}, records_path={str(out / 'records.jsonl')!r})
+apply_best([r.best], w, target, {str(out / 'artifact')!r})
+print(json.dumps({{"tuning_s": r.elapsed_s, "search_s": r.search_s, "measured": r.measured,
+                   "config": r.best.config["knobs"], "target": str(target)}}))
+"""
+
+
+def _tvm_time_code(tvm_python: str, so: Path, npz: Path, threads: int) -> str:
+    """Python source (for our interpreter, like the other codes) that times MetaSchedule's
+    winner in a fresh TVM interpreter and prints its seconds."""
+    cmd = [tvm_python, os.path.abspath(__file__), "--tvm-child", "time", "--so", str(so), "--npz", str(npz),
+           "--threads", str(threads)]
+    return f"import subprocess; print(subprocess.run({cmd!r}, capture_output=True, text=True, check=True)" \
+           f".stdout.split()[-1])"
+
+
+def _run_child(cmd: list[str], env: dict, what: str) -> tuple[dict, float]:
+    """Run a child that prints one JSON line last; (that JSON, wall seconds). Exits naming
+    `what` and the child's stderr tail when it fails."""
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        sys.exit(f"{what} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}{proc.stdout[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1]), wall
+
+
+def bench_one(name: str, op: str, a: dict, args, peak: float) -> None:
+    import numpy as np
+
+    from common import interleaved_seconds, kernel_code
+
+    from tunefleet.compiler import ops
+
+    w = ops.make_workload(op, a)
+    out = Path(tempfile.mkdtemp(prefix=f"vs-ms-{op}-", dir=args.out))
+    inputs = ops.random_inputs(w.tensors(), np.random.default_rng(0))
+    expected = w.reference(*inputs)
+    npz = out / "io.npz"
+    np.savez(npz, **{f"arg{i}": x for i, x in enumerate([*inputs, *expected])})
+    env = {**os.environ, "TUNEFLEET_NUM_THREADS": str(args.threads), "TVM_NUM_THREADS": str(args.threads)}
+
+    ours, ours_wall = _run_child([sys.executable, "-c", _ours_tune_code(op, w.args, args.trials, out)], env,
+                                 f"{name}: tunefleet's tuning")
+    print(f"{name:>24} tunefleet  tuned {args.trials} trials in {ours_wall:6.0f} s "
+          f"(loop {ours['tuning_s']:.0f} s, search {ours['search_s']:.0f} s); {ours['target']}, "
+          f"winner {ours['config']}", flush=True)
+    ms, ms_wall = _run_child([args.tvm_python, os.path.abspath(__file__), "--tvm-child", "tune", "--spec",
+                              json.dumps({"op": op, "args": w.args}), "--out", str(out), "--npz", str(npz),
+                              "--trials", str(args.trials), "--per-iter", str(args.ms_per_iter),
+                              "--threads", str(args.threads)], env, f"{name}: MetaSchedule's tuning")
+    print(f"{name:>24} MetaSched. tuned {ms['records']} trials in {ms_wall:6.0f} s "
+          f"(tune_tir {ms['tuning_s']:.0f} s); winner equals numpy (max |diff| {ms['max_abs_diff']:.1e}), "
+          f"trace {out / 'ms-trace.py'}", flush=True)
+
+    codes = [kernel_code(out / "artifact", repeat=10, min_repeat_ms=100),
+             _tvm_time_code(args.tvm_python, out / "ms.so", npz, args.threads)]
+    ours_s, ms_s = interleaved_seconds(codes, processes=args.processes, envs=[env, env])
+    gf = lambda s: w.flop / s / 1e9  # noqa: E731
+    print(f"{name:>24} GFLOP/s best/median over {args.processes} processes: tunefleet "
+          f"{gf(min(ours_s)):6.1f} / {gf(statistics.median(ours_s)):6.1f} ({100 * gf(min(ours_s)) / peak:3.0f}% "
+          f"peak), MetaSchedule {gf(min(ms_s)):6.1f} / {gf(statistics.median(ms_s)):6.1f} "
+          f"({100 * gf(min(ms_s)) / peak:3.0f}% peak); ours/MS time {min(ours_s) / min(ms_s):.2f} best, "
+          f"{statistics.median(ours_s) / statistics.median(ms_s):.2f} median; tuning wall "
+          f"{ours_wall / ms_wall:.2f}", flush=True)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--ops", nargs="*", help="workload names to run (prefix match), default all")
+    p.add_argument("--trials", type=int, default=64, help="trials for each tuner")
+    p.add_argument("--ms-per-iter", type=int, default=16, help="MetaSchedule's trials per search iteration")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--processes", type=int, default=5, help="rounds of fresh processes per timing")
+    p.add_argument("--tvm-python", default=DEFAULT_TVM_PYTHON, help="a Python with tvm 0.27 and xgboost")
+    p.add_argument("--out", type=Path, default=None, help="directory for the runs' files (default: a temp dir)")
+    args = p.parse_args()
+    check = subprocess.run([args.tvm_python, os.path.abspath(__file__), "--tvm-child", "check"],
+                           capture_output=True, text=True) if os.access(args.tvm_python, os.X_OK) else None
+    if check is None or check.returncode != 0:
+        why = ("not an executable" if check is None else
+               f"exit {check.returncode}: {(check.stderr.strip().splitlines() or [''])[-1]}")
+        print(f"vs_metaschedule: no usable TVM Python at {args.tvm_python} ({why}); give one with "
+              f"apache-tvm 0.27, apache-tvm-ffi 0.1.14.post1, xgboost, cloudpickle and psutil by --tvm-python")
+        sys.exit(2)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+    os.environ["TUNEFLEET_NUM_THREADS"] = str(args.threads)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from common import peak_gflops
+
+    peak = peak_gflops(args.threads)
+    print(f"{check.stdout.strip()}; {args.threads} threads, measured fp32 FMA peak {peak:.0f} GFLOP/s; "
+          f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+    for name, (op, a) in WORKLOADS.items():
+        if args.ops and not any(name.startswith(o) for o in args.ops):
+            continue
+        bench_one(name, op, a, args, peak)
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--tvm-child"]:
+        tvm_child(sys.argv[2:])
+    else:
+        main()
