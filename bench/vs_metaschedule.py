@@ -27,12 +27,50 @@ For each workload (float32; `--ops` picks by name prefix): matmul 1024³, matmul
    GFLOP/s, the best as a % of the fp32 FMA peak that the bench measures itself
    (`common.peak_gflops`), and ours ÷ MetaSchedule in time (below 1: ours is faster).
 
+With `--model bert` (or resnet50; `--ops none` for the models alone): the tasks that
+`tune_model` extracts from bench/tune_model.py's graph, tuned by `tune_model` (Ansor's
+gradient scheduler) and by MetaSchedule's `tune_tasks` (its gradient scheduler, task weights =
+occurrences), each with `--model-trials` trials in all; printed per task each tuner's best
+GFLOP/s, then Σ occurrences × kernel latency and the two wall times. Latencies are each
+tuner's own measurement (ours: the validated median; MetaSchedule's: the mean run_secs of its
+best record), not re-timed, and MetaSchedule's model kernels are not checked against numpy.
+MetaSchedule gives every task `--ms-per-iter` trials per round, so a budget under tasks ×
+that leaves tasks with no schedule (ResNet-50's 24 tasks need 384 trials at 16).
+
     python bench/vs_metaschedule.py [--ops matmul conv2d] [--trials 64] [--threads 2]
+                                    [--model bert] [--model-trials 128]
                                     [--tvm-python /work/tvmenv/bin/python] [--out DIR]
 
-Without TVM's Python (or without tvm, xgboost, cloudpickle, psutil in it) the bench prints one line and exits 2.
+Without TVM's Python (or without tvm, xgboost, cloudpickle, psutil in it, or with an
+apache-tvm-ffi whose save_json crashes: 0.1.15.post2 under tvm 0.27.0.post1 segfaults, 0.1.14.post1
+works) the bench prints one line and exits 2.
 
-Measured once: see the numbers below (MEASURED).
+Measured once (2026-11-25; Intel Xeon, Emerald Rapids, AVX-512, 2 cores under KVM, `cpu
+-isa=avx512` for us and LLVM 22 `-mcpu=emeraldrapids` for TVM; measured fp32 FMA peak 349-353
+GFLOP/s; load average 1.3-1.9 from the other engineers' jobs outside the lock; 64 trials each, 2
+threads, 5 rounds of fresh processes; one locked call per workload or two):
+
+| workload | tuning wall, ours / MS | ours GFLOP/s best / median (% peak) | MS GFLOP/s best / median (% peak) | ours ÷ MS time |
+| --- | --- | --- | --- | --- |
+| matmul 1024³ | 53 s / 158 s | 290.0 / 288.5 (83%) | 210.7 / 208.2 (60%) | 0.73 |
+| matmul 128×3072×768 | 36 s / 135 s | 221.9 / 219.1 (63%) | 175.9 / 151.9 (50%) | 0.79 (median 0.69) |
+| conv2d 512×7×7 3×3 | 45 s / 189 s | 150.0 / 148.4 (43%) | 98.8 / 98.2 (28%) | 0.66 |
+| conv2d 128×56×56 3×3 s2 | 182 s / 211 s | 217.2 / 209.6 (62%) | 73.3 / 70.9 (21%) | 0.34 |
+
+tunefleet's kernel is faster on all four (1.27-2.9×) and found in 0.24-0.86× MetaSchedule's
+wall time. MetaSchedule spends 2.1-3.3 s per trial, most of it building: its LocalBuilder
+compiles each candidate with LLVM in a worker process, 21-29 s per batch of 16 on the two
+cores (its log), and its evolutionary search takes 3 s (matmul) to 19 s (conv) per batch. Its
+winners (`ms-trace.py` / `ms-tir.py` in each run's folder) show why they are slower: on the
+matmuls a register tile of 8 rows × one 16-lane vector over an unpacked B and a `global`
+cache_write of the whole C (no packing of B into panels); on both convolutions it vectorizes
+the output *width* of NCHW (7 lanes at 7×7; 4 strided-by-2 lanes at stride 2, i.e. gathers),
+because a PrimFunc tuned alone cannot change its arguments' layout (MetaSchedule's
+RewriteLayout applies only to buffers marked layout-free, which Relax does for constant
+weights, and never to activations), while our template packs data to NCHW[c] and vectorizes
+over a block of output channels. Nothing measured here is something MetaSchedule does that
+our templates cannot; what it has that we lack is generality: it tunes any TE computation
+(the model part's gelu epilogue and batched matmuls included) without a hand-written template.
 """
 
 from __future__ import annotations
@@ -62,36 +100,62 @@ WORKLOADS = {
 # Runs under --tvm-python: imports only the standard library, numpy and tvm.
 
 
-def _tvm_compute(op: str, a: dict):
-    """The workload in TVM TE: the tensors in tunefleet's argument order (inputs, then output).
-    matmul: A[M, K] · B[K, N]; conv2d_nchw: data[N, CI, H, W] ⊛ weight[CO, CI, KH, KW] (zero
-    padding, stride) + bias[CO], relu."""
+def _epilogue(x, kind: str):
+    """tunefleet's epilogues (compiler/ops/common.py): relu max(x, 0); gelu 0.5·x·(1 + erf(x/√2))."""
     from tvm import te, tirx
 
-    if op == "matmul":
-        A = te.placeholder((a["M"], a["K"]), "float32", "A")
-        B = te.placeholder((a["K"], a["N"]), "float32", "B")
-        k = te.reduce_axis((0, a["K"]), "k")
-        C = te.compute((a["M"], a["N"]), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), "C")
-        return [A, B, C]
-    if op == "conv2d_nchw":
+    if kind == "relu":
+        return te.max(x, tirx.const(0.0, "float32"))
+    if kind == "gelu":
+        return x * tirx.const(0.5, "float32") * (tirx.const(1.0, "float32") + te.erf(x * tirx.const(0.7071067811865476,
+                                                                                                 "float32")))
+    return x
+
+
+def _tvm_compute(op: str, a: dict):
+    """The workload in TVM TE: the tensors in tunefleet's argument order (inputs, then output).
+    matmul: A[M, K] · B[K, N] (+ bias[N]) (epilogue); dense: X[M, K] · W[N, K]ᵀ (+ bias[N])
+    (epilogue); batch_matmul: A[b, M, K] · B[b, K, N] (B[b, N, K] with transpose_b);
+    conv2d_nchw (groups 1): data[N, CI, H, W] ⊛ weight[CO, CI, KH, KW] (zero padding, stride,
+    dilation) (+ bias[CO]) (epilogue)."""
+    from tvm import te, tirx
+
+    f32 = "float32"
+    if op in ("matmul", "dense", "batch_matmul"):
+        batch = (a["batch"],) if op == "batch_matmul" else ()
+        tb = op == "dense" or a.get("transpose_b", False)
+        M, N, K = a["M"], a["N"], a["K"]
+        A = te.placeholder((*batch, M, K), f32, "A")
+        B = te.placeholder((*batch, N, K) if tb else (*batch, K, N), f32, "B")
+        k = te.reduce_axis((0, K), "k")
+        C = te.compute((*batch, M, N), lambda *i: te.sum(
+            A[(*i[:-1], k)] * (B[(*i[:-2], i[-1], k)] if tb else B[(*i[:-2], k, i[-1])]), axis=k), "C")
+        if not a.get("bias") and a.get("epilogue", "none") == "none":
+            return [A, B, C]
+        bias = te.placeholder((N,), f32, "bias") if a.get("bias") else None
+        out = te.compute(C.shape, lambda *i: _epilogue(C[i] + bias[i[-1]] if bias is not None else C[i],
+                                                       a["epilogue"]), "out")
+        return [A, B, *([bias] if bias is not None else []), out]
+    if op == "conv2d_nchw" and a.get("groups", 1) == 1 and a.get("weight_layout", "OIHW") == "OIHW":
         n, ci, h, w, co, kh, kw = (a[x] for x in ("N", "CI", "H", "W", "CO", "KH", "KW"))
-        stride = a.get("stride", 1)
-        s = stride if isinstance(stride, int) else stride[0]
-        p = a["padding"] if isinstance(a["padding"], int) else a["padding"][0]
-        oh, ow = (h + 2 * p - kh) // s + 1, (w + 2 * p - kw) // s + 1
-        data = te.placeholder((n, ci, h, w), "float32", "data")
-        weight = te.placeholder((co, ci, kh, kw), "float32", "weight")
-        bias = te.placeholder((co,), "float32", "bias")
-        pad = te.compute((n, ci, h + 2 * p, w + 2 * p), lambda b, c, y, x: tirx.if_then_else(
-            tirx.all(y >= p, y < h + p, x >= p, x < w + p), data[b, c, y - p, x - p], tirx.const(0.0, "float32")),
+        two = lambda v: (v, v) if isinstance(v, int) else tuple(v)  # noqa: E731
+        (sh, sw), (ph, pw), (dh, dw) = two(a.get("stride", 1)), two(a["padding"]), two(a.get("dilation", 1))
+        oh, ow = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1, (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+        data = te.placeholder((n, ci, h, w), f32, "data")
+        weight = te.placeholder((co, ci, kh, kw), f32, "weight")
+        pad = te.compute((n, ci, h + 2 * ph, w + 2 * pw), lambda b, c, y, x: tirx.if_then_else(
+            tirx.all(y >= ph, y < h + ph, x >= pw, x < w + pw), data[b, c, y - ph, x - pw], tirx.const(0.0, f32)),
             "pad")
         rc, ry, rx = te.reduce_axis((0, ci), "rc"), te.reduce_axis((0, kh), "ry"), te.reduce_axis((0, kw), "rx")
         conv = te.compute((n, co, oh, ow), lambda b, o, y, x: te.sum(
-            pad[b, rc, y * s + ry, x * s + rx] * weight[o, rc, ry, rx], axis=[rc, ry, rx]), "conv")
-        out = te.compute((n, co, oh, ow), lambda b, o, y, x: te.max(conv[b, o, y, x] + bias[o], 0.0), "out")
-        return [data, weight, bias, out]
-    raise SystemExit(f"the TVM child has no TE definition of {op!r}")
+            pad[b, rc, y * sh + ry * dh, x * sw + rx * dw] * weight[o, rc, ry, rx], axis=[rc, ry, rx]), "conv")
+        if not a.get("bias") and a.get("epilogue", "none") == "none":
+            return [data, weight, conv]
+        bias = te.placeholder((co,), f32, "bias") if a.get("bias") else None
+        out = te.compute(conv.shape, lambda b, o, y, x: _epilogue(
+            conv[b, o, y, x] + bias[o] if bias is not None else conv[b, o, y, x], a["epilogue"]), "out")
+        return [data, weight, *([bias] if bias is not None else []), out]
+    raise SystemExit(f"the TVM child has no TE definition of {op} {a}")
 
 
 def _tvm_target(threads: int):
@@ -155,9 +219,44 @@ def tvm_child_time(args) -> None:
     print(min(timer(*arrays).results))
 
 
+def tvm_child_tune_model(args) -> None:
+    """Tune a model's tasks (spec: a list of {op, args, occurrences}) with MetaSchedule's own
+    task scheduler (tune_tasks, gradient, weights = occurrences) and `trials` trials in all; print
+    one JSON line: seconds, and per task its trials and best latency (mean of its runner's
+    run_secs; null if it has no valid record)."""
+    import tvm
+    from tvm import te
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.logging import get_loggers_from_work_dir
+    from tvm.s_tir.meta_schedule.utils import fork_seed
+
+    spec = json.loads(args.spec)
+    target = _tvm_target(args.threads)
+    work = str(Path(args.out) / "ms-model-work")
+    names = [f"task{i}_{t['op']}" for i, t in enumerate(spec)]
+    mods = [tvm.IRModule({"main": te.create_prim_func(_tvm_compute(t["op"], t["args"]))}) for t in spec]
+    contexts = [ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply",
+                               search_strategy="evolutionary", task_name=name, rand_state=seed,
+                               num_threads=args.threads, logger=logger).clone()
+                for mod, name, logger, seed in zip(mods, names, get_loggers_from_work_dir(work, names),
+                                                   fork_seed(args.seed, n=len(spec)))]
+    t0 = time.perf_counter()
+    database = ms.tune_tasks(tasks=contexts, task_weights=[float(t["occurrences"]) for t in spec], work_dir=work,
+                             max_trials_global=args.trials, num_trials_per_iter=args.per_iter)
+    tuning_s = time.perf_counter() - t0
+    rows = []
+    for mod in mods:
+        workload = database.commit_workload(mod)
+        record = database.query_tuning_record(mod, target, workload_name="main")
+        costs = [float(x) for x in record.run_secs] if record is not None else []
+        rows.append({"trials": len(database.get_top_k(workload, 1 << 20)),
+                     "latency_s": sum(costs) / len(costs) if costs else None})
+    print(json.dumps({"tuning_s": tuning_s, "tasks": rows}))
+
+
 def tvm_child(argv: list[str]) -> None:
     p = argparse.ArgumentParser(prog="vs_metaschedule.py --tvm-child")
-    p.add_argument("mode", choices=["check", "tune", "time"])
+    p.add_argument("mode", choices=["check", "tune", "time", "tune-model"])
     p.add_argument("--spec", default="{}")
     p.add_argument("--out", default=".")
     p.add_argument("--npz")
@@ -182,6 +281,8 @@ def tvm_child(argv: list[str]) -> None:
         print(f"tvm {tvm.__version__}, llvm {_tvm_target(args.threads)}")
     elif args.mode == "tune":
         tvm_child_tune(args)
+    elif args.mode == "tune-model":
+        tvm_child_tune_model(args)
     else:
         tvm_child_time(args)
 
@@ -267,6 +368,55 @@ def bench_one(name: str, op: str, a: dict, args, peak: float) -> None:
           f"{ours_wall / ms_wall:.2f}", flush=True)
 
 
+def _ours_model_code(model: str, trials: int, out: Path) -> str:
+    """Python source for the child that tunes a model of bench/tune_model.py with tune_model
+    (gradient scheduler); prints one JSON line."""
+    return f"""
+import json, sys
+sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+from tune_model import MODELS
+from tunefleet.compiler.target import Target
+from tunefleet.tuner.model import extract_tasks, load_model
+from tunefleet.tuner.model.tune_model import tune_model
+extraction = extract_tasks(load_model(MODELS[{model!r}][0]().SerializeToString(), max_bytes=1 << 30))
+r = tune_model(extraction, Target.host(), trials={trials}, records_path={str(out / 'records.jsonl')!r})
+print(json.dumps({{"tuning_s": r.elapsed_s, "measured": r.measured,
+                   "tasks": [{{"latency_s": x.latency_s, "trials": x.measured}} for x in r.results]}}))
+"""
+
+
+def bench_model(model: str, args) -> None:
+    """Part 2: the tasks tune_model extracts from bench/tune_model.py's graph of `model`, tuned
+    by each tuner with `--model-trials` trials in all; wall time and Σ occurrences × latency."""
+    from tune_model import MODELS
+
+    from tunefleet.tuner.model import extract_tasks, load_model
+
+    extraction = extract_tasks(load_model(MODELS[model][0]().SerializeToString(), max_bytes=1 << 30))
+    spec = [{"op": t.workload.op, "args": t.workload.args, "occurrences": t.occurrences} for t in extraction.tasks]
+    out = Path(tempfile.mkdtemp(prefix=f"vs-ms-{model}-", dir=args.out))
+    env = {**os.environ, "TUNEFLEET_NUM_THREADS": str(args.threads), "TVM_NUM_THREADS": str(args.threads)}
+    print(f"== {model}: {len(spec)} tasks, {sum(t['occurrences'] for t in spec)} nodes, {args.model_trials} trials "
+          f"for each tuner", flush=True)
+    ours, ours_wall = _run_child([sys.executable, "-c", _ours_model_code(model, args.model_trials, out)], env,
+                                 f"{model}: tunefleet's tune_model")
+    ms, ms_wall = _run_child([args.tvm_python, os.path.abspath(__file__), "--tvm-child", "tune-model", "--spec",
+                              json.dumps(spec), "--out", str(out), "--trials", str(args.model_trials),
+                              "--per-iter", str(args.ms_per_iter), "--threads", str(args.threads)], env,
+                             f"{model}: MetaSchedule's tune_tasks")
+    total = {"ours": 0.0, "ms": 0.0}
+    for t, o, m in zip(extraction.tasks, ours["tasks"], ms["tasks"]):
+        for key, row in (("ours", o), ("ms", m)):
+            total[key] += t.occurrences * (row["latency_s"] if row["latency_s"] is not None else float("inf"))
+        fmt = lambda row: (f"{t.flop / row['latency_s'] / 1e9:6.1f} GFLOP/s ({row['trials']:>3} trials)"  # noqa: E731
+                           if row["latency_s"] else f"  none ({row['trials']:>3} trials)")
+        print(f"  {t.occurrences}× {t.workload.op} {t.workload.args}: tunefleet {fmt(o)}, MetaSchedule {fmt(m)}",
+              flush=True)
+    print(f"{model}: Σ occurrences × kernel latency tunefleet {total['ours'] * 1e3:.2f} ms, MetaSchedule "
+          f"{total['ms'] * 1e3:.2f} ms (ratio {total['ours'] / total['ms']:.2f}); tuning wall {ours_wall:.0f} s "
+          f"({ours['measured']} trials measured) against {ms_wall:.0f} s (ratio {ours_wall / ms_wall:.2f})", flush=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ops", nargs="*", help="workload names to run (prefix match), default all")
@@ -275,6 +425,9 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--processes", type=int, default=5, help="rounds of fresh processes per timing")
     p.add_argument("--tvm-python", default=DEFAULT_TVM_PYTHON, help="a Python with tvm 0.27 and xgboost")
+    p.add_argument("--model", nargs="*", default=[], choices=["bert", "resnet50"],
+                   help="also (or with --ops none: only) tune these models of bench/tune_model.py")
+    p.add_argument("--model-trials", type=int, default=128, help="trials in all per model, for each tuner")
     p.add_argument("--out", type=Path, default=None, help="directory for the runs' files (default: a temp dir)")
     args = p.parse_args()
     check = subprocess.run([args.tvm_python, os.path.abspath(__file__), "--tvm-child", "check"],
@@ -298,6 +451,8 @@ def main() -> None:
         if args.ops and not any(name.startswith(o) for o in args.ops):
             continue
         bench_one(name, op, a, args, peak)
+    for model in args.model:
+        bench_model(model, args)
     print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
