@@ -390,23 +390,29 @@ def test_task_page_of_a_task_that_never_ran(browser, service: Service) -> None:
         t.assert_clean()
 
 
-def _tuned_model(db: Session) -> int:
-    """A done model of two layers (tasks done with their best latency), a MaxPool left
-    untuned, and two rounds whose estimates fell, as the model job leaves them."""
-    import datetime as dt
-
+def _submitted_model(db: Session):
+    """A model of two convolution layers and a MaxPool, as submitted (queued)."""
     from onnx_models import Builder
 
     from tunefleet.base.settings import Settings
-    from tunefleet.server.db.models import ModelRound, ModelStatus, RoundStatus, TaskStatus
     from tunefleet.server.services import models
 
     b = Builder(3)
     h = b.node("Relu", [b.node("Conv", ["x", b.weight(8, 8, 3, 3), b.weight(8)], pads=[1, 1, 1, 1])])
     h = b.node("MaxPool", [b.node("Conv", [h, b.weight(4, 8, 1, 1)])], kernel_shape=[2, 2])
     extraction = models.parse(b.model([("x", [1, 8, 6, 6])], h).SerializeToString(), [], Settings())
-    model = models.submit(db, extraction, name="convs.onnx", target="cpu -isa=avx2", device_key="cpu-test",
-                          trials=6, protocol=models.Protocol(), input_shapes=[], settings=Settings(), owner=None)
+    return models.submit(db, extraction, name="convs.onnx", target="cpu -isa=avx2", device_key="cpu-test",
+                         trials=6, protocol=models.Protocol(), input_shapes=[], settings=Settings(), owner=None)
+
+
+def _tuned_model(db: Session) -> int:
+    """A done model of two layers (tasks done with their best latency), a MaxPool left
+    untuned, and two rounds whose estimates fell, as the model job leaves them."""
+    import datetime as dt
+
+    from tunefleet.server.db.models import ModelRound, ModelStatus, RoundStatus, TaskStatus
+
+    model = _submitted_model(db)
     for t, latency in zip(model.tasks, (4e-5, 1e-5)):
         t.task = Task(op=t.workload["op"], workload=t.workload, workload_key=t.workload_key, flop=t.flop,
                       target=model.target, device_key=model.device_key, budget={"trials": 3}, protocol={},
@@ -442,3 +448,18 @@ def test_model_page_shows_layers_estimate_and_untuned_share(browser, service: Se
         t.goto("/models/999999")
         assert "Model #999999 does not exist" in t.page.inner_text("#model-missing")
         t.assert_clean()
+
+
+def test_cancel_stops_a_model(browser, service: Service) -> None:
+    model = _submitted_model(service.db)
+    service.db.commit()
+    with tab(browser, service.url, "wide", token=service.token) as t:
+        t.goto(f"/models/{model.id}")
+        t.page.locator("#cancel-button").click()
+        t.page.locator("#cancel-yes").click()
+        t.page.wait_for_function("() => document.getElementById('model-status').textContent === 'cancelled'")
+        assert t.page.locator("#cancel-button").is_hidden()
+        assert "Model cancelled." in t.page.inner_text("#action-msg")
+        t.assert_clean()
+    answer = httpx.get(f"{service.url}/api/v1/models/{model.id}", headers={"Authorization": f"Bearer {service.token}"})
+    assert answer.json()["status"] == "cancelled"

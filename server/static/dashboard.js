@@ -773,6 +773,14 @@
   function setupTaskActions(state, refresh) {
     const msg = $("action-msg");
     const say = (text, kind) => { msg.className = `action-msg ${kind || ""}`; replace(msg, text); };
+    setupCancel(`/tasks/${state.id}/cancel`, "Task", say, refresh);
+    $("download-button").addEventListener("click", () =>
+      saveDownload(`/tasks/${state.id}/artifact`, `tunefleet-task-${state.id}.tar.gz`, say));
+  }
+
+  /** The cancel button (macros.html's cancel_buttons): asks to confirm, then POSTs `path`;
+   * `noun` names what is cancelled in the message, `say` reports, `refresh` re-polls. */
+  function setupCancel(path, noun, say, refresh) {
     const cancel = $("cancel-button");
     const confirm = $("cancel-confirm");
     cancel.addEventListener("click", () => { cancel.hidden = true; confirm.hidden = false; $("cancel-yes").focus(); });
@@ -781,8 +789,8 @@
       confirm.hidden = true;
       say("Cancelling…");
       try {
-        await api(`/tasks/${state.id}/cancel`, { method: "POST" });
-        say("Task cancelled.", "ok");
+        await api(path, { method: "POST" });
+        say(`${noun} cancelled.`, "ok");
       } catch (err) {
         cancel.hidden = false;
         say(errorText(err), "error");
@@ -790,9 +798,12 @@
       }
       refresh();
     });
+  }
 
-    $("download-button").addEventListener("click", () =>
-      saveDownload(`/tasks/${state.id}/artifact`, `tunefleet-task-${state.id}.tar.gz`, say));
+  /** Shows the cancel button while `status` is not final (unless its confirmation is open). */
+  function showCancel(status) {
+    if (FINAL.has(status)) { $("cancel-button").hidden = true; $("cancel-confirm").hidden = true; }
+    else if ($("cancel-confirm").hidden) $("cancel-button").hidden = false;
   }
 
   /** Fetch `path` (an archive the API publishes with X-Content-SHA256), check its digest and
@@ -853,9 +864,7 @@
     const error = $("task-error");
     error.hidden = !t.error;
     error.textContent = t.error || "";
-    const final = FINAL.has(t.status);
-    if (final) { $("cancel-button").hidden = true; $("cancel-confirm").hidden = true; }
-    else if ($("cancel-confirm").hidden) $("cancel-button").hidden = false;
+    showCancel(t.status);
     const download = $("download-button");
     download.hidden = !t.artifact;
     if (t.artifact) download.textContent = `Download artifact (${fmtBytes(t.artifact.size)})`;
@@ -1129,12 +1138,13 @@
     const msg = $("action-msg");
     const say = (text, kind) => { msg.className = `action-msg ${kind || ""}`; replace(msg, text); };
     $("download-button").addEventListener("click", () => saveDownload(`/models/${id}/bundle`, `model-${id}-bundle.tar.gz`, say));
+    setupCancel(`/models/${id}/cancel`, "Model", say, () => poll.poke());
     let resizeTimer = null;
     window.addEventListener("resize", () => {
       clearTimeout(resizeTimer);
       resizeTimer = setTimeout(() => state.model && drawEstimate($("chart-estimate"), state.model), 150);
     });
-    poller(async () => {
+    const poll = poller(async () => {
       try {
         state.model = await api(`/models/${id}`);
       } catch (err) {
@@ -1164,6 +1174,7 @@
     $("model-error").hidden = !md.error;
     $("model-error").textContent = md.error || "";
     $("download-button").hidden = md.status !== "done";
+    showCancel(md.status);
     const stat = (label, value, id) => h("div", {}, h("dt", { text: label }), h("dd", { id, text: value }));
     replace($("model-stats"),
       stat("Trials", `${md.trials_done} / ${md.trials}`, "stat-trials"),
