@@ -228,3 +228,24 @@ def test_scalar_float_max_is_inline_like_the_vector_one():
     a = rand(37)
     (b,) = built.run(a)
     np.testing.assert_allclose(b, np.maximum(a, 0) + np.minimum(a, 0.5), rtol=1e-6)
+
+
+def test_a_parallel_loop_keeps_its_tail_iterations():
+    """Tail partitioning of a parallel loop whose last iteration is partial: every iteration
+    stays in the one parallel loop (the tail is a branch of its body, not a serial loop run
+    after it on one thread), the guard-free main piece is there, and the numbers match."""
+    A = te.placeholder((100, 24), name="A")
+    B = te.compute((100, 24), lambda i, j: A[i, j] * 3.0, name="B")
+    s = create_schedule(B)
+    io, ii = s[B].split(s[B].op.axis[0], factor=16)
+    s[B].parallel(io)
+    func = lower(s, [A, B], "par_tail")
+    loops = [n for n in walk_stmt(func.body) if isinstance(n, For)]
+    parallel = [n for n in loops if n.kind == "parallel"]
+    assert len(parallel) == 1 and parallel[0].extent == 7
+    top = [n for n in loops if n is not parallel[0] and not any(n is m for m in walk_stmt(parallel[0].body))]
+    assert not top  # nothing left outside the parallel loop
+    assert any(isinstance(n, IfThenElse) and n.otherwise is not None for n in walk_stmt(parallel[0].body))
+    a = rand(100, 24)
+    (b,) = run(s, [A, B], "par_tail", a)
+    np.testing.assert_allclose(b, a * 3.0, rtol=1e-6)
