@@ -5,6 +5,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+from isa_targets import FAMILY, params
+from ops_check import failures
 
 from tunefleet.compiler import ops
 from tunefleet.compiler.driver import build_workload
@@ -76,7 +78,7 @@ def test_default_register_tile_fits_the_vector_registers(N, isa):
     vectors = -(-knobs["nr"] // lanes)
     accumulators = knobs["mr"] * vectors
     # B packed when larger than half the L2 (N 1024), or when blocks of columns do not divide N
-    assert knobs["pack_b"] is (N == 1024 or N % (knobs["nr"] * knobs["bn"]) != 0)
+    assert bool(knobs["pack_b"]) is (N == 1024 or N % (knobs["nr"] * knobs["bn"]) != 0)
     assert 6 <= accumulators and accumulators + vectors + 1 <= VECTOR_REGISTERS[isa]
     assert knobs["nr"] <= max(N, lanes)
 
@@ -111,3 +113,21 @@ def test_unknown_operator_lists_the_known_ones():
     with pytest.raises(ops.WorkloadError, match="available: .*matmul"):
         ops.make_workload("matmull", {})
     assert any(op["name"] == "matmul" and op["targets"] == ["cpu", "cuda"] for op in ops.list())
+
+
+@pytest.mark.parametrize("target", params(FAMILY))
+@pytest.mark.parametrize("shape", [(37, 45, 29), (70, 200, 33), (9, 130, 17)])
+def test_b_packed_per_block_matches_numpy(shape, target):
+    """pack_b = "block" (B's panels packed inside the parallel loop, per block of N) over
+    random configs of the space with it, shapes no tile or block divides, each ISA of this
+    host's family (built only where the host cannot run it): the packed block's region, its
+    zero padding at N's edge and the parallel loop's tail iterations."""
+    rng = np.random.default_rng(sum(shape))
+    cases = []
+    for variant in ({}, {"bias": True, "epilogue": "relu"}):
+        w = ops.make_workload("matmul", dict(M=shape[0], N=shape[1], K=shape[2], **variant))
+        space = ops.config_space(w, target)
+        configs = [c for c in space.random(rng, 60) if c["pack_b"].val == "block"][:4]
+        assert configs
+        cases += [(w, c) for c in configs]
+    assert not failures(cases, target=target)
