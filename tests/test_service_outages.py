@@ -152,3 +152,23 @@ def test_a_worker_against_an_unreachable_redis_says_so_at_once_and_gives_up_in_o
     assert any("still waiting for Redis at " + shown in line for line in lines), lines
     errors = [line for line in lines if line.startswith("Error")]
     assert errors == [lines[-1]] and shown in errors[0] and "giving up" in errors[0], lines
+
+
+def test_a_worker_whose_server_does_not_answer_says_so_at_once(tmp_path: Path, redis_url: str) -> None:
+    """Redis answers, nothing listens at the server's URL: one line naming it while the
+    worker retries its registration."""
+    server = f"http://127.0.0.1:{free_port()}"
+    log = tmp_path / "worker.log"
+    with log.open("w") as out:
+        worker = subprocess.Popen(
+            [TUNEFLEET, "worker", "--redis", redis_url, "--server", server, "--no-sandbox"],
+            env={**os.environ, "TUNEFLEET_WORKER_TOKEN": "unused", "TUNEFLEET_HOME": str(tmp_path)},
+            stdout=out, stderr=subprocess.STDOUT, text=True)
+    try:
+        first = wait_for(lambda: next((line for line in log.read_text().splitlines() if "does not answer" in line),
+                                      None), 60, "the worker's line about the server")
+        assert worker.poll() is None  # said while it still retries
+        assert f"server {server}" in first and "retrying" in first
+    finally:
+        worker.kill()
+        worker.wait()

@@ -127,10 +127,12 @@ class WorkerDaemon:
     # --- server ----------------------------------------------------------------------
 
     def register(self) -> int:
-        """Register with the server (waiting up to `register_timeout_s` for it to answer);
-        returns the worker id. RegistrationError when refused or unreachable."""
+        """Register with the server (waiting up to `register_timeout_s` for it to answer, with
+        one warning at once while it does not); returns the worker id. RegistrationError when
+        refused or unreachable."""
         body = {"name": self.name, "device_key": self.device_key, "host": self.facts}
         deadline = time.monotonic() + self.register_timeout_s
+        warned = False
         while True:
             try:
                 response = self.http.post("/workers/register", json=body)
@@ -138,6 +140,10 @@ class WorkerDaemon:
             except httpx.TransportError as exc:
                 if time.monotonic() > deadline:
                     raise RegistrationError(f"server {self.http.base_url} unreachable: {exc}") from exc
+                if not warned:
+                    log.warning("server %s does not answer (%s): retrying for up to %.0f s", self.http.base_url,
+                                exc, self.register_timeout_s)
+                    warned = True
                 time.sleep(0.5)
         if response.is_error:
             try:
