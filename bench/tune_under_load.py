@@ -31,6 +31,14 @@ Measured (2-vCPU Intel Xeon, AVX-512, KVM; each phase under the shared CPU lock,
   busy winner 220.4: 69.8%, missing the goal. The busy winner (bm 64, mr 11: 704 + 320 rows)
   splits M unevenly, the larger chunk on the caller's free CPU: under the load that is faster
   than an even split, on a quiet host 1.4x slower.
+* after: the stolen time is the critical path's (longest runnable over longest run: the
+  uneven split's waiting thread did not slow the kernel, the even split's did), and
+  candidates are ranked by ``MeasureResult.own_throughput`` ((1 + disturbance) / median).
+  Quiet run: disturbance median 0.39, max 1.00, 0% disturbed, 80 s; busy run: median 1.01,
+  max 1.95, 0% disturbed, 86 s. Probe: 2.3 ms per trial quiet, 8.0 ms with CPU 1 busy
+  (about 1% of a trial's 1.3 s). Re-timed quietly (7 rounds): quiet winner 313.6 GFLOP/s
+  best (308.8 median), busy winner 315.7 (310.0): **100.6%** (100.4% by median), different
+  configs (bm 4 mr 12 nr 32 vs bm 4 mr 7 nr 64, both even splits); load average 1.7-2.7.
 """
 
 from __future__ import annotations

@@ -168,6 +168,18 @@ def test_stolen_time_and_reference_slowdown_from_recorded_numbers():
     after = {10: (21_000_000, 20_000_000), 11: (1_000_000, 9_000_000), 12: (5_000_000, 1_000_000)}
     assert interference.stolen_fraction(before, after) == pytest.approx(1.0)
     assert interference.stolen_fraction(before, before) == 0.0
+    # One of two CPUs shared with a busy loop: an even split's thread there waits as long as it
+    # runs (the kernel took twice as long); an uneven split giving it a third of the work
+    # finishes it with the other thread's two thirds (the kernel was not slowed at all).
+    even = {1: (10_000_000, 0), 2: (10_000_000, 10_000_000)}
+    uneven = {1: (20_000_000, 0), 2: (10_000_000, 10_000_000)}
+    assert interference.stolen_fraction({}, even) == pytest.approx(1.0)
+    assert interference.stolen_fraction({}, uneven) == 0.0
+    # Ranked with the time-sharing taken out, the even split (20 ms measured) wins over the
+    # uneven one (20 ms too), as it does on a quiet host (10 ms against 20).
+    assert MeasureResult("ok", [0.02], disturbance=1.0).own_throughput() == pytest.approx(100.0)
+    assert MeasureResult("ok", [0.02], disturbance=0.0).own_throughput() == pytest.approx(50.0)
+    assert MeasureResult("timeout").own_throughput() == 0.0
     assert interference.reference_slowdown([[1.2e-4, 1e-4], [1.0e-4, 1e-4]], [1e-4, 1e-4]) == pytest.approx(0.1)
     assert interference.reference_slowdown([[0.9e-4]], [1e-4]) == 0.0
     assert interference.disturbance(1.0, 0.1) == pytest.approx(1.2)

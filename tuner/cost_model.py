@@ -191,7 +191,7 @@ class CostModel:
 
         The caller picks the records: same operator family, same device key
         (checked: records of several device keys raise ValueError). Labels are
-        ``peak_throughput()``; failed trials count as throughput 0; disturbed ones are left out (they
+        ``own_throughput()``; failed trials count as throughput 0; disturbed ones are left out (they
         timed the host more than the config). ``featurize(records)`` returns their (n, n_features)
         float32 features.
         """
@@ -201,7 +201,7 @@ class CostModel:
         devices = sorted({r.device_key for r in records})
         if len(devices) > 1:
             raise ValueError(f"records span several device keys {devices}; seed from one device's records")
-        self.add(featurize(records), [r.result.peak_throughput() for r in records], [r.workload_key for r in records])
+        self.add(featurize(records), [r.result.own_throughput() for r in records], [r.workload_key for r in records])
         self.fit()
         return len(records)
 

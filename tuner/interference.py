@@ -7,9 +7,9 @@ probes, both taken in the measuring child around its timed repeats, tell how far
   the nanoseconds it ran and the nanoseconds it waited on a run queue while runnable
   (``/proc/self/task/<tid>/schedstat``: run time, run delay, time slices; the kernel's
   ``Documentation/scheduler/sched-stats.rst``). A thread that waited ``d`` ns while it ran
-  ``r`` ns was slowed ``(r + d) / r`` by whoever had its CPU, so ``d / r`` is the slowdown
-  minus 1 that time-sharing caused during the window; the largest over the process's busy
-  threads is the candidate's (a parallel loop waits for its slowest thread). It costs two
+  ``r`` ns was runnable ``r + d``; a parallel loop waits for its slowest thread, so the
+  longest ``r + d`` over the longest ``r`` of the process's busy threads, minus 1, is the
+  slowdown that time-sharing caused the candidate during the window. It costs two
   reads of a few small files: nothing next to the timing. Where schedstat cannot be read
   (a kernel without ``CONFIG_SCHED_INFO``), it is 0.
 * **Reference speed** (:func:`reference_seconds`): a fixed reference kernel (a C loop of
@@ -63,9 +63,17 @@ def sched_times(task_dir: Path = Path("/proc/self/task")) -> dict[int, tuple[int
 
 
 def stolen_fraction(before: Mapping[int, tuple[int, int]], after: Mapping[int, tuple[int, int]]) -> float:
-    """The time-sharing slowdown minus 1 between two :func:`sched_times` snapshots: the largest
-    ``wait / run`` of a thread that ran at least a tenth as long as the busiest one (threads
-    born in between count from 0). 0.0 when no thread ran."""
+    """The time-sharing slowdown minus 1 of the kernel's critical path between two
+    :func:`sched_times` snapshots: the longest a thread was runnable (ran or waited on a run
+    queue) over the longest a thread ran, minus 1, among the threads that ran at least a tenth
+    as long as the busiest one (threads born in between count from 0). 0.0 when no thread ran.
+
+    A parallel loop ends with its slowest thread, so this is how much longer the loops took
+    than they would have on CPUs of their own. A thread that waited while another thread had
+    more work anyway did not make the kernel slower: with one of two CPUs shared with a busy
+    loop, an even split's thread there waits as long as it runs (1.0), but a split that gives
+    that thread a third of the work finishes it no later than the other thread's two thirds
+    (0.0), as it would on a quiet host."""
     deltas = []
     for tid, (run, wait) in after.items():
         run0, wait0 = before.get(tid, (0, 0))
@@ -73,7 +81,8 @@ def stolen_fraction(before: Mapping[int, tuple[int, int]], after: Mapping[int, t
     busiest = max((run for run, _ in deltas), default=0)
     if busiest <= 0:
         return 0.0
-    return max(wait / run for run, wait in deltas if run >= _BUSY_FRACTION * busiest and run > 0)
+    runnable = max(run + wait for run, wait in deltas if run >= _BUSY_FRACTION * busiest)
+    return max(0.0, runnable / busiest - 1.0)
 
 
 def reference_seconds(cpus: Sequence[int], adds: int = REFERENCE_ADDS, blocks: int = REFERENCE_BLOCKS) -> list[float]:

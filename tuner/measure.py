@@ -102,8 +102,10 @@ class MeasureProtocol(_JsonDataclass):
     (64x64x256, one CPU, other engineers' jobs on the machine) ranked alike
     with these repeats (Spearman 0.85 between the two runs, by the fastest
     repeat), but hardly at all with 5 repeats of 50 ms (0.19 by the median),
-    each of which spans some preemption. The cost model therefore learns from
-    :meth:`MeasureResult.peak_throughput`. A 1 ms cooldown lets the other
+    each of which spans some preemption. Candidates are ranked by
+    :meth:`MeasureResult.own_throughput` (the median with the measured
+    time-sharing taken out), since a load that lasts on one of the CPUs
+    slows every repeat alike. A 1 ms cooldown lets the other
     core's housekeeping run between repeats without letting the clock drop.
     Caches stay warm (``flush_cache=False``), as a kernel called in a loop
     sees them; final validation re-measures the top configs with more
@@ -255,6 +257,18 @@ class MeasureResult(_JsonDataclass):
     def throughput(self) -> float:
         """1 / median seconds (runs per second); 0.0 for a failed trial. Relative speed within a workload."""
         return 1.0 / self.median if self.ok else 0.0
+
+    def own_throughput(self) -> float:
+        """``(1 + disturbance)`` / median seconds: the throughput with the slowdown the
+        interference probes saw taken out, what ranks candidates (cost model, finalists, winner);
+        0.0 for a failed trial. Under a load that lasts on some of the measuring CPUs a
+        candidate whose parallel split gives the busy CPU less work runs faster than an even
+        split, and slower on a quiet host; its critical path was not slowed (disturbance about
+        0), the even split's was (about 1), so this ranks them as a quiet host would
+        (issue #18: 2-CPU Xeon, one CPU shared with a busy loop: an even 1024³ matmul 190
+        GFLOP/s by its fastest repeat, 300-325 by this; an uneven one 217 and 216-244; quietly
+        310 and 215)."""
+        return (1.0 + self.disturbance) / self.median if self.ok else 0.0
 
     def peak_throughput(self) -> float:
         """1 / the fastest repeat's seconds; 0.0 for a failed trial. On a shared host, the estimate of a

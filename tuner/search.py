@@ -191,7 +191,7 @@ class ModelGuidedSearch(SearchStrategy):
     # ---------------------------------------------------------------- learning
     def update(self, configs: Sequence[ConfigEntity], results: Sequence[MeasureResult]) -> None:
         super().update(configs, results)
-        learned = [(c.index, r.peak_throughput()) for c, r in zip(configs, results) if not r.disturbed]
+        learned = [(c.index, r.own_throughput()) for c, r in zip(configs, results) if not r.disturbed]
         if not learned:
             return
         indices, throughputs = (list(x) for x in zip(*learned))
@@ -334,7 +334,7 @@ class EarlyStopping:
     def update(self, results: Iterable[MeasureResult]) -> bool:
         """Account for ``results`` in order; True when the search should stop."""
         for r in results:
-            t = 0.0 if r.disturbed else r.throughput()
+            t = 0.0 if r.disturbed else r.own_throughput()
             if t > self.best * (1 + self.min_rel_improvement) and t > 0:
                 self.best = t
                 self.trials_since_best = 0

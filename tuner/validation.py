@@ -3,8 +3,8 @@
 ``tunefleet tune`` (on this machine) and a service task (its export job, on a worker of the
 task's device key) end alike:
 
-1. :func:`finalists`: the :data:`FINALISTS` fastest correct configs by their fastest repeat
-   (peak throughput: the ranking least disturbed by other processes on a shared host),
+1. :func:`finalists`: the :data:`FINALISTS` fastest correct configs by their own throughput
+   (``MeasureResult.own_throughput``: the median with the measured time-sharing taken out),
    undisturbed measurements first (a disturbed one only fills the places left); a
    config that ever gave a wrong answer or a runtime error is out (a kernel wrong once is
    wrong).
@@ -13,7 +13,7 @@ task's device key) end alike:
    (:func:`interleaved`, by the measurer: one process, so the finalists share the same
    disturbances, as Google Benchmark's ``--benchmark_enable_random_interleaving`` does for
    its benchmarks), each with its per-config median over all rounds.
-3. :func:`best`: the winner is chosen by median among the measurements with the most
+3. :func:`best`: the winner is chosen by own throughput among the measurements with the most
    repeats, so a noise-lucky short measurement cannot beat the validated ones, and among
    those undisturbed ones first.
 
@@ -51,13 +51,13 @@ def _disqualified(measured: list[Measurement]) -> set[Hashable]:
 
 
 def finalists(measured: Iterable[Measurement], n: int = FINALISTS) -> list[T]:
-    """The items of the ``n`` fastest correct measurements by fastest repeat, fastest first
+    """The items of the ``n`` fastest correct measurements by own throughput, fastest first
     (ties: the earlier measurement), undisturbed ones ahead of disturbed ones, leaving out
     configs with a :data:`DISQUALIFYING` result."""
     measured = list(measured)
     out = _disqualified(measured)
     ok = [(key, item, result) for key, item, result in measured if result.ok and key not in out]
-    return [item for _, item, _ in sorted(ok, key=lambda m: (m[2].disturbed, -m[2].peak_throughput()))[:n]]
+    return [item for _, item, _ in sorted(ok, key=lambda m: (m[2].disturbed, -m[2].own_throughput()))[:n]]
 
 
 def validation_repeat(protocol: MeasureProtocol) -> int:
@@ -117,7 +117,7 @@ def best(measured: Iterable[Measurement]) -> T | None:
       most repeats (the latest of those on a tie).
     * Only configs represented by the most repeats compete (the validated finalists).
     * Among those, undisturbed ones win over disturbed ones (a disturbed fast outlier cannot win).
-    * Then the least median cost wins; ties go to the config measured first.
+    * Then the highest own throughput (``MeasureResult.own_throughput``) wins; ties go to the config measured first.
     """
     measured = list(measured)
     out = _disqualified(measured)
@@ -127,4 +127,4 @@ def best(measured: Iterable[Measurement]) -> T | None:
             chosen[key] = (item, result)
     most = max((len(result.costs) for _, result in chosen.values()), default=0)
     return min(((item, result) for item, result in chosen.values() if len(result.costs) == most),
-               key=lambda m: (m[1].disturbed, m[1].median), default=(None, None))[0]
+               key=lambda m: (m[1].disturbed, -m[1].own_throughput()), default=(None, None))[0]
