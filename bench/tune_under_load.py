@@ -39,6 +39,11 @@ Measured (2-vCPU Intel Xeon, AVX-512, KVM; each phase under the shared CPU lock,
   (about 1% of a trial's 1.3 s). Re-timed quietly (7 rounds): quiet winner 313.6 GFLOP/s
   best (308.8 median), busy winner 315.7 (310.0): **100.6%** (100.4% by median), different
   configs (bm 4 mr 12 nr 32 vs bm 4 mr 7 nr 64, both even splits); load average 1.7-2.7.
+* again after the GEMM template's pack_b = "block" (main at 627db84, all phases in one call):
+  quiet 63 s, disturbance median 0.18, max 0.71; busy 81 s, median 1.04, max 1.52; 0% of
+  trials disturbed in both; probe 2.2 ms quiet, 7.8 ms busy. Re-timed quietly (7 rounds):
+  quiet winner 319.4 GFLOP/s best (317.3 median), busy winner 316.1 (312.8): **98.9%**
+  (98.6% by median), different configs; load average 1.4-2.3.
 """
 
 from __future__ import annotations
