@@ -1,7 +1,7 @@
 """Benchmark: tunefleet's tuner head to head with TVM MetaSchedule on single operators.
 
 For each workload (float32; `--ops` picks by name prefix): matmul 1024³, matmul 128×3072×768
-(M×N×K), conv2d NCHW 1×512×7×7 → 512 (3×3, pad 1, + bias + relu) and ResNet-50's stride-2
+(M×N×K), matmul 128×768×768 + bias (BERT-base's Q/K/V/output projection), conv2d NCHW 1×512×7×7 → 512 (3×3, pad 1, + bias + relu) and ResNet-50's stride-2
 3×3 conv2d 1×128×56×56 → 128 (pad 1, + bias + relu, as its layer 2.0 computes it):
 
 1. tunefleet tunes it on this machine (`tunefleet.tuner.tune`, the `tunefleet tune` path:
@@ -103,6 +103,7 @@ _CONV = {"N": 1, "KH": 3, "KW": 3, "padding": 1, "bias": True, "epilogue": "relu
 WORKLOADS = {
     "matmul 1024³": ("matmul", {"M": 1024, "N": 1024, "K": 1024}),
     "matmul 128x3072x768": ("matmul", {"M": 128, "N": 3072, "K": 768}),
+    "matmul 128x768x768 +bias": ("matmul", {"M": 128, "N": 768, "K": 768, "bias": True}),  # BERT's Q/K/V/out
     "conv2d 512x7x7 3x3": ("conv2d_nchw", {**_CONV, "CI": 512, "CO": 512, "H": 7, "W": 7}),
     "conv2d 128x56x56 3x3 s2": ("conv2d_nchw", {**_CONV, "CI": 128, "CO": 128, "H": 56, "W": 56, "stride": 2}),
 }
