@@ -89,8 +89,9 @@ batch_matmul 12×128×128×64 73 / 138, 12×128×64×128 74 / 243, 128×3072×76
 in-loop numbers, and ours were taken under heavy interference (disturbance 0.77-0.85 on the
 records; the same records' fastest repeats reach 299, 217, 332, 222 and 241 GFLOP/s, above
 MetaSchedule's figure on every task, while their medians, which the validated latency uses,
-are 154, 75, 74, 128, 171). Re-timing both sets of kernels in fresh processes, as part 1
-does, is what would settle it; this bench does not do that yet.
+are 154, 75, 74, 128, 171). Re-timed in fresh processes (the single-operator table above),
+the heaviest task, 4× 128×768×768 + bias, does favour MetaSchedule (1.5×); the model part
+itself does not re-time its kernels yet.
 """
 
 from __future__ import annotations
