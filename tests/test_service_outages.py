@@ -125,21 +125,29 @@ def test_database_cut_off_for_a_minute_mid_task(tmp_path: Path, private_redis: P
         proxy.cut()
 
 
+def _worker(home: Path, log: Path, redis_url: str, server: str, *options: str) -> subprocess.Popen:
+    """`tunefleet worker` (unsandboxed) for `redis_url` and `server`, its output in `log`."""
+    with log.open("w") as out:
+        return subprocess.Popen(
+            [TUNEFLEET, "worker", "--redis", redis_url, "--server", server, "--no-sandbox", *options],
+            env={**os.environ, "TUNEFLEET_WORKER_TOKEN": "unused", "TUNEFLEET_HOME": str(home)},
+            stdout=out, stderr=subprocess.STDOUT, text=True)
+
+
+def _first_line(log: Path, text: str, what: str) -> str:
+    """The first line of `log` holding `text`, waited for up to 60 s."""
+    return wait_for(lambda: next((line for line in log.read_text().splitlines() if text in line), None), 60, what)
+
+
 def test_a_worker_against_an_unreachable_redis_says_so_at_once_and_gives_up_in_one_line(tmp_path: Path) -> None:
     """Nothing listens on the port: the worker names the URL (its password hidden) while it
     retries, reports progress, then exits 1 with one line after --redis-wait-s."""
     url = f"redis://:s3cret@127.0.0.1:{free_port()}/0"
     shown = url.replace("s3cret", "***")
     log = tmp_path / "worker.log"
-    with log.open("w") as out:
-        worker = subprocess.Popen(
-            [TUNEFLEET, "worker", "--redis", url, "--server", f"http://127.0.0.1:{free_port()}", "--no-sandbox",
-             "--redis-wait-s", "15"],
-            env={**os.environ, "TUNEFLEET_WORKER_TOKEN": "unused", "TUNEFLEET_HOME": str(tmp_path)},
-            stdout=out, stderr=subprocess.STDOUT, text=True)
+    worker = _worker(tmp_path, log, url, f"http://127.0.0.1:{free_port()}", "--redis-wait-s", "15")
     try:
-        first = wait_for(lambda: next((line for line in log.read_text().splitlines() if "does not answer" in line),
-                                      None), 60, "the worker's first line about Redis")
+        first = _first_line(log, "does not answer", "the worker's first line about Redis")
         assert worker.poll() is None  # said while it still retries
         assert shown in first and "retrying" in first
         assert worker.wait(timeout=120) == 1
@@ -159,14 +167,9 @@ def test_a_worker_whose_server_does_not_answer_says_so_at_once(tmp_path: Path, r
     worker retries its registration."""
     server = f"http://127.0.0.1:{free_port()}"
     log = tmp_path / "worker.log"
-    with log.open("w") as out:
-        worker = subprocess.Popen(
-            [TUNEFLEET, "worker", "--redis", redis_url, "--server", server, "--no-sandbox"],
-            env={**os.environ, "TUNEFLEET_WORKER_TOKEN": "unused", "TUNEFLEET_HOME": str(tmp_path)},
-            stdout=out, stderr=subprocess.STDOUT, text=True)
+    worker = _worker(tmp_path, log, redis_url, server)
     try:
-        first = wait_for(lambda: next((line for line in log.read_text().splitlines() if "does not answer" in line),
-                                      None), 60, "the worker's line about the server")
+        first = _first_line(log, "does not answer", "the worker's line about the server")
         assert worker.poll() is None  # said while it still retries
         assert f"server {server}" in first and "retrying" in first
     finally:
