@@ -11,13 +11,14 @@ registers again if the server forgot it).
 
 Before registering it waits for its Redis: one line at once when Redis does not answer
 (naming the URL, and that it retries), one every ``PROGRESS_S`` while it waits, and
-:class:`RedisUnavailable` after `ride_out_s`. A refused or failed heartbeat (the server's
+:class:`RedisUnavailable` after `ride_out_s`; then for the server, with one line at once too
+(both retried with tenacity). A refused or failed heartbeat (the server's
 database away: 503) is logged once per outage, and once more when heartbeats go through again.
 
 SIGTERM (or Ctrl-C) stops it after the current job; a second one stops it at once.
 
-Imports stay light: the compiler, the tuner's measurement modules, redis, rq and httpx; no
-SQL, XGBoost or web framework.
+Imports stay light: the compiler, the tuner's measurement modules, redis, rq, httpx and
+tenacity; no SQL, XGBoost or web framework.
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from collections.abc import Sequence
 
 import httpx
+import tenacity
 
 from tunefleet.base import redisconn
 from tunefleet.base.rqworker import SERIALIZER, HeartbeatWorker, measure_queue
@@ -131,20 +132,20 @@ class WorkerDaemon:
         one warning at once while it does not); returns the worker id. RegistrationError when
         refused or unreachable."""
         body = {"name": self.name, "device_key": self.device_key, "host": self.facts}
-        deadline = time.monotonic() + self.register_timeout_s
-        warned = False
-        while True:
-            try:
-                response = self.http.post("/workers/register", json=body)
-                break
-            except httpx.TransportError as exc:
-                if time.monotonic() > deadline:
-                    raise RegistrationError(f"server {self.http.base_url} unreachable: {exc}") from exc
-                if not warned:
-                    log.warning("server %s does not answer (%s): retrying for up to %.0f s", self.http.base_url,
-                                exc, self.register_timeout_s)
-                    warned = True
-                time.sleep(0.5)
+
+        def warn_once(state: tenacity.RetryCallState) -> None:
+            if state.attempt_number == 1:
+                log.warning("server %s does not answer (%s): retrying for up to %.0f s", self.http.base_url,
+                            state.outcome.exception(), self.register_timeout_s)
+
+        try:
+            response = tenacity.Retrying(
+                retry=tenacity.retry_if_exception_type(httpx.TransportError),
+                stop=tenacity.stop_after_delay(self.register_timeout_s), wait=tenacity.wait_fixed(0.5),
+                before_sleep=warn_once, reraise=True,
+            )(self.http.post, "/workers/register", json=body)
+        except httpx.TransportError as exc:
+            raise RegistrationError(f"server {self.http.base_url} unreachable: {exc}") from exc
         if response.is_error:
             try:
                 detail = response.json()["detail"]
@@ -188,21 +189,28 @@ class WorkerDaemon:
         once naming its URL (password hidden) and that the worker retries, then one every
         PROGRESS_S; RedisUnavailable once `ride_out_s` seconds have passed."""
         url = redisconn.shown(self.redis_url)
-        start = time.monotonic()
-        noted = None
-        while (error := redisconn.ping_error(self.redis_url)) is not None:
-            waited = time.monotonic() - start
-            if waited >= self.ride_out_s:
-                raise RedisUnavailable(f"Redis at {url} did not answer for {waited:.0f} s ({error}); giving up")
-            if noted is None:
-                log.warning("Redis at %s does not answer (%s): retrying for up to %.0f s", url, error,
+        noted: list[float] = []  # when the last line was printed, seconds into the wait
+
+        def note(state: tenacity.RetryCallState) -> None:
+            waited = state.seconds_since_start or 0.0
+            if not noted:
+                log.warning("Redis at %s does not answer (%s): retrying for up to %.0f s", url, state.outcome.result(),
                             self.ride_out_s)
-                noted = waited
-            elif waited - noted >= PROGRESS_S:
+            elif waited - noted[-1] >= PROGRESS_S:
                 log.warning("still waiting for Redis at %s (%.0f s of %.0f s)", url, waited, self.ride_out_s)
-                noted = waited
-            time.sleep(redisconn.BACKOFF_CAP_S)
-        if noted is not None:
+            else:
+                return
+            noted.append(waited)
+
+        def give_up(state: tenacity.RetryCallState) -> None:
+            raise RedisUnavailable(f"Redis at {url} did not answer for {state.seconds_since_start:.0f} s "
+                                   f"({state.outcome.result()}); giving up")
+
+        tenacity.Retrying(retry=tenacity.retry_if_not_result(lambda error: error is None),
+                          stop=tenacity.stop_after_delay(self.ride_out_s),
+                          wait=tenacity.wait_fixed(redisconn.BACKOFF_CAP_S), before_sleep=note,
+                          retry_error_callback=give_up)(redisconn.ping_error, self.redis_url)
+        if noted:
             log.info("Redis at %s answers", url)
 
     # --- main ------------------------------------------------------------------------
