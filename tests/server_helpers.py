@@ -55,7 +55,7 @@ def real_artifact(workload_args: dict, out_dir: Path) -> tuple[bytes, str]:
 
 def run_worker_jobs(api, worker_headers: dict[str, str], redis_url: str, device_key: str) -> bool:
     """Run every job queued on `device_key`'s queue in this process, as `tunefleet worker` runs
-    them (the real job functions under an RQ SimpleWorker, uploads to `api`, the in-process app,
+    them (the real job functions under its HeartbeatWorker, uploads to `api`, the in-process app,
     with `worker_headers`); returns whether any job ran."""
     from fastapi.testclient import TestClient
 
@@ -67,15 +67,15 @@ def run_worker_jobs_over(http, redis_url: str, device_key: str) -> bool:
     """`run_worker_jobs` with the worker's HTTP client given (`http`: an httpx.Client whose base
     URL is a server's /api/v1, with a worker token), e.g. one to a live server process."""
     from redis import Redis
-    from rq import SimpleWorker
 
-    from tunefleet.base.rqworker import SERIALIZER, measure_queue
+    from tunefleet.base.rqworker import SERIALIZER, HeartbeatWorker, measure_queue
     from tunefleet.worker import jobs
 
     connection = Redis.from_url(redis_url)
     jobs.bind(jobs.WorkerContext(worker_id=0, name="in-test", device_key=device_key, measurer=None, http=http))
     try:
-        worker = SimpleWorker([measure_queue(connection, device_key)], connection=connection, serializer=SERIALIZER)
+        worker = HeartbeatWorker([measure_queue(connection, device_key)], connection=connection,
+                                 serializer=SERIALIZER)
         return worker.work(burst=True)
     finally:
         jobs.bind(None)
