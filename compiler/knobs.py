@@ -282,9 +282,14 @@ class SplitKnob(Knob):
 
 
 class ChoiceKnob(Knob):
-    """A choice among JSON scalars (ints, floats, strs, bools, None); entity ``.val``."""
+    """A choice among JSON scalars (ints, floats, strs, bools, None); entity ``.val``.
 
-    def __init__(self, name: str, choices: Sequence[Any]):
+    ``absent``: for a knob added to a template that already had records, the choice that
+    does what the template did before, taken by a config written without the knob (see
+    ``ConfigSpace.from_json``); it must be one of ``choices``. None: such a config is an error.
+    """
+
+    def __init__(self, name: str, choices: Sequence[Any], absent: Any = None):
         choices = list(choices)
         for c in choices:
             if not (c is None or isinstance(c, (bool, int, float, str))):
@@ -293,6 +298,9 @@ class ChoiceKnob(Knob):
                 raise ConfigError(f"knob {name!r}: choice {c!r} is not finite")
         self.choices = choices
         super().__init__(name, [ChoiceEntity(c, i) for i, c in enumerate(choices)], [self._key(c) for c in choices])
+        self.absent = absent
+        if absent is not None:
+            self.index_of(absent)
 
 
 class ReorderKnob(Knob):

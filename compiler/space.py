@@ -48,9 +48,10 @@ class _Config:
         ``options`` are its keyword arguments (policy, max_factor, filter, candidates; see there)."""
         self._define(name, lambda: SplitKnob(name, extent, num_outputs, **options))
 
-    def define_knob(self, name: str, choices: Sequence[Any]) -> None:
-        """Register a :class:`ChoiceKnob` over JSON scalars."""
-        self._define(name, lambda: ChoiceKnob(name, choices))
+    def define_knob(self, name: str, choices: Sequence[Any], absent: Any = None) -> None:
+        """Register a :class:`ChoiceKnob` over JSON scalars; ``absent``: the choice a config
+        written before the knob existed takes (see ``ConfigSpace.from_json``)."""
+        self._define(name, lambda: ChoiceKnob(name, choices, absent))
 
     def define_reorder(self, name: str, axes: int | Sequence[str], **options: Any) -> None:
         """Register a :class:`ReorderKnob` over ``axes`` (a count or labels); ``options`` are its
@@ -123,9 +124,13 @@ class ConfigSpace(_Config):
     def from_json(self, d: dict) -> ConfigEntity:
         """Parse ``{"index": int (optional), "knobs": {name: value}}`` back into a config.
 
-        Raises :class:`ConfigError` for a missing or unknown knob, a value that
-        is not one of the knob's candidates (the message lists them,
-        truncated), or an index that disagrees with the knobs (the template or
+        A knob the JSON lacks takes its ``absent`` choice when it has one (a knob added
+        to the template after the JSON was written); the JSON's index, computed in the older
+        space, is then not checked.
+
+        Raises :class:`ConfigError` for a missing knob without an ``absent`` choice, an
+        unknown knob, a value that is not one of the knob's candidates (the message lists
+        them, truncated), or an index that disagrees with the knobs (the template or
         workload changed since the JSON was written).
         """
         if not isinstance(d, dict) or not isinstance(d.get("knobs"), dict):
@@ -134,12 +139,14 @@ class ConfigSpace(_Config):
         unknown = sorted(set(knobs) - set(self.knobs))
         if unknown:
             raise ConfigError(f"unknown knob(s) {unknown}; the space has {list(self.knobs)}")
-        missing = [n for n in self.knobs if n not in knobs]
+        absent = {n: getattr(k, "absent", None) for n, k in self.knobs.items() if n not in knobs}
+        missing = [n for n, value in absent.items() if value is None]
         if missing:
             raise ConfigError(f"config JSON lacks knob(s) {missing}")
+        knobs = {**knobs, **absent}
         digits = [knob.index_of(knobs[n]) for n, knob in self.knobs.items()]
         index = self._index_of(digits)
-        if "index" in d and d["index"] != index:
+        if "index" in d and d["index"] != index and not absent:
             raise ConfigError(f"config index {d['index']!r} disagrees with its knobs, which give index {index}")
         return ConfigEntity(self, index, digits)
 

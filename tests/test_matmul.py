@@ -131,3 +131,26 @@ def test_b_packed_per_block_matches_numpy(shape, target):
         assert configs
         cases += [(w, c) for c in configs]
     assert not failures(cases, target=target)
+
+
+@pytest.mark.parametrize("target", params(FAMILY))
+@pytest.mark.parametrize("op, args", [
+    ("matmul", {"M": 37, "N": 45, "K": 96}),
+    ("matmul", {"M": 70, "N": 200, "K": 160, "bias": True, "epilogue": "gelu"}),
+    ("dense", {"M": 9, "N": 130, "K": 128, "bias": True, "epilogue": "relu"}),
+    ("batch_matmul", {"batch": 3, "M": 20, "N": 40, "K": 128, "transpose_b": True}),
+    ("conv2d_nchw", {"N": 2, "CI": 128, "CO": 24, "H": 9, "W": 7, "KH": 1, "KW": 1, "bias": True, "epilogue": "relu"}),
+    ("conv2d_nchw", {"N": 1, "CI": 192, "CO": 20, "H": 11, "W": 9, "KH": 1, "KW": 1, "stride": 2}),
+])
+def test_k_blocked_configs_match_numpy(op, args, target):
+    """kc < K (the reduction in blocks, each block's register tile added to the output or,
+    with an epilogue, to a buffer of the parallel loop's region) over random configs of the
+    space, on every GEMM template, shapes no tile divides, each ISA of this host's family:
+    the blocks' sum, the output's initialisation, B packed per K block."""
+    w = ops.make_workload(op, args)
+    space = ops.config_space(w, target)
+    K = args.get("K", args.get("CI"))
+    configs = [c for c in space.random(np.random.default_rng(K), 200)
+               if c["kc"].val < K and not (c.to_json()["knobs"].get("dot_rows"))][:5]
+    assert len({c["kc"].val for c in configs}) > 1
+    assert not failures([(w, c) for c in configs], target=target)

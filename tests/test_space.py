@@ -311,3 +311,25 @@ def test_huge_spaces_are_never_enumerated():
     assert len(space.random(np.random.default_rng(0), 10)) == 10
     with pytest.raises(OverflowError):
         len(space)
+
+
+def test_a_knob_added_later_gives_configs_written_before_it_their_old_meaning():
+    """A config JSON written before a knob was added (its index computed in the smaller space)
+    parses, taking the knob's `absent` choice; a knob without one is still required, and
+    `absent` must be one of the choices."""
+    def template(extra):
+        space = ConfigSpace()
+        space.define_knob("tile", [1, 2, 4])
+        if extra:
+            space.define_knob("kc", [512, 256, 128], absent=512)
+        space.freeze()
+        return space
+
+    old = template(False).get(2).to_json()
+    new = template(True).from_json(old)
+    assert new.to_json()["knobs"] == {"tile": 4, "kc": 512}
+    assert template(True).get(new.index).to_json() == new.to_json()
+    with pytest.raises(ConfigError, match="disagrees"):
+        template(True).from_json(dict(new.to_json(), index=new.index + 1))
+    with pytest.raises(ConfigError, match="'kc': 64 is not a candidate"):
+        ConfigSpace().define_knob("kc", [512, 256], absent=64)

@@ -292,7 +292,7 @@ def pointwise_template(cfg, workload, target):
     bias = te.placeholder((CO,), dt, "bias") if a["bias"] else None
     ap, bp, packs = gemm.packed_panels(cfg, weight, pixels)
     prod, _ = gemm.matmul_expr(weight, pixels, None, "none", b_panel=bp, nr=cfg["nr"].val, a_panel=ap,
-                               mr=cfg["mr"].val, name="out_acc" if has_epilogue(a) else "out")
+                               mr=cfg["mr"].val, name="out_acc" if has_epilogue(a) else "out", kc=cfg["kc"].val)
     out = prod
     if prod.name == "out_acc":
         out = te.compute((N, CO, OH * OW), lambda n, co, q: finish(prod[n, co, q], bias, co, a["epilogue"]),

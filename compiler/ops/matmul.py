@@ -67,7 +67,7 @@ def _check(a: dict) -> None:
 
 def matmul_expr(A: te.Tensor, B: te.Tensor, bias: te.Tensor | None, epilogue: str, *,
                 b_panel: te.Tensor | None = None, nr: int = 1, a_panel: te.Tensor | None = None, mr: int = 1,
-                name: str = "C", transpose_b: bool = False) -> tuple[te.Tensor, te.Tensor]:
+                name: str = "C", transpose_b: bool = False, kc: int | None = None) -> tuple[te.Tensor, te.Tensor]:
     """(product, out): the reduction C = A·B (reading packed panels when given) and the
     output with bias/epilogue applied (the same tensor when there is none).
 
@@ -77,6 +77,9 @@ def matmul_expr(A: te.Tensor, B: te.Tensor, bias: te.Tensor | None, epilogue: st
     b_panel: Bp[ceil(N/nr), *batch, K, nr] from pack_blocked(B, <axis of N>, nr);
     a_panel: Ap[ceil(M/mr), *batch, K, mr] from pack_blocked(A, <axis of M>, mr). Shared by
     matmul, dense, batch_matmul and the 1×1 conv2d templates.
+    kc: with kc < K (a divisor of K), the reduction runs in K / kc blocks of kc: the product
+    is then the sum over the blocks `kb` of `<name>_part` [K/kc, *batch, M, N], each block's
+    partial product (GotoBLAS's K blocking, see schedule_gemm).
     """
     M, K = A.shape[-2:]
     batch = B.shape[:-2]
@@ -95,9 +98,21 @@ def matmul_expr(A: te.Tensor, B: te.Tensor, bias: te.Tensor | None, epilogue: st
         return B[(*b, j, kk)] if transpose_b else B[(*b, kk, j)]
 
     has_epi = bias is not None or epilogue != "none"
-    prod = te.compute((*batch, M, N), lambda *idx: te.sum(a_at(idx[:-2], idx[-2], k) * b_at(idx[:-2], k, idx[-1]),
-                                                          axis=k),
-                      name=name + "_acc" if has_epi else name, axis_names=names)
+    prod_name = name + "_acc" if has_epi else name
+    if kc is None or kc >= K:
+        prod = te.compute((*batch, M, N), lambda *idx: te.sum(a_at(idx[:-2], idx[-2], k) * b_at(idx[:-2], k, idx[-1]),
+                                                              axis=k),
+                          name=prod_name, axis_names=names)
+    else:
+        if K % kc:
+            raise ValueError(f"kc = {kc} does not divide K = {K}")
+        kk, kb = te.reduce_axis(kc, "k"), te.reduce_axis(K // kc, "kb")
+        part = te.compute((K // kc, *batch, M, N),
+                          lambda b, *idx: te.sum(a_at(idx[:-2], idx[-2], b * kc + kk) * b_at(idx[:-2], b * kc + kk, idx[-1]),
+                                                 axis=kk),
+                          name=prod_name + "_part", axis_names=["kbi", *names])
+        prod = te.compute((*batch, M, N), lambda *idx: te.sum(part[(kb, *idx)], axis=kb), name=prod_name,
+                          axis_names=names)
     if not has_epi:
         return prod, prod
 
@@ -142,6 +157,13 @@ def flop(a: dict) -> int:
 
 ORDERS = ("nm_nm", "nm_mn", "mn_nm", "mn_mn")
 MIN_PARALLEL_TASKS = 16
+#: The shortest K block (kc) the knob offers: a shorter one adds the register tile to the
+#: output more often than it saves in cache misses.
+MIN_KC = 32
+#: Numbers of K blocks the knob kc offers (K / kc).
+K_BLOCKS = (2, 3, 4, 5, 8, 16)
+#: Unrolls of the register tile's loop over K.
+KU_CHOICES = (1, 2, 4, 8)
 #: Below this many rows of A the default rule treats a GEMM as skinny (gemm_default, dense's rule).
 SKINNY_ROWS = 16
 
@@ -152,65 +174,91 @@ def define_gemm_knobs(cfg, M: int, N: int, K: int, lanes: int,
     choices of packing B (only True where B is a view the micro-kernel cannot stream): True
     packs all of B before the product (one parallel pass), "block" packs each block of bn
     panels inside the parallel loop right before its tiles use it (GotoBLAS's packing of B
-    into a buffer that stays in the L2; schedule_gemm), False reads B in place."""
+    into a buffer that stays in the L2; schedule_gemm), False reads B in place. `kc`: the
+    length of the K blocks (kc_choices; K: no blocking, also what configs written before the
+    knob existed mean)."""
     cfg.define_knob("mr", [m for m in (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14) if m <= M] or [M])
     nrs = [lanes * v for v in (1, 2, 3, 4)]
     if N < lanes:
         nrs = [n for n in (1, 2, 4, 8) if n <= N] or [N]
     cfg.define_knob("nr", nrs)
-    cfg.define_knob("ku", [1, 2, 4, 8])
+    cfg.define_knob("ku", list(KU_CHOICES))
     cfg.define_knob("bm", [1, 2, 4, 8, 16, 32, 64])
     cfg.define_knob("bn", [1, 2, 4, 8, 16, 32])
     cfg.define_knob("order", list(ORDERS))
     cfg.define_knob("parallel", ["outer", "fused"])
     cfg.define_knob("pack_b", list(pack_b))
     cfg.define_knob("pack_a", [False, True])
+    cfg.define_knob("kc", kc_choices(K), absent=K)
+
+
+def kc_choices(K: int) -> list[int]:
+    """Lengths of the K blocks: K itself (no K blocking) first, then K / b for b in K_BLOCKS
+    where that is a whole number of at least MIN_KC that every unroll (ku) divides (a block
+    that leaves a tail of the unrolled loop makes every tile guard its last steps)."""
+    return [K] + [K // b for b in K_BLOCKS if K % b == 0 and K // b >= MIN_KC and K // b % max(KU_CHOICES) == 0]
 
 
 def schedule_gemm(sch, cfg, prod: te.Tensor, out: te.Tensor, packs: list[te.Tensor], K: int,
                   b_panel: te.Tensor | None = None) -> None:
     """Schedule the GEMM `prod` (and its epilogue `out`) with the knobs of define_gemm_knobs.
 
-    The output stage is tiled (i: ioo, ioi, ii; j: joo, joi, ji), the register tile
-    (cache_write of prod) is computed at the innermost tile loop with k split by ku,
-    unrolled rows and vectorized columns; packing stages run at the root in parallel, except
-    `b_panel` (B's packed panels, of `packs`) with pack_b = "block": it is computed at the
-    loop of the blocks of N (joo; the parallel loop when that is fused), so each task packs
-    the bn panels its tiles read into its own buffer, which is still in the L2 when they do.
-    With parallel = "outer" and order nm_* that is once per block of N; where joo is fused
-    with the blocks of M, or inside them, a block is packed once per block of M.
+    The output stage is tiled (i: ioo, ioi, ii; j: joo, joi, ji), the register tile is
+    computed at the innermost tile loop with k split by ku, unrolled rows and vectorized
+    columns; packing stages run at the root in parallel, except `b_panel` (B's packed panels,
+    of `packs`) with pack_b = "block": it is computed at the loop of the blocks of N (joo;
+    the parallel loop when that is fused), so each task packs the bn panels its tiles read
+    into its own buffer, which is still in the L2 when they do. With parallel = "outer" and
+    order nm_* that is once per block of N; where joo is fused with the blocks of M, or
+    inside them, a block is packed once per block of M.
     Leading batch axes (batch_matmul) are outermost and always part of the parallel loop.
+
+    Without K blocking (kc = K) the register tile is a cache_write of prod holding the sum
+    over all of K. With kc < K (matmul_expr's `<prod>_part`), the loop over the K blocks
+    (kb) runs right inside the parallel loop: the register tile holds one block's partial
+    product and is added to prod, which is the output itself or, with an epilogue, a buffer
+    for the parallel loop's region that the output's tiles then read; a B block packed
+    per block of N is packed per K block too (kc × bn·nr, sized to stay in the L2 while its
+    kc × nr panels, re-read by every row tile, stay in the L1: BLIS's kc and nc).
     """
     mr, nr, ku = cfg["mr"].val, cfg["nr"].val, cfg["ku"].val
     M, N = out.shape[-2:]
-    acc = sch.cache_write(prod, "local")
-    if out is not prod:
-        sch[prod].compute_inline()
+    (part,) = prod.op.input_tensors() if prod.op.reduce_axes[0].name == "kb" else (None,)
+    if part is None:
+        acc = sch.cache_write(prod, "local")
+        if out is not prod:
+            sch[prod].compute_inline()
     so = sch[out]
-    *batch, i, j = so.op.axis
-    io, ii = so.split(i, factor=mr)
-    jo, ji = so.split(j, factor=nr)
-    bm = min(cfg["bm"].val, -(-M // mr))
-    bn = min(cfg["bn"].val, -(-N // nr))
-    ioo, ioi = so.split(io, factor=bm)
-    joo, joi = so.split(jo, factor=bn)
-    order = cfg["order"].val
-    outer = [joo, ioo] if order.startswith("nm") else [ioo, joo]
-    inner = [joi, ioi] if order.endswith("nm") else [ioi, joi]
-    so.reorder(*batch, *outer, *inner, ii, ji)
+    kb = so.op.reduce_axes[0] if part is not None and out is prod else None
+    *batch, outer, inner, ii, ji = _tile(so, cfg, M, N, kb)
     if cfg["parallel"].val == "fused":
         block = so.fuse(*batch, *outer)
-        so.parallel(block)
+        par = block
     else:
         par = so.fuse(*batch, outer[0])
-        so.parallel(par)
-        block = par if order.startswith("nm") else joo
+        block = par if cfg["order"].val.startswith("nm") else outer[1]
+    so.parallel(par)
     so.unroll(ii)
     so.vectorize(ji)
-    sa = sch[acc]
-    sa.compute_at(so, inner[-1])
+    pack_at = (so, block)
+    if part is None:
+        tile_at = (so, inner[-1])
+        sa = sch[acc]
+    else:
+        if out is prod:
+            tile_at, pack_at = (so, inner[-1]), (so, kb)
+        else:
+            sp = sch[prod]
+            sp.compute_at(so, par)
+            _, p_inner, p_ii, p_ji = _tile(sp, cfg, M, N, sp.op.reduce_axes[0], blocks=False)
+            sp.unroll(p_ii)
+            sp.vectorize(p_ji)
+            tile_at, pack_at = (sp, p_inner[-1]), (sp, sp.op.reduce_axes[0])
+        sa = sch[part]
+        sa.set_scope("local")
+    sa.compute_at(*tile_at)
     *_, ai, aj = sa.op.axis
-    (ak,) = sa.op.reduce_axis
+    (ak,) = sa.op.reduce_axes
     ko, ki = sa.split(ak, factor=min(ku, K))
     sa.reorder(ko, ki, ai, aj)
     sa.unroll(ki)
@@ -219,10 +267,36 @@ def schedule_gemm(sch, cfg, prod: te.Tensor, out: te.Tensor, packs: list[te.Tens
     for p in packs:
         sp = sch[p]
         if p is b_panel and cfg["pack_b"].val == "block":
-            sp.compute_at(so, block)
+            sp.compute_at(*pack_at)
         else:
             sp.parallel(sp.op.axis[0])
         sp.vectorize(sp.op.axis[-1])
+
+
+def _tile(stage, cfg, M: int, N: int, kb=None, *, blocks: bool = True) -> list:
+    """Split `stage`'s last two axes into blocks (bm / bn register tiles, unless not
+    `blocks`) of register tiles (mr × nr) and order them by the knob `order`, with the loop
+    `kb` (a reduce axis of the stage, or None) right inside the parallel loop. Returns
+    [*batch, outer block loops, inner tile loops, ii, ji]."""
+    mr, nr = cfg["mr"].val, cfg["nr"].val
+    *batch, i, j = stage.op.axis
+    io, ii = stage.split(i, factor=mr)
+    jo, ji = stage.split(j, factor=nr)
+    order = cfg["order"].val
+    if not blocks:
+        inner = [jo, io] if order.endswith("nm") else [io, jo]
+        stage.reorder(*([kb] if kb is not None else []), *inner, ii, ji)
+        return [[], inner, ii, ji]
+    ioo, ioi = stage.split(io, factor=min(cfg["bm"].val, -(-M // mr)))
+    joo, joi = stage.split(jo, factor=min(cfg["bn"].val, -(-N // nr)))
+    outer = [joo, ioo] if order.startswith("nm") else [ioo, joo]
+    inner = [joi, ioi] if order.endswith("nm") else [ioi, joi]
+    kbs = [kb] if kb is not None else []
+    if cfg["parallel"].val == "fused":
+        stage.reorder(*batch, *outer, *kbs, *inner, ii, ji)
+    else:
+        stage.reorder(*batch, outer[0], *kbs, outer[1], *inner, ii, ji)
+    return [*batch, outer, inner, ii, ji]
 
 
 def micro_kernel_template(cfg, workload, target):
@@ -290,7 +364,7 @@ def gemm_schedule(cfg, A: te.Tensor, B: te.Tensor, bias: te.Tensor | None, epilo
     """gemm_template's (schedule, kernel arguments) in a space that has define_gemm_knobs' knobs."""
     ap, bp, packs = packed_panels(cfg, A, B, transpose_b)
     prod, out = matmul_expr(A, B, bias, epilogue, b_panel=bp, nr=cfg["nr"].val, a_panel=ap, mr=cfg["mr"].val,
-                            transpose_b=transpose_b, name=name)
+                            transpose_b=transpose_b, name=name, kc=cfg["kc"].val)
     sch = create_schedule(out)
     schedule_gemm(sch, cfg, prod, out, packs, A.shape[-1], bp)
     return sch, kernel_args(A, B, bias, out)
@@ -349,7 +423,7 @@ def gemm_default(space, M: int, N: int, K: int, lanes: int, dtype_bytes: int = 4
     bm, bn = balance_blocks(-(-M // mr), -(-N // nr), bm, bn)
     pack_b = not skinny and (K * N * dtype_bytes > l2 // 2 or N % (nr * bn) != 0)
     config = {"mr": mr, "nr": nr, "ku": 4, "bm": bm, "bn": bn, "order": "nm_nm", "parallel": "fused",
-              "pack_b": pack_b, "pack_a": False}
+              "pack_b": pack_b, "pack_a": False, "kc": K}
     if pack_b and regs == 24 and "block" in knob_choices(space, "pack_b"):
         # AVX-512: pack B per block of N inside the parallel loop (blocks of a quarter of the L2)
         block_bn = pick_at_most(choices["bn"], (l2 // 4) // max(1, K * nr * dtype_bytes))
