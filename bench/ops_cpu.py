@@ -44,6 +44,8 @@ WORKLOADS = {
     "conv5 3x3": ("conv2d_nchw", {**_CONV, "CI": 512, "CO": 512, "H": 7, "W": 7, "KH": 3, "KW": 3, "padding": 1}),
     "conv5 packed": ("conv2d_nchw", {**_CONV, "CI": 512, "CO": 512, "H": 7, "W": 7, "KH": 3, "KW": 3, "padding": 1,
                                      "weight_layout": "OIHW16i16o"}),
+    "conv5 3x3 s2": ("conv2d_nchw", {**_CONV, "CI": 512, "CO": 512, "H": 14, "W": 14, "KH": 3, "KW": 3,
+                                     "padding": 1, "stride": 2}),
     "conv3 3x3 s2": ("conv2d_nchw", {**_CONV, "CI": 128, "CO": 128, "H": 56, "W": 56, "KH": 3, "KW": 3,
                                      "padding": 1, "stride": 2}),
     "conv2 1x1": ("conv2d_nchw", {**_CONV, "CI": 256, "CO": 64, "H": 56, "W": 56, "KH": 1, "KW": 1}),

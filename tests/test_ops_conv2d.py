@@ -1,4 +1,4 @@
-"""conv2d_nchw (NCHWc template) and conv2d_nhwc: random configs of the CPU templates, built
+"""conv2d_nchw (NCHWc and im2col GEMM templates) and conv2d_nhwc: random configs of the CPU templates, built
 with gcc and checked against numpy, over ResNet-50 layers (few configs: they are big) and
 small odd shapes (many configs); pre-packed weights; the public signature stays NCHW/OIHW."""
 
@@ -103,6 +103,23 @@ def test_pointwise_convolution_is_a_gemm_over_views_of_its_arguments():
     inputs = ops.random_inputs(w.tensors(), rng)
     (out,) = built.run(*inputs)
     assert relative_error(out, w.reference(*inputs)[0]) < 1e-4
+
+
+@pytest.mark.parametrize("target", params(FAMILY))
+def test_convolution_with_few_output_pixels_is_an_im2col_gemm(target):
+    """A convolution with at most IM2COL_MAX_PIXELS output pixels per image runs the matmul
+    template on weight [CO, CI·KH·KW] · pixels [CI·KH·KW, OH·OW] per image, the pixels
+    gathered from NCHW data by the packing of B: its default and random configs (padding,
+    stride, dilation, a non-square kernel, batch > 1) against numpy on each ISA of the host's
+    family; the kernel's arguments keep the operator's shapes."""
+    w = _workload("conv2d_nchw", dict(N=2, CI=12, CO=20, H=9, W=8, KH=3, KW=2, padding=[1, 0], stride=[2, 1],
+                                      dilation=[1, 2], bias=True, epilogue="relu"))
+    assert set(ops.config_space(w, target).knobs) == set(ops.config_space(
+        ops.make_workload("matmul", {"M": 20, "N": 30, "K": 72}), target).knobs)
+    cases = sample(w, 8, seed=11, target=target)
+    assert [a.shape for a in build_workload(*cases[0], target).args] == [(2, 12, 9, 8), (20, 12, 3, 2), (20,),
+                                                                           (2, 20, 5, 6)]
+    assert not failures(cases, target=target)
 
 
 @pytest.mark.parametrize("target", params(FAMILY))
