@@ -25,6 +25,10 @@ default configs), tuned in 116 s: Σ occurrences × kernel latency 341 ms agains
 330 ms for the same nodes (ratio 1.03; the 3×3 convolutions 0.53-1.26×, the 1×1 ones
 0.52-2.95×, the M=1 Gemm 11×). BERT-base layer, 5 tasks (8 nodes), 10 trials, 65 s: 98 ms
 against onnxruntime's 111 ms (0.88), re-run on the same records with 0 trials measured.
+
+Intel Xeon (model 167, AVX-512, 2 vCPUs, quiet: load 1.5), after the 7² layers became im2col
+GEMMs: ResNet-50, 48 trials, tuned in 180 s: 32.6 ms against onnxruntime's 41.4 ms (0.79) and
+PyTorch's 39.6 ms (0.82) for the same nodes.
 """
 
 from __future__ import annotations
