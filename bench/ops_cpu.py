@@ -19,10 +19,12 @@ shares them).
 Measured on an Intel Xeon (model 167, AVX-512, 2 vCPUs, quiet), 16 configs, GFLOP/s of our
 best, (PyTorch / onnxruntime), peer ÷ ours: 7² layers before -> after they became im2col GEMMs:
 512@7² 3×3 223 -> 256 (199 / 314: 1.29 / 0.82), 1×1 2048 -> 512 239 -> 295 (174 / 283: 1.70 /
-0.96), 3×3 s2 512@14² 244 (186 / 307: 1.31 / 0.80); the NCHWc layers: 3×3 at 56² 334 (168 /
-374), 28² 316-345 (311-319 / 384-396), 14² 345 (315 / 429), s2 128@56² 243-263 (261-266 /
-316-318: 0.93-0.99 × PyTorch); every 1×1 layer 1.36-7.8 × PyTorch; dense 1×512 -> 1000 1.72 ×
-PyTorch, 128×768 -> 3072 0.98 × PyTorch, 1.29 × numpy.
+0.96), 3×3 s2 512@14² 244 (186 / 307: 1.31 / 0.80); the NCHWc 3×3 layers' default before ->
+after its AVX-512 tiles of two vectors (8 configs): 56² 299 -> 345 (175 / 397: 1.98 / 0.87),
+28² 314 -> 358 (344 / 409: 1.06 / 0.89), 14² 312 -> 352 (304 / 422: 1.16 / 0.83), s2 128@56²
+248 -> 266 (253 / 312: 1.05 / 0.85), s2 256@28² 272 -> 322 (294 / 356: 1.10 / 0.91); every 1×1
+layer 1.36-7.8 × PyTorch; dense 1×512 -> 1000 1.72 × PyTorch, 128×768 -> 3072 0.98 ×
+PyTorch, 1.29 × numpy.
 """
 
 from __future__ import annotations

@@ -347,6 +347,10 @@ def cpu_template(cfg, workload, target):
 NARROW_TILES = (4, 5, 6)
 NARROW_TILE_MIN_OW = 12
 
+#: The default's AVX-512 tiles of two vectors of output channels need at least this many
+#: output columns (a divisor of OW up to 14: 28 accumulators).
+WIDE_TILE_MIN_COLUMNS = 7
+
 #: Weights (or packed input) larger than this many bytes, about an L2, are packed by the tasks
 #: that use them in the default config (parallel "n_oc_packw" / "n_oh_packd").
 WEIGHT_PACK_INSIDE_BYTES = 1 << 20
@@ -363,7 +367,11 @@ def default_config(space, workload, target) -> dict:
     then the widest): a tile of reg_n × 1 vector takes one broadcast load per FMA, which Zen 3's
     load ports cannot sustain at 2 FMAs a cycle; 2 vectors halve that (OpenBLAS's and oneDNN's
     AVX2 kernels broadcast likewise to 2-3 vectors); one thread, 128@28² 3×3 75 → 88, 256@28²
-    → 512 stride 2 63 → 70 GF/s; at OW 7 it lost. kw not unrolled; (n, oc, oh) in parallel,
+    → 512 stride 2 63 → 70 GF/s; at OW 7 it lost. With 32 registers (AVX-512) likewise, where
+    OW has a divisor of at least WIDE_TILE_MIN_COLUMNS up to 14: two vectors × that many
+    columns, input-channel blocks of half a vector (Xeon model 167, 2 threads, 3×3 layers,
+    GFLOP/s: 64@56² 310 → 345, 128@28² 342 → 379, 128@56² stride 2 247 → 273, 256@14² 313 →
+    354; blocks of a whole vector gave 334, 373, 254, 347). kw not unrolled; (n, oc, oh) in parallel,
     except for weights beyond WEIGHT_PACK_INSIDE_BYTES in 8 or more blocks, which each task packs
     per output-channel block ("n_oc_packw": the packed block is read from cache, not memory), and
     for 1×1 kernels whose packed input is beyond it and 4× the weights, which each task packs per
@@ -381,6 +389,10 @@ def default_config(space, workload, target) -> dict:
     reg_n = max(d for d in range(1, limit + 1) if OW % d == 0)
     if regs == 14 and 2 * lanes in choices["oc_bn"] and OW >= NARROW_TILE_MIN_OW:
         oc_bn, reg_n = 2 * lanes, min(NARROW_TILES, key=lambda r: (-(-OW // r) * r - OW, -r))
+    wide_n = max(d for d in range(1, min(OW, regs // 2) + 1) if OW % d == 0)
+    if regs == 28 and 2 * lanes in choices["oc_bn"] and wide_n >= WIDE_TILE_MIN_COLUMNS:
+        oc_bn, reg_n = 2 * lanes, wide_n
+        ic_bn = max([b for b in choices["ic_bn"] if b <= lanes // 2] or [ic_bn])
     OH = out_size(a)[0]
     item = 4 if a["dtype"] == "float32" else 8
     weight_bytes = a["CO"] * a["CI"] // groups(a) * a["KH"] * a["KW"] * item
