@@ -223,7 +223,7 @@ def schedule_gemm(sch, cfg, prod: te.Tensor, out: te.Tensor, packs: list[te.Tens
     """
     mr, nr, ku = cfg["mr"].val, cfg["nr"].val, cfg["ku"].val
     M, N = out.shape[-2:]
-    (part,) = prod.op.input_tensors() if prod.op.reduce_axes[0].name == "kb" else (None,)
+    part = prod.op.input_tensors()[0] if cfg["kc"].val < K else None  # matmul_expr's <prod>_part
     if part is None:
         acc = sch.cache_write(prod, "local")
         if out is not prod:
