@@ -1,5 +1,5 @@
-"""Shared benchmark helpers: the machine's fp32 FMA peak, and timings taken in fresh child
-processes (best over several), because single timings vary by up to 35% between
+"""Shared benchmark helpers: the machine's fp32 FMA peak, and timings taken in interleaved
+rounds of fresh child processes, because single timings vary by up to 35% between
 processes on these machines. Benchmarks are never part of the test run."""
 
 from __future__ import annotations
@@ -68,15 +68,6 @@ def peak_code(threads: int, **kwargs) -> str:
             f"from common import peak_gflops; print(1 / peak_gflops({threads}, **{kwargs!r}))")
 
 
-def best_child_seconds(code: str, *, env: dict | None = None, processes: int = PROCESSES) -> float:
-    """Run `code` (Python printing one float: seconds) in `processes` fresh interpreters; best."""
-    results = []
-    for _ in range(processes):
-        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-        results.append(float(out.stdout.strip().splitlines()[-1]))
-    return min(results)
-
-
 def numpy_env(coretype: bool) -> dict:
     """The environment for a numpy child: with or without OPENBLAS_CORETYPE (which, set to
     Haswell on these machines, forces OpenBLAS onto its AVX2 kernels at half speed)."""
@@ -88,9 +79,10 @@ def numpy_env(coretype: bool) -> dict:
     return env
 
 
-def numpy_matmul_seconds(M: int, N: int, K: int, *, coretype: bool = False) -> float:
-    """Best seconds of numpy's A @ B (float32) over several child processes."""
-    code = f"""
+def numpy_matmul_code(M: int, N: int, K: int) -> str:
+    """Python source printing the best seconds of numpy's A @ B (float32, A [M, K], B [K, N])
+    over repeats, for a child process (run it with numpy_env's environment)."""
+    return f"""
 import time, numpy as np
 a = np.random.rand({M}, {K}).astype(np.float32); b = np.random.rand({K}, {N}).astype(np.float32)
 c = a @ b
@@ -99,7 +91,6 @@ for _ in range(max(3, int(2e9 / (2 * {M} * {N} * {K} + 1)))):
     t = time.perf_counter(); np.matmul(a, b, out=c); best = min(best, time.perf_counter() - t)
 print(best)
 """
-    return best_child_seconds(code, env=numpy_env(coretype))
 
 
 def kernel_code(artifact_dir: str | Path, *, repeat: int = 10, min_repeat_ms: int = 100) -> str:
@@ -113,11 +104,6 @@ ins = [rng.random(a.shape, dtype=np.float32).astype(a.dtype) for a in k.args if 
 outs = [np.empty(a.shape, a.dtype) for a in k.args if a.is_output]
 print(min(k.time(*ins, *outs, repeat={repeat}, min_repeat_ms={min_repeat_ms})))
 """
-
-
-def kernel_seconds(artifact_dir: str | Path, *, repeat: int = 10, min_repeat_ms: int = 100) -> float:
-    """Best per-call seconds of an artifact over several child processes (see kernel_code)."""
-    return best_child_seconds(kernel_code(artifact_dir, repeat=repeat, min_repeat_ms=min_repeat_ms))
 
 
 def interleaved_seconds(codes: list[str], *, processes: int = PROCESSES,
@@ -140,6 +126,17 @@ def interleaved_best_seconds(codes: list[str], *, processes: int = PROCESSES,
     """Like best_child_seconds for several competitors at once (:func:`interleaved_seconds`):
     the best per code over `processes` rounds."""
     return [min(s) for s in interleaved_seconds(codes, processes=processes, envs=envs)]
+
+
+def round_ratio(peer: list[float], ours: list[float]) -> float:
+    """Median over rounds of peer seconds ÷ our seconds measured in the same round (> 1: we are
+    faster), for two lists from :func:`interleaved_seconds`. On a host whose neighbours disturb
+    it for seconds at a time (a shared VM: best-of-N GFLOP/s of one kernel varied 1.5-2× between
+    rounds), the best of each competitor can come from different quiet moments; the ratio within
+    a round compares the two under the same load, and the median drops the rounds a burst split."""
+    import statistics
+
+    return statistics.median(p / o for p, o in zip(peer, ours))
 
 
 def quick_seconds(built, workload, *, repeat: int = 3, min_repeat_ms: int = 40) -> float:

@@ -4,10 +4,12 @@ For M=N=K in {256, 512, 1024, 2048} and 128×3072×768: our default config (no t
 best of up to 16 configs from the template's space (the default's neighbourhood plus
 random points whose register tile fits the vector registers), and numpy — timed in child
 processes with OPENBLAS_CORETYPE removed (OpenBLAS's AVX-512 kernels) and with it set
-(AVX2 kernels). Prints GFLOP/s, the ratio to numpy and the percentage of the fp32 FMA peak
-that the bench measures itself. Every number is the best over several processes.
+(AVX2 kernels), in interleaved rounds of fresh processes (ours, ours, numpy, numpy, ...). Prints
+GFLOP/s (best over the rounds), the ratio numpy time / ours (median over the rounds of the
+ratio within a round, `common.round_ratio`) and the percentage of the fp32 FMA peak that the
+bench measures itself.
 
-    python bench/matmul_cpu.py [--sizes 1024 2048] [--configs 16] [--threads N]
+    python bench/matmul_cpu.py [--sizes 1024 2048] [--configs 16] [--threads N] [--processes 5]
 
 Measured on an Intel Xeon (model 207, Emerald Rapids class, 2 vCPUs, target avx512, 2
 threads), a shared host (load average 2.0-2.4 beside the run; the CPU lock kept other
@@ -35,7 +37,8 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import export, kernel_seconds, numpy_matmul_seconds, peak_gflops, quick_seconds, scratch_dir  # noqa: E402,E501
+from common import (PROCESSES, export, interleaved_seconds, kernel_code, numpy_env, numpy_matmul_code, peak_gflops,  # noqa: E402
+                    quick_seconds, round_ratio, scratch_dir)
 
 from tunefleet.compiler import ops  # noqa: E402
 from tunefleet.compiler.driver import build_workload  # noqa: E402
@@ -62,6 +65,7 @@ def main() -> None:
     p.add_argument("--sizes", nargs="*", default=["256", "512", "1024", "2048", "128x3072x768"])
     p.add_argument("--configs", type=int, default=16, help="configs sampled per size (<= 16)")
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    p.add_argument("--processes", type=int, default=PROCESSES, help="rounds of fresh processes per timing")
     args = p.parse_args()
     os.environ["TUNEFLEET_NUM_THREADS"] = str(args.threads)
     target = Target.host()
@@ -85,14 +89,14 @@ def main() -> None:
         trials.sort(key=lambda t: t[0])
         best_cfg, best_built = trials[0][1], trials[0][2]
         default_built = next(t[2] for t in trials if t[1].index == default.index)
-        t_default = kernel_seconds(export(default_built, w, scratch_dir("tf-bench-")))
-        t_best = min(t_default, kernel_seconds(export(best_built, w, scratch_dir("tf-bench-"))))
-        t_np = numpy_matmul_seconds(M, N, K, coretype=False)
-        t_np_avx2 = numpy_matmul_seconds(M, N, K, coretype=True)
-        print(f"{f'{M}x{N}x{K}':>14} {gf(t_default):9.1f} {gf(t_best):9.1f} {gf(t_np):9.1f} {gf(t_np_avx2):9.1f} "
-              f"{t_np / t_best:8.2f} {100 * gf(t_best) / peak:5.0f}%  {best_cfg.to_json()['knobs']} "
-              f"({time.time() - t0:.0f}s)", flush=True)
-
+        artifacts = [export(b, w, scratch_dir("tf-bench-")) for b in (default_built, best_built)]
+        s_default, s_best, s_np, s_np_avx2 = interleaved_seconds(
+            [kernel_code(a) for a in artifacts] + [numpy_matmul_code(M, N, K)] * 2,
+            envs=[None, None, numpy_env(False), numpy_env(True)], processes=args.processes)
+        s_ours = [min(d, b) for d, b in zip(s_default, s_best)]
+        print(f"{f'{M}x{N}x{K}':>14} {gf(min(s_default)):9.1f} {gf(min(s_ours)):9.1f} {gf(min(s_np)):9.1f} "
+              f"{gf(min(s_np_avx2)):9.1f} {round_ratio(s_np, s_ours):8.2f} {100 * gf(min(s_ours)) / peak:5.0f}%  "
+              f"{best_cfg.to_json()['knobs']} ({time.time() - t0:.0f}s)", flush=True)
 
 if __name__ == "__main__":
     main()

@@ -9,10 +9,12 @@ default's one-knob neighbours and random points, ranked by a quick in-process ti
 the peers: PyTorch on the CPU when it is installed, onnxruntime on a one-node model (not for
 batch_matmul), numpy/OpenBLAS for dense (also with OPENBLAS_CORETYPE=Haswell, its AVX2
 kernels). Prints GFLOP/s, each peer's time over our best, and the percentage of the fp32 FMA
-peak that the bench measures itself. Every reported number is the best over several rounds
-of fresh processes, each round timing the peak, our two kernels and the peers one after the
-other (timings vary by up to 35% between processes on these machines, more when other work
-shares them).
+peak that the bench measures itself. Every GFLOP/s is the best over several rounds of fresh
+processes, each round timing the peak, our two kernels and the peers one after the other
+(timings vary by up to 35% between processes on these machines, more when other work shares
+them); each ratio is the median over the rounds of the peer's time over ours in the same round
+(`common.round_ratio`), which holds where bursts of load make the bests come from different
+moments.
 
     python bench/ops_cpu.py [--only conv5 dw] [--configs 32] [--threads N] [--protocol min-call]
 
@@ -38,8 +40,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import (PROCESSES, export, interleaved_best_seconds, kernel_code, numpy_env, peak_code,  # noqa: E402
-                    quick_seconds, scratch_dir)
+from common import (PROCESSES, export, interleaved_seconds, kernel_code, numpy_env, peak_code,  # noqa: E402
+                    quick_seconds, round_ratio, scratch_dir)
 
 from tunefleet.compiler import ops  # noqa: E402
 from tunefleet.compiler.driver import build_workload  # noqa: E402
@@ -223,7 +225,7 @@ def main() -> None:
     print(f"target {target}, {args.threads} threads; PyTorch {'installed' if have_torch else 'not installed'}; "
           f"protocol {args.protocol}; peak: the fp32 FMA peak measured in the same rounds as the row's timings; "
           f"ort: onnxruntime, one-node model; numpy: OpenBLAS (dense only), np-AVX2 with OPENBLAS_CORETYPE=Haswell; "
-          f"GFLOP/s, ratios are peer time / our best")
+          f"GFLOP/s (best over the rounds); ratios: median over the rounds of peer time / our best time in the same round")
     peers = ["torch", "ort", "numpy", "np-AVX2"]
     print(f"{'workload':>14} {'GFLOP':>6} {'default':>8} {'best':>8} " + " ".join(f"{p:>8}" for p in peers)
           + f" {'peak':>6} " + " ".join(f"{'/' + p:>8}" for p in peers) + f" {'%peak def/best':>14}  best config")
@@ -242,13 +244,14 @@ def main() -> None:
                       (ort_code(op, w.args, args.threads, args.protocol), None),
                       (np_code, numpy_env(False)), (np_code, numpy_env(True))]
         present = [c for c in peer_codes if c[0] is not None]
-        t_peak, t_default, t_best, *t_present = interleaved_best_seconds(
+        s_peak, s_default, s_best, *s_present = interleaved_seconds(
             [c for c, _ in codes + present], processes=args.processes, envs=[e for _, e in codes + present])
-        times = iter(t_present)
-        t_peers = [next(times) if c[0] is not None else float("nan") for c in peer_codes]
-        peak, t_best = 1 / t_peak, min(t_best, t_default)
-        gf = [w.flop / t / 1e9 for t in (t_default, t_best, *t_peers)]
-        ratios = " ".join(f"{t / t_best:8.2f}" for t in t_peers)
+        s_ours = [min(d, b) for d, b in zip(s_default, s_best)]
+        times = iter(s_present)
+        s_peers = [next(times) if c[0] is not None else None for c in peer_codes]
+        peak = 1 / min(s_peak)
+        gf = [w.flop / min(s) / 1e9 if s else float("nan") for s in (s_default, s_ours, *s_peers)]
+        ratios = " ".join(f"{round_ratio(s, s_ours) if s else float('nan'):8.2f}" for s in s_peers)
         print(f"{name:>14} {w.flop / 1e9:6.2f} " + " ".join(f"{g:8.1f}" for g in gf) + f" {peak:6.0f} {ratios} "
               f"{f'{100 * gf[0] / peak:.0f}/{100 * gf[1] / peak:.0f}':>14}  {best_cfg.to_json()['knobs']} "
               f"({time.time() - t0:.0f}s)", flush=True)

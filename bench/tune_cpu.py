@@ -13,7 +13,8 @@ the trials and seconds it took to reach 90% of that best, and the record file; p
 the same for 90% of the run's final best. Then,
 per run: the validated winner's artifact timed like its peers — numpy (OpenBLAS) with
 OPENBLAS_CORETYPE removed (its AVX-512 kernels) and with it set (AVX2), and PyTorch for
-conv2d when installed — in interleaved rounds of fresh processes, best over the rounds.
+conv2d when installed — in interleaved rounds of fresh processes: GFLOP/s best over the
+rounds, ratios the median over the rounds of the peer's time over ours in the same round.
 Finally: when the XGBoost search reached random search's best of the largest budget.
 
     python bench/tune_cpu.py [--only matmul] [--budgets 64 256] [--strategies xgb random]
@@ -30,7 +31,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import PROCESSES, interleaved_best_seconds, kernel_code  # noqa: E402
+from common import PROCESSES, interleaved_seconds, kernel_code, round_ratio  # noqa: E402
 from ops_cpu import torch_available, torch_code  # noqa: E402
 
 from tunefleet.compiler import ops  # noqa: E402
@@ -108,9 +109,9 @@ def run(name: str, op: str, a: dict, strategy: str, budgets: list[int], out: Pat
     artifact = apply_best([result.best], w, target, tempfile.mkdtemp(prefix="tf-tune-bench-"))
     threads = len(os.sched_getaffinity(0))
     competitors = {"tuned": kernel_code(artifact), **peers(op, w.args, threads)}
-    seconds = dict(zip(competitors, interleaved_best_seconds(list(competitors.values()), processes=processes)))
-    line = ", ".join(f"{k} {w.flop / s / 1e9:.1f}" for k, s in seconds.items())
-    ratios = ", ".join(f"{k} {s / seconds['tuned']:.2f}" for k, s in seconds.items() if k != "tuned")
+    seconds = dict(zip(competitors, interleaved_seconds(list(competitors.values()), processes=processes)))
+    line = ", ".join(f"{k} {w.flop / min(s) / 1e9:.1f}" for k, s in seconds.items())
+    ratios = ", ".join(f"{k} {round_ratio(s, seconds['tuned']):.2f}" for k, s in seconds.items() if k != "tuned")
     print(f"{name:>20} {strategy:>6}  validated winner, GFLOP/s: {line} (ratio to {ratios or 'no peer'}); "
           f"CV {result.cv:.1%}; 90% of the run's best after {trials90} trials / {seconds90:.0f} s; "
           f"tuning {result.elapsed_s:.0f} s (search {result.search_s:.0f} s)", flush=True)
