@@ -12,7 +12,7 @@ from tunefleet.compiler.abi import header_text
 from tunefleet.compiler.driver import build_workload
 from tunefleet.compiler.ops import WorkloadError
 from tunefleet.compiler.ops.common import knob_choices
-from tunefleet.compiler.ops.conv2d import pack_weight_np
+from tunefleet.compiler.ops.conv2d import pack_weight_np, tile_columns
 
 # ResNet-50 layers (batch 1): 3×3 pad 1 at 56×56 and 7×7, the stride-2 3×3 and the 1×1 layers.
 RESNET = [
@@ -157,3 +157,25 @@ def test_strided_pointwise_convolution_is_a_gemm_that_packs_the_pixels_it_reads(
     built = build_workload(w, ops.default_config(w, TARGET), TARGET)
     assert [a.shape for a in built.args] == [(2, 11, 9, 8), (9, 11, 1, 1), (9,), (2, 9, 5, 3)]
     assert not failures(sample(w, 8, seed=11))
+
+
+def test_tile_columns_pads_a_prime_width_instead_of_taking_one_column():
+    """The default's output columns per register tile: a divisor of OW where one fits the
+    registers' width range, else the width with the fewest padded columns (widest on a tie)."""
+    assert tile_columns(56, range(14, 29)) == 28 and tile_columns(28, range(7, 15)) == 14
+    assert tile_columns(7, range(3, 8)) == 7
+    assert tile_columns(73, range(14, 29)) == 25  # 3 tiles, 2 columns padded (a divisor: 1)
+    assert tile_columns(58, range(14, 29)) == 20  # 2·29: 3 tiles, 2 padded (a divisor: 2)
+    assert tile_columns(73, range(7, 15)) == 11
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("target", params(FAMILY))
+def test_default_tiles_a_prime_output_width_and_matches_numpy(op, target):
+    """A layer of 73 output columns (Inception-v3's 73×73 stage; prime): the default config's
+    register tile spans several columns, not the single one a divisor rule gives, and its
+    guarded last tile computes the right values on each ISA of the host's family."""
+    w = _workload(op, dict(CI=8, CO=8, H=4, W=73, KH=3, KW=3, padding=1, bias=True, epilogue="relu"))
+    config = ops.default_config(w, target)
+    assert config["reg_n"].val >= 4
+    assert not failures([(w, config)], target=target)

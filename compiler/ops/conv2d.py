@@ -362,7 +362,9 @@ def default_config(space, workload, target) -> dict:
     28 vector registers (AVX-512 has 32) or 14 (AVX2's 16 less the weight vector and the
     broadcast input; TVM takes 12, which gives OW = 14, 28, 56 tiles of 7 or 8 accumulators, too
     few to cover the FMA latency: Zen 3, one thread, 256@28² → 512 3×3 stride 2 reg_n 7 → 14,
-    39 → 68 GF/s; 3×3 stride 1 at 14², 28², 56² about 69 → 75). On AVX2 with OW >=
+    39 → 68 GF/s; 3×3 stride 1 at 14², 28², 56² about 69 → 75); where OW has no divisor of at
+    least half that many, the width of `tile_columns` with the fewest padded columns (73 columns:
+    25, not 1). On AVX2 with OW >=
     NARROW_TILE_MIN_OW, oc_bn is two vectors and reg_n one of NARROW_TILES (the least padding,
     then the widest): a tile of reg_n × 1 vector takes one broadcast load per FMA, which Zen 3's
     load ports cannot sustain at 2 FMAs a cycle; 2 vectors halve that (OpenBLAS's and oneDNN's
@@ -386,9 +388,9 @@ def default_config(space, workload, target) -> dict:
     regs = 28 if target.vector_bytes >= 64 else 14
     _, OW = out_size(a)
     limit = max(1, min(32, OW, regs // max(1, oc_bn // lanes)))
-    reg_n = max(d for d in range(1, limit + 1) if OW % d == 0)
+    reg_n = tile_columns(OW, range(max(1, limit // 2), limit + 1))
     if regs == 14 and 2 * lanes in choices["oc_bn"] and OW >= NARROW_TILE_MIN_OW:
-        oc_bn, reg_n = 2 * lanes, min(NARROW_TILES, key=lambda r: (-(-OW // r) * r - OW, -r))
+        oc_bn, reg_n = 2 * lanes, min(NARROW_TILES, key=lambda r: (padded_columns(OW, r), -r))
     wide_n = max(d for d in range(1, min(OW, regs // 2) + 1) if OW % d == 0)
     if regs == 28 and 2 * lanes in choices["oc_bn"] and wide_n >= WIDE_TILE_MIN_COLUMNS:
         oc_bn, reg_n = 2 * lanes, wide_n
@@ -406,6 +408,23 @@ def default_config(space, workload, target) -> dict:
         parallel = "n_oc_oh"
     return {"ic_bn": ic_bn, "oc_bn": oc_bn, "reg_n": reg_n, "order": "ic_kh_kw_icb", "unroll_kw": False,
             "parallel": parallel}
+
+
+def padded_columns(extent: int, tile: int) -> int:
+    """Elements a loop of `extent` split by `tile` computes beyond its end (guarded tail)."""
+    return -(-extent // tile) * tile - extent
+
+
+def tile_columns(OW: int, widths: range) -> int:
+    """Output columns per register tile: the largest divisor of OW up to max(widths), unless that
+    is narrower than min(widths) (OW prime or twice a prime beyond the registers, e.g.
+    Inception-v3's 73, 71 and 149 output columns with 28 AVX-512 accumulators: a divisor rule
+    gives 1 or 2 columns, so every FMA waits on the one before); then the width in `widths` with
+    the fewest padded columns, the widest of those (73 columns in 28 registers: 25, 3 tiles)."""
+    divisor = max(d for d in range(1, widths.stop) if OW % d == 0)
+    if divisor >= widths.start:
+        return divisor
+    return min(widths, key=lambda r: (padded_columns(OW, r), -r))
 
 
 def gemm_conv_default(space, a: dict, lanes: int, vector_bytes: int) -> dict:

@@ -18,7 +18,7 @@ import numpy as np
 from .. import te
 from ..schedule import create_schedule
 from .common import kernel_args, knob_choices
-from .conv2d import WEIGHT_PACK_INSIDE_BYTES
+from .conv2d import WEIGHT_PACK_INSIDE_BYTES, tile_columns
 from .conv_common import (check_conv, conv_args, conv_flop, finish, has_epilogue, load_or_zero, np_conv2d_nhwc,
                           np_finish, out_size)
 from .registry import OpDef, register
@@ -165,8 +165,8 @@ def cpu_template(cfg, workload, target):
 
 
 def default_config(space, workload, target) -> dict:
-    """One vector of output channels per tile (oc_bn = lanes, or the largest choice below), reg_n the
-    largest divisor of OW that fits the tile in 28 vector registers (12 for AVX2), the whole
+    """One vector of output channels per tile (oc_bn = lanes, or the largest choice below), reg_n
+    `conv2d.tile_columns` of OW for a tile in 28 vector registers (12 for AVX2), the whole
     input-channel loop inside (kh, kw), padding per row, (n, oh) in parallel; weights packed when
     they fit in about an L2 (WEIGHT_PACK_INSIDE_BYTES; larger ones cost more to repack on every
     call than their rows of CO channels cost to stream)."""
@@ -176,7 +176,7 @@ def default_config(space, workload, target) -> dict:
     regs = 28 if target.vector_bytes >= 64 else 12
     _, OW = out_size(a)
     limit = max(1, min(32, OW, regs // max(1, oc_bn // lanes)))
-    reg_n = max(d for d in range(1, limit + 1) if OW % d == 0)
+    reg_n = tile_columns(OW, range(max(1, limit // 2), limit + 1))
     weight_bytes = a["CO"] * a["CI"] * a["KH"] * a["KW"] * (4 if a["dtype"] == "float32" else 8)
     return {"oc_bn": oc_bn, "reg_n": reg_n, "ic_bn": a["CI"] if a["CI"] <= 4 * lanes else 1, "order": "kh_kw_ic",
             "unroll_kw": False, "pack_weight": weight_bytes <= WEIGHT_PACK_INSIDE_BYTES,
