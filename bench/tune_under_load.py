@@ -44,6 +44,13 @@ Measured (2-vCPU Intel Xeon, AVX-512, KVM; each phase under the shared CPU lock,
   trials disturbed in both; probe 2.2 ms quiet, 7.8 ms busy. Re-timed quietly (7 rounds):
   quiet winner 319.4 GFLOP/s best (317.3 median), busy winner 316.1 (312.8): **98.9%**
   (98.6% by median), different configs; load average 1.4-2.3.
+* on an AMD EPYC Zen 3 (AVX2 only; a 2-vCPU Firecracker VM whose neighbours slow memory-bound
+  kernels 1.5-2x at times, which the probe does not see as stolen time; main at 459cbf2, all
+  phases in one call, 8.5 min): quiet 225 s for 64 trials, disturbance median 0.26, max 0.98,
+  winner CV 26.6%; busy 256 s, median 1.09, max 2.61 (2 trials above 2), winner CV 3.2%; 0%
+  counted disturbed in both; probe 3.7 ms quiet, 8.0 ms busy. Re-timed quietly (7 rounds):
+  quiet winner 67.3 GFLOP/s best (66.3 median), busy winner 68.0 (64.8): **100.9%** (97.8% by
+  median), different configs (4×24 tile, A packed, B per block vs 4×16 tile, kc 256).
 """
 
 from __future__ import annotations
