@@ -27,6 +27,17 @@ after its AVX-512 tiles of two vectors (8 configs): 56² 299 -> 345 (175 / 397: 
 248 -> 266 (253 / 312: 1.05 / 0.85), s2 256@28² 272 -> 322 (294 / 356: 1.10 / 0.91); every 1×1
 layer 1.36-7.8 × PyTorch; dense 1×512 -> 1000 1.72 × PyTorch, 128×768 -> 3072 0.98 ×
 PyTorch, 1.29 × numpy.
+
+On an AMD EPYC Zen 3 (AVX2 only; a 2-vCPU VM whose neighbours take one of its CPUs at times:
+the two threads' FMA peak fell to one core's 39 GFLOP/s in 10-25% of short samples), 8
+configs, 5 rounds, ratios the per-round medians, GFLOP/s of our best (PyTorch / onnxruntime),
+peer ÷ ours: 3×3 NCHWc 56² 66.9 (50.3 / 69.6: 1.61 / 0.97), 28² 67.0 (64.8 / 72.2: 1.05 /
+0.93), 14² 67.9 (67.2 / 77.3: 1.03 / 0.88), s2 128@56² 62.7 (61.1 / 69.9: 1.03 / 0.90), s2
+256@28² 62.2 (60.4 / 69.9: 1.03 / 1.10); the im2col GEMMs 512@7² 3×3 50.9 (45.5 / 68.5: 1.14
+/ 0.73), s2 512@14² 50.2 (37.2 / 57.9: 1.06 / 0.70) — 49 pixels fill four panels of 16, a
+quarter of the work padding; 1×1 s2 256→512@56² 1.93 / 1.15, 1×1 2048→512@7² 1.36 / 0.88;
+dense 1×512 -> 1000 45.4 (3.51 / 2.70, numpy 1.43), 128×768 -> 3072 63.9 (1.48 / 1.08, numpy
+1.01).
 """
 
 from __future__ import annotations
