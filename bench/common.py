@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -123,8 +124,7 @@ def interleaved_seconds(codes: list[str], *, processes: int = PROCESSES,
 
 def interleaved_best_seconds(codes: list[str], *, processes: int = PROCESSES,
                              envs: list[dict | None] | None = None) -> list[float]:
-    """Like best_child_seconds for several competitors at once (:func:`interleaved_seconds`):
-    the best per code over `processes` rounds."""
+    """Per code, its best seconds over the `processes` rounds of :func:`interleaved_seconds`."""
     return [min(s) for s in interleaved_seconds(codes, processes=processes, envs=envs)]
 
 
@@ -134,14 +134,12 @@ def round_ratio(peer: list[float], ours: list[float]) -> float:
     it for seconds at a time (a shared VM: best-of-N GFLOP/s of one kernel varied 1.5-2× between
     rounds), the best of each competitor can come from different quiet moments; the ratio within
     a round compares the two under the same load, and the median drops the rounds a burst split."""
-    import statistics
-
     return statistics.median(p / o for p, o in zip(peer, ours))
 
 
 def quick_seconds(built, workload, *, repeat: int = 3, min_repeat_ms: int = 40) -> float:
     """A quick in-process timing (best repeat) of a built kernel on random inputs: for ranking
-    candidates; report numbers from kernel_seconds."""
+    candidates; report numbers from interleaved rounds of kernel_code."""
     import numpy as np
 
     import tunefleet
