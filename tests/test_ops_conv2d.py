@@ -162,11 +162,11 @@ def test_strided_pointwise_convolution_is_a_gemm_that_packs_the_pixels_it_reads(
 def test_tile_columns_pads_a_prime_width_instead_of_taking_one_column():
     """The default's output columns per register tile: a divisor of OW where one fits the
     registers' width range, else the width with the fewest padded columns (widest on a tie)."""
-    assert tile_columns(56, range(14, 29)) == 28 and tile_columns(28, range(7, 15)) == 14
-    assert tile_columns(7, range(3, 8)) == 7
-    assert tile_columns(73, range(14, 29)) == 25  # 3 tiles, 2 columns padded (a divisor: 1)
-    assert tile_columns(58, range(14, 29)) == 20  # 2·29: 3 tiles, 2 padded (a divisor: 2)
-    assert tile_columns(73, range(7, 15)) == 11
+    assert tile_columns(56, 28) == 28 and tile_columns(28, 14) == 14
+    assert tile_columns(7, 7) == 7
+    assert tile_columns(73, 28) == 25  # 3 tiles, 2 columns padded (a divisor: 1)
+    assert tile_columns(58, 28) == 20  # 2·29: 3 tiles, 2 padded (a divisor: 2)
+    assert tile_columns(73, 14) == 11
 
 
 @pytest.mark.parametrize("op", OPS)

@@ -388,7 +388,7 @@ def default_config(space, workload, target) -> dict:
     regs = 28 if target.vector_bytes >= 64 else 14
     _, OW = out_size(a)
     limit = max(1, min(32, OW, regs // max(1, oc_bn // lanes)))
-    reg_n = tile_columns(OW, range(max(1, limit // 2), limit + 1))
+    reg_n = tile_columns(OW, limit)
     if regs == 14 and 2 * lanes in choices["oc_bn"] and OW >= NARROW_TILE_MIN_OW:
         oc_bn, reg_n = 2 * lanes, min(NARROW_TILES, key=lambda r: (padded_columns(OW, r), -r))
     wide_n = max(d for d in range(1, min(OW, regs // 2) + 1) if OW % d == 0)
@@ -415,13 +415,15 @@ def padded_columns(extent: int, tile: int) -> int:
     return -(-extent // tile) * tile - extent
 
 
-def tile_columns(OW: int, widths: range) -> int:
-    """Output columns per register tile: the largest divisor of OW up to max(widths), unless that
-    is narrower than min(widths) (OW prime or twice a prime beyond the registers, e.g.
-    Inception-v3's 73, 71 and 149 output columns with 28 AVX-512 accumulators: a divisor rule
-    gives 1 or 2 columns, so every FMA waits on the one before); then the width in `widths` with
-    the fewest padded columns, the widest of those (73 columns in 28 registers: 25, 3 tiles)."""
-    divisor = max(d for d in range(1, widths.stop) if OW % d == 0)
+def tile_columns(OW: int, limit: int) -> int:
+    """Output columns per register tile of at most `limit` (>= 1) columns: the largest divisor of
+    OW up to `limit`, unless that is below half of it (OW prime or twice a prime beyond the
+    registers, e.g. Inception-v3's 73, 71 and 149 output columns with 28 AVX-512 accumulators: a
+    divisor rule gives 1 or 2 columns, so every FMA waits on the one before); then the width from
+    limit // 2 to limit with the fewest padded columns, the widest of those (73 columns, limit
+    28: 25, 3 tiles)."""
+    widths = range(max(1, limit // 2), limit + 1)
+    divisor = max(d for d in range(1, limit + 1) if OW % d == 0)
     if divisor >= widths.start:
         return divisor
     return min(widths, key=lambda r: (padded_columns(OW, r), -r))

@@ -176,7 +176,7 @@ def default_config(space, workload, target) -> dict:
     regs = 28 if target.vector_bytes >= 64 else 12
     _, OW = out_size(a)
     limit = max(1, min(32, OW, regs // max(1, oc_bn // lanes)))
-    reg_n = tile_columns(OW, range(max(1, limit // 2), limit + 1))
+    reg_n = tile_columns(OW, limit)
     weight_bytes = a["CO"] * a["CI"] * a["KH"] * a["KW"] * (4 if a["dtype"] == "float32" else 8)
     return {"oc_bn": oc_bn, "reg_n": reg_n, "ic_bn": a["CI"] if a["CI"] <= 4 * lanes else 1, "order": "kh_kw_ic",
             "unroll_kw": False, "pack_weight": weight_bytes <= WEIGHT_PACK_INSIDE_BYTES,
