@@ -84,21 +84,22 @@ def vendor() -> tuple[str, object] | tuple[None, None]:
         return None, None
 
 
-def _time_events(run, sync_mod, event_mod, *, repeat: int = 10, min_ms: float = 100.0) -> float:
+def _time_events(run, synchronize, new_event, elapsed_ms, *, repeat: int = 10, min_ms: float = 100.0) -> float:
     """Best seconds per call of `run()` (CUDA events around a batch of calls, batch sized to last
-    about min_ms); `sync_mod` / `event_mod` are torch.cuda or cupy.cuda."""
+    about min_ms). `synchronize()` waits for the device, `new_event()` makes a timing event,
+    `elapsed_ms(start, stop)` reads two of them (torch.cuda's or cupy.cuda's)."""
     for _ in range(3):
         run()
-    sync_mod.synchronize()
+    synchronize()
 
     def batch_ms(number: int) -> float:
-        start, stop = event_mod.Event(), event_mod.Event()
+        start, stop = new_event(), new_event()
         start.record()
         for _ in range(number):
             run()
         stop.record()
         stop.synchronize()
-        return start.elapsed_time(stop) if hasattr(start, "elapsed_time") else event_mod.get_elapsed_time(start, stop)
+        return elapsed_ms(start, stop)
 
     number = 1
     while True:
@@ -112,6 +113,12 @@ def _time_events(run, sync_mod, event_mod, *, repeat: int = 10, min_ms: float = 
     return best / 1e3
 
 
+def _torch_events(torch) -> tuple:
+    """_time_events' device hooks for PyTorch: its events time only when created with enable_timing."""
+    return (torch.cuda.synchronize, lambda: torch.cuda.Event(enable_timing=True),
+            lambda start, stop: start.elapsed_time(stop))
+
+
 def cublas_matmul_seconds(M: int, N: int, K: int, *, batch: int = 0, transpose_b: bool = False) -> float | None:
     """Best seconds of an fp32 (TF32 off) cuBLAS product through PyTorch or CuPy; None without either."""
     name, mod = vendor()
@@ -122,7 +129,7 @@ def cublas_matmul_seconds(M: int, N: int, K: int, *, batch: int = 0, transpose_b
         b = torch.rand(*shape, *((N, K) if transpose_b else (K, N)), device="cuda", dtype=torch.float32)
         bb = b.transpose(-1, -2) if transpose_b else b
         c = torch.empty(*shape, M, N, device="cuda", dtype=torch.float32)
-        return _time_events(lambda: torch.matmul(a, bb, out=c), torch.cuda, torch.cuda)
+        return _time_events(lambda: torch.matmul(a, bb, out=c), *_torch_events(torch))
     if name == "cupy":
         cp = mod
         shape = (batch,) if batch else ()
@@ -130,7 +137,8 @@ def cublas_matmul_seconds(M: int, N: int, K: int, *, batch: int = 0, transpose_b
         b = cp.random.rand(*shape, *((N, K) if transpose_b else (K, N)), dtype=cp.float32)
         bb = b.swapaxes(-1, -2) if transpose_b else b
         c = cp.empty((*shape, M, N), dtype=cp.float32)
-        return _time_events(lambda: cp.matmul(a, bb, out=c), cp.cuda.Device(), cp.cuda)
+        return _time_events(lambda: cp.matmul(a, bb, out=c), cp.cuda.Device().synchronize, cp.cuda.Event,
+                            cp.cuda.get_elapsed_time)
     return None
 
 
@@ -155,7 +163,7 @@ def cudnn_conv_seconds(a: dict) -> float | None:
                             groups=groups))
 
     with torch.no_grad():
-        return _time_events(run, torch.cuda, torch.cuda)
+        return _time_events(run, *_torch_events(torch))
 
 
 # ----------------------------------------------------------------------------- our kernels

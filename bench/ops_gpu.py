@@ -7,7 +7,7 @@ our default config, our best after a short search (see gpu_common), and the vend
 through PyTorch (cuDNN with benchmark mode for convolutions, cuBLAS for batch_matmul).
 Prints GFLOP/s and our best / the vendor's.
 
-    python bench/ops_gpu.py [--configs 32] [--only conv] [--batch 1]
+    python bench/ops_gpu.py [--configs 32] [--only conv] [--batch 1] [--label TEXT ...]
 
 Needs an NVIDIA GPU and nvcc; without them it stops at once and says which is missing.
 """
@@ -62,6 +62,8 @@ def main() -> None:
     p.add_argument("--configs", type=int, default=32, help="configs built and timed per workload")
     p.add_argument("--only", choices=["conv", "other"], default=None)
     p.add_argument("--batch", type=int, default=1, help="images per convolution")
+    p.add_argument("--label", nargs="*", default=None, metavar="TEXT",
+                   help="only the workloads whose label contains one of these texts, e.g. '3x3/2' 'res5'")
     args = p.parse_args()
     info, target = require_gpu()
     print(describe(info, target))
@@ -76,6 +78,8 @@ def main() -> None:
     if args.only != "conv":
         rows += [(label, op, {**a, **({"N": args.batch} if op.startswith("depthwise") else {})})
                  for label, op, a in OTHERS]
+    if args.label is not None:
+        rows = [r for r in rows if any(text in r[0] for text in args.label)]
     total_ours = total_vendor = 0.0
     for label, op, a in rows:
         w = ops.make_workload(op, a)
