@@ -130,13 +130,19 @@ class _BoundInference:
     @staticmethod
     def _covering_interval(simplifier: Simplifier, reads: list[_IndexInterval | None], extent: int) -> Interval:
         """The interval of one dimension covering `reads`: the whole dimension (of `extent`)
-        unless all reads share one symbolic start and their constant ranges cover less."""
+        unless all reads share one symbolic start and their constant ranges cover less, or
+        reach beyond the dimension. A tile larger than what is left of the dimension reads
+        beyond it (its consumer computes those values and never stores them, see
+        `_axes_needing_guards`), so the region must hold those reads too: a region clipped to
+        the dimension had a GPU thread block's tile read past the end of its shared memory."""
         whole = (Const(0, "int64"), extent)
         if any(r is None for r in reads) or len({r.key for r in reads}) > 1:
             return whole
         low, high = min(r.low for r in reads), max(r.high for r in reads)
         if high - low + 1 >= extent:
-            return whole
+            start_low, start_high = simplifier.range_of(simplifier.simplify(reads[0].symbolic))
+            if start_low + low >= 0 and start_high + high <= extent - 1:
+                return whole
         return simplifier.simplify(BinOp("add", reads[0].symbolic, Const(low, "int64"))), high - low + 1
 
     @staticmethod

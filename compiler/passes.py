@@ -3,9 +3,11 @@ vectorize, hoist heap allocations. Each pass takes and returns a statement."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from .expr import BinOp, Call, Cast, Const, Expr, Select, Var, dtype_of
-from .ir import (Allocate, Broadcast, For, IfThenElse, Load, PrimFunc, Ramp, Seq, Stmt, Store, expr_nodes, lanes_of,
-                 map_stmt, seq, stmt_exprs, substitute, walk_stmt)
+from .ir import (Allocate, Broadcast, Buffer, For, IfThenElse, Load, PrimFunc, Ramp, Seq, Stmt, Store, expr_nodes,
+                 lanes_of, map_stmt, seq, stmt_exprs, substitute, walk_stmt)
 from .simplify import Simplifier
 from .te import all_of
 
@@ -333,6 +335,50 @@ def _conjuncts(c: Expr) -> list[Expr]:
     if isinstance(c, BinOp) and c.op == "and":
         return _conjuncts(c.a) + _conjuncts(c.b)
     return [c]
+
+
+# --------------------------------------------------------------------------- buffer bounds
+
+
+def reads_beyond(s: Stmt, buffers: Sequence[Buffer]) -> list[tuple[Buffer, float, float]]:
+    """The reads of `buffers` in `s` whose element index can leave [0, size): (buffer, lowest,
+    highest index) for each, over the full range of every enclosing loop (a vector read
+    counts all its lanes). Guards are not taken into account, so a read that only a
+    condition keeps in bounds is reported too. For GPU kernels a read past the end of
+    shared memory is a fault, not a wrong value (`compiler.cuda.lower` checks this)."""
+    ids = {id(b) for b in buffers}
+    out: list[tuple[Buffer, float, float]] = []
+
+    def index_range(simp: Simplifier, index: Expr) -> tuple[float, float]:
+        if isinstance(index, Ramp):
+            low, high = simp.range_of(simp.simplify(index.base))
+            span = index.stride * (index.lanes - 1)
+            return low + min(0, span), high + max(0, span)
+        return simp.range_of(simp.simplify(index))
+
+    def visit(n: Stmt, ranges: dict) -> None:
+        if isinstance(n, For):
+            visit(n.body, {**ranges, n.var: (0, n.extent - 1)})
+        elif isinstance(n, Seq):
+            for x in n.stmts:
+                visit(x, ranges)
+        elif isinstance(n, Allocate):
+            visit(n.body, ranges)
+        elif isinstance(n, IfThenElse):
+            visit(n.then, ranges)
+            if n.otherwise is not None:
+                visit(n.otherwise, ranges)
+        else:
+            simp = Simplifier(ranges)
+            for e in stmt_exprs(n):
+                for x in expr_nodes(e):
+                    if isinstance(x, Load) and id(x.buffer) in ids:
+                        low, high = index_range(simp, x.index)
+                        if low < 0 or high > x.buffer.size - 1:
+                            out.append((x.buffer, low, high))
+
+    visit(s, {})
+    return out
 
 
 # --------------------------------------------------------------------------- allocation hoisting

@@ -191,3 +191,41 @@ def test_double_buffer_needs_a_shared_stage_at_a_loop():
     AS.set_scope("local")
     with pytest.raises(ScheduleError, match="double_buffer needs a stage in shared memory"):
         lower_cuda(s, args, "k")
+
+
+def test_reads_beyond_reports_reads_past_a_buffer():
+    from tunefleet.compiler import passes
+    from tunefleet.compiler.ir import Buffer, Load, Ramp, Store
+    from tunefleet.compiler.te import Var
+
+    src, dst = Buffer("src", (8,), "float32", "shared"), Buffer("dst", (16,), "float32")
+    i = Var("i")
+    assert passes.reads_beyond(For(i, 10, "serial", Store(dst, i, Load(src, i))), [src]) == [(src, 0, 9)]
+    j = Var("j")
+    vector = For(j, 2, "serial", Store(dst, Ramp(j * 4, 1, 4), Load(src, Ramp(j * 4, 1, 4))))
+    assert passes.reads_beyond(vector, [src]) == []
+    assert passes.reads_beyond(For(j, 3, "serial", vector.body), [src]) == [(src, 0, 11)]
+
+
+def test_a_block_tile_wider_than_the_output_reads_inside_its_shared_memory():
+    """conv2d 32->48 at 14x14: 196 output columns, a block of 2 warps x 32 lanes x 8 columns
+    covers 512. The columns beyond 196 are computed and never stored; the shared tile of the
+    input must hold what they read. It was clipped to 196 columns, so the last rows' reads
+    went past the end of the kernel's shared memory: on an H200 such a config of the ResNet-50
+    layer 256@28x28/2 stopped with an illegal memory access, which poisons the CUDA context
+    (compute-sanitizer: an invalid __shared__ read of 16 bytes). Checked on the emulator."""
+    from tunefleet.compiler import passes
+    from tunefleet.compiler.cuda.emulate import emulate_many
+    from tunefleet.tuner.measure_child import TOLERANCE, relative_error
+    import numpy as np
+
+    w = ops.make_workload("conv2d_nchw", {"N": 1, "CI": 32, "CO": 48, "H": 14, "W": 14, "padding": [1, 1]})
+    knobs = {"tile_m": 1, "tile_n": 8, "lanes_y": 1, "warps_y": 2, "warps_x": 2, "bk": 4, "unroll_k": True,
+             "vec": True, "pad_shared": True, "double_buffer": True}
+    part = workload_kernel(w, ops.config_space(w, SM90).from_json({"knobs": knobs}), SM90, name="wide")
+    g = part.gfunc
+    assert g.launch["blockIdx.x"] == 1 and 2 * 32 * 8 > 14 * 14  # one block of columns, wider than the output
+    assert passes.reads_beyond(g.func.body, [b for b, _ in g.shared]) == []
+    inputs = ops.random_inputs(w.tensors(), np.random.default_rng(3))
+    (outs,) = emulate_many([(part, inputs)])
+    assert relative_error(outs[0], np.asarray(w.reference(*inputs)[0])) <= TOLERANCE["float32"]

@@ -249,3 +249,57 @@ def test_a_parallel_loop_keeps_its_tail_iterations():
     a = rand(100, 24)
     (b,) = run(s, [A, B], "par_tail", a)
     np.testing.assert_allclose(b, a * 3.0, rtol=1e-6)
+
+
+@pytest.mark.parametrize("target", params(FAMILY))
+def test_a_tile_wider_than_what_is_left_reads_inside_its_producers_region(target):
+    """The NHWC default for a 73-column output takes a register tile of padded columns (its
+    tiles do not divide 73): the last tile computes columns beyond the output, which are
+    never stored, and reads the padded input tile beyond the image. That tile, a stack array
+    computed at the row loop, must hold those reads: it was clipped to the image's width and
+    the kernel read up to 768 bytes past its end. No read of a local array may leave it."""
+    from tunefleet.compiler import ops, passes
+    from tunefleet.compiler.driver import build_workload
+    from tunefleet.compiler.ir import Allocate
+
+    w = ops.make_workload("conv2d_nhwc", {"N": 1, "CI": 64, "CO": 64, "H": 73, "W": 73, "KH": 3, "KW": 3,
+                                          "padding": 1})
+    built = build_workload(w, ops.default_config(w, target), target)
+    local = [n.buffer for n in walk_stmt(built.func.body) if isinstance(n, Allocate)]
+    assert any(b.name == "data_pad" for b in local)
+    assert passes.reads_beyond(built.func.body, local) == []
+    check_against_numpy(w, built, target)
+
+
+#: shapes whose tiles overhang: odd extents, strides, a 73-column image
+OVERHANG_CASES = [
+    ("matmul", dict(M=37, N=45, K=29, bias=True, epilogue="relu")),
+    ("batch_matmul", dict(batch=2, M=13, N=21, K=17, transpose_b=True)),
+    ("dense", dict(M=9, N=40, K=19)),
+    ("conv2d_nchw", dict(N=1, CI=13, CO=7, H=13, W=7, KH=3, KW=2, padding=[1, 2], stride=[2, 1])),
+    ("conv2d_nhwc", dict(N=1, CI=16, CO=16, H=13, W=73, KH=3, KW=3, padding=1)),
+    ("depthwise_conv2d_nchw", dict(N=1, C=16, H=28, W=28, KH=3, KW=3, stride=2)),
+]
+
+
+@pytest.mark.parametrize("target", params(FAMILY))
+@pytest.mark.parametrize("op, args", OVERHANG_CASES, ids=[op for op, _ in OVERHANG_CASES])
+def test_no_config_reads_past_its_temporaries(target, op, args):
+    """Over the default and random configs of every CPU template: no read of a stack or heap
+    temporary can leave it (`passes.reads_beyond` over the loops' whole ranges). Before the
+    producer regions held the overhang of their consumers' tiles, 59 of 330 random configs of
+    ResNet-sized layers read past the end of one (the values were never stored, but reading
+    beyond a stack array is undefined behaviour, and on a GPU a fault)."""
+    import random
+
+    from tunefleet.compiler import ops, passes
+    from tunefleet.compiler.driver import lower_workload
+    from tunefleet.compiler.ir import Allocate
+
+    w = ops.make_workload(op, args)
+    space = ops.config_space(w, target)
+    rnd = random.Random(len(op))
+    for config in [ops.default_config(w, target), *(space.get(rnd.randrange(space.size)) for _ in range(8))]:
+        func, _ = lower_workload(w, config, target)
+        temporaries = [n.buffer for n in walk_stmt(func.body) if isinstance(n, Allocate)]
+        assert passes.reads_beyond(func.body, temporaries) == [], config

@@ -21,8 +21,10 @@ at). Then the GPU pass pipeline:
 
 Schedules a kernel cannot run raise `ScheduleError`: a loop annotated 'parallel', a
 tensorized stage (a CPU micro-kernel), a root stage that is not a kernel argument (it
-would need a global temporary), a root stage with no loop bound to a block index, or a
-barrier that some threads of a block could skip (`InvalidConfig`, see `compiler.cuda.verify`).
+would need a global temporary), a root stage with no loop bound to a block index, a read
+that could pass the end of a shared buffer (`passes.reads_beyond`; bound inference sizes
+shared regions to what is read, so this guards against its mistakes), or a barrier that some
+threads of a block could skip (`InvalidConfig`, see `compiler.cuda.verify`).
 """
 
 from __future__ import annotations
@@ -177,6 +179,11 @@ def lower_cuda(sch: Schedule, args: Sequence[Tensor], name: str, *, lanes: int =
         body = passes.simplify_stmt(body)
     launch = launch_extents(body)
     check_barriers(body, launch)
+    overrun = passes.reads_beyond(body, shared)
+    if overrun:
+        buf, low, high = overrun[0]
+        raise ScheduleError(f"kernel {name!r} would read elements {low}..{high} of shared buffer {buf.name!r}, which "
+                            f"holds {buf.size}: a read past the end of shared memory faults on the GPU")
     offsets, total = shared_layout([buffer_bytes(b) for b in shared])
     out = PrimFunc(func.name, func.params, body, func.num_outputs, [])
     return GpuFunc(out, launch, list(zip(shared, offsets)), total, local_words(body))
