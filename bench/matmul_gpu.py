@@ -9,6 +9,11 @@ CuPy). Prints GFLOP/s and our best / cuBLAS. The issue's goal: 4096³ at >= 70% 
     python bench/matmul_gpu.py [--sizes 1024 4096 128x3072x768] [--configs 48] [--tuner 128]
 
 Needs an NVIDIA GPU and nvcc; without them it stops at once and says which is missing.
+
+Measured 2026-11-26 on an NVIDIA H200 (sm_90, 132 SMs, driver 580.159.04, nvcc 13.0.88),
+48 configs, TFLOP/s default / tuned / cuBLAS (tuned ÷ cuBLAS): 1024³ 28.0 / 33.6 / 38.1 (88%),
+4096³ 44.7 / 44.7 / 51.4 (87%), 128×3072×768 12.6 / 20.8 / 26.4 (79%). Our event timer and
+torch.cuda.Event agree on the same kernel within 0.3% (CV of 10 repeats under 0.1%).
 """
 
 from __future__ import annotations

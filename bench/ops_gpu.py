@@ -10,6 +10,11 @@ Prints GFLOP/s and our best / the vendor's.
     python bench/ops_gpu.py [--configs 32] [--only conv] [--batch 1] [--label TEXT ...]
 
 Needs an NVIDIA GPU and nvcc; without them it stops at once and says which is missing.
+
+Measured 2026-11-26 on an NVIDIA H200 (sm_90), 16 configs per row, tuned ÷ cuDNN: the 1×1
+layers 0.82–9.4 (cuDNN at batch 1 runs small 1×1 layers at 0.6–3 TFLOP/s: launches, not
+arithmetic, dominate; ours is one fused kernel), the 7×7 stem 1.73, 3×3 at 56² and 28² 0.86–1.18,
+3×3 at 14² and 7² 0.53–0.68; depthwise 5.2–6.2, attention Q·Kᵀ 5.7, batch_matmul 8×512³ 0.86.
 """
 
 from __future__ import annotations
