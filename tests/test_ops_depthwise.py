@@ -5,11 +5,12 @@ from ops_check import failures, sample
 
 from tunefleet.compiler import ops
 
-# MobileNet-v1 depthwise layers (batch 1, 3×3, pad 1): the first (stride 1), a stride-2 one,
-# and the narrow ones at the end.
+# MobileNet depthwise layers (batch 1, 3×3, pad 1): v1's first (stride 1), stride-2 ones (v1's
+# 64@112², v2's 144@56², whose 28 output rows the default tiles by 4) and v1's narrow ones at the end.
 MOBILENET = [
     dict(C=32, H=112, W=112, stride=1),
     dict(C=64, H=112, W=112, stride=2),
+    dict(C=144, H=56, W=56, stride=2),
     dict(C=512, H=14, W=14, stride=1),
     dict(C=1024, H=7, W=7, stride=1),
 ]
@@ -36,3 +37,19 @@ def test_mobilenet_layers():
                               {"N": 1, "KH": 3, "KW": 3, "padding": 1, "bias": True, "epilogue": "relu", **args})
         cases += sample(w, 2, seed=200 + n)
     assert not failures(cases)
+
+
+def test_tile_rows_avoid_computing_rows_that_are_never_stored():
+    from tunefleet.compiler.ops.conv_common import tile_overhang
+    from tunefleet.compiler.ops.depthwise import tile_rows
+
+    heights = [1, 2, 3, 4, 6, 8]
+    assert tile_rows(112, heights) == 8 and tile_rows(56, heights) == 8
+    assert tile_rows(28, heights) == 4  # a divisor at least half the largest: 28 rows, not 32
+    assert tile_rows(14, heights) == 8  # 16 rows for 14: a small overhang beats tiles of 2 rows
+    assert tile_rows(7, heights[:-1]) == 1  # 6 would compute 12 rows for 7
+    for OH in range(1, 120):
+        hs = [h for h in heights if h <= OH]
+        h = tile_rows(OH, hs)
+        assert h in hs and 4 * tile_overhang(OH, h) <= OH + tile_overhang(OH, h)
+

@@ -46,7 +46,7 @@ from ..schedule import create_schedule
 from . import matmul as gemm
 from .common import kernel_args, knob_choices
 from .conv_common import (MAX_DIM, check_conv, conv_args, conv_flop, finish, has_epilogue, load_or_zero,
-                          np_conv2d_nchw, np_finish, out_size)
+                          np_conv2d_nchw, np_finish, out_size, tile_overhang)
 from .registry import ArgDef, OpDef, WorkloadError, register
 
 _PACKED_LAYOUT = re.compile(r"OIHW([1-9][0-9]*)i([1-9][0-9]*)o")
@@ -390,7 +390,7 @@ def default_config(space, workload, target) -> dict:
     limit = max(1, min(32, OW, regs // max(1, oc_bn // lanes)))
     reg_n = tile_columns(OW, limit)
     if regs == 14 and 2 * lanes in choices["oc_bn"] and OW >= NARROW_TILE_MIN_OW:
-        oc_bn, reg_n = 2 * lanes, min(NARROW_TILES, key=lambda r: (padded_columns(OW, r), -r))
+        oc_bn, reg_n = 2 * lanes, min(NARROW_TILES, key=lambda r: (tile_overhang(OW, r), -r))
     wide_n = max(d for d in range(1, min(OW, regs // 2) + 1) if OW % d == 0)
     if regs == 28 and 2 * lanes in choices["oc_bn"] and wide_n >= WIDE_TILE_MIN_COLUMNS:
         oc_bn, reg_n = 2 * lanes, wide_n
@@ -410,11 +410,6 @@ def default_config(space, workload, target) -> dict:
             "parallel": parallel}
 
 
-def padded_columns(extent: int, tile: int) -> int:
-    """Elements a loop of `extent` split by `tile` computes beyond its end (guarded tail)."""
-    return -(-extent // tile) * tile - extent
-
-
 def tile_columns(OW: int, limit: int) -> int:
     """Output columns per register tile of at most `limit` (>= 1) columns: the largest divisor of
     OW up to `limit`, unless that is below half of it (OW prime or twice a prime beyond the
@@ -426,7 +421,7 @@ def tile_columns(OW: int, limit: int) -> int:
     divisor = max(d for d in range(1, limit + 1) if OW % d == 0)
     if divisor >= widths.start:
         return divisor
-    return min(widths, key=lambda r: (padded_columns(OW, r), -r))
+    return min(widths, key=lambda r: (tile_overhang(OW, r), -r))
 
 
 def gemm_conv_default(space, a: dict, lanes: int, vector_bytes: int) -> dict:

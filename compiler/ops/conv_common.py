@@ -51,6 +51,12 @@ def out_size(a: dict) -> tuple[int, int]:
     return oh, ow
 
 
+def tile_overhang(extent: int, tile: int) -> int:
+    """Elements a loop of `extent` split by `tile` computes beyond its end (its last tile's
+    overhang: computed, never stored)."""
+    return -(-extent // tile) * tile - extent
+
+
 def check_conv(a: dict) -> None:
     """WorkloadError naming KH or KW when the dilated kernel is larger than the padded input."""
     for k, size, d, p, dim in (("KH", "H", 0, 0, "height"), ("KW", "W", 1, 1, "width")):
