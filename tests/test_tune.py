@@ -93,13 +93,18 @@ def test_transfer_seeds_the_model_and_early_stopping_ends_the_run(tmp_path, meas
 
 
 def test_cost_model_ranks_held_out_configs_of_real_runs():
-    """After 64 measured configs the model ranks 32 held-out ones far better than chance.
+    """After 64 measured configs the model ranks 64 held-out ones far better than chance.
 
     A small real space: the matmul template at 64x64x256 with the knobs that matter only at
     scale fixed (cache blocking, loop order, packing, parallel loop) and ku <= 2, so builds stay
     short; the sample spans the register-tile shapes (mr rows x nr columns), from spilling tiles
     to near-peak ones. Measured on one CPU with the default protocol; the labels are what the
     tuner feeds the model, the peak throughput.
+
+    The rank correlation varies with the timings: 0.39-0.64 over 32 held-out configs and
+    0.44-0.64 over 64 in repeated runs on one Xeon (model 207), so a bound of 0.5 failed about
+    one run in three. Chance gives 0 with a standard deviation of 1/sqrt(63) = 0.13 over 64:
+    0.3 is 2.4 of those, and below every run seen.
     """
     w = ops.make_workload("matmul", {"M": 64, "N": 64, "K": 256})
     space = ops.config_space(w, TARGET)
@@ -109,18 +114,18 @@ def test_cost_model_ranks_held_out_configs_of_real_runs():
         config = space.from_json({"knobs": {**c.to_json()["knobs"], **fixed}})
         if config["ku"].val <= 2:
             configs.setdefault(config.index, config)
-    configs = list(configs.values())[:96]
-    assert len(configs) == 96
+    configs = list(configs.values())[:128]
+    assert len(configs) == 128
     with LocalMeasurer(cpus=affinity()[:1], build_cpus=affinity()) as m:
         results = m.measure_batch([MeasureInput(w.to_json(), str(TARGET), c.to_json()) for c in configs],
                                   MeasureProtocol())
-    assert sum(r.ok for r in results) >= 90, [r.error for r in results if not r.ok]
+    assert sum(r.ok for r in results) >= 120, [r.error for r in results if not r.ok]
     X = Featurizer().configs(w, TARGET, configs)
     y = np.array([r.peak_throughput() for r in results])
     model = CostModel(seed=0)
     model.update(X[:64], y[:64], [w.key] * 64)
     rho = spearmanr(model.predict(X[64:]), y[64:]).statistic
-    assert rho > 0.5, rho
+    assert rho > 0.3, rho
 
 
 def test_a_record_file_written_before_the_one_loop_still_resumes(tmp_path, measurer):
