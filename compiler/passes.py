@@ -347,37 +347,17 @@ def reads_beyond(s: Stmt, buffers: Sequence[Buffer]) -> list[tuple[Buffer, float
     condition keeps in bounds is reported too. For GPU kernels a read past the end of
     shared memory is a fault, not a wrong value (`compiler.cuda.lower` checks this)."""
     ids = {id(b) for b in buffers}
+    simp = Simplifier(loop_ranges(s))
     out: list[tuple[Buffer, float, float]] = []
-
-    def index_range(simp: Simplifier, index: Expr) -> tuple[float, float]:
-        if isinstance(index, Ramp):
-            low, high = simp.range_of(simp.simplify(index.base))
-            span = index.stride * (index.lanes - 1)
-            return low + min(0, span), high + max(0, span)
-        return simp.range_of(simp.simplify(index))
-
-    def visit(n: Stmt, ranges: dict) -> None:
-        if isinstance(n, For):
-            visit(n.body, {**ranges, n.var: (0, n.extent - 1)})
-        elif isinstance(n, Seq):
-            for x in n.stmts:
-                visit(x, ranges)
-        elif isinstance(n, Allocate):
-            visit(n.body, ranges)
-        elif isinstance(n, IfThenElse):
-            visit(n.then, ranges)
-            if n.otherwise is not None:
-                visit(n.otherwise, ranges)
-        else:
-            simp = Simplifier(ranges)
-            for e in stmt_exprs(n):
-                for x in expr_nodes(e):
-                    if isinstance(x, Load) and id(x.buffer) in ids:
-                        low, high = index_range(simp, x.index)
-                        if low < 0 or high > x.buffer.size - 1:
-                            out.append((x.buffer, low, high))
-
-    visit(s, {})
+    for e in stmt_exprs(s):
+        for x in expr_nodes(e):
+            if isinstance(x, Load) and id(x.buffer) in ids:
+                ramp = isinstance(x.index, Ramp)
+                index, span = (x.index.base, x.index.stride * (x.index.lanes - 1)) if ramp else (x.index, 0)
+                low, high = simp.range_of(simp.simplify(index))
+                low, high = low + min(0, span), high + max(0, span)
+                if low < 0 or high > x.buffer.size - 1:
+                    out.append((x.buffer, low, high))
     return out
 
 

@@ -271,7 +271,6 @@ def pytest_configure(config: pytest.Config) -> None:
         print(f"tests: no sandbox on this host ({exc}); workers run with TUNEFLEET_NO_SANDBOX=1")
 
 
-
 #: Test files that keep one worker busy for a minute or more (outages of a minute, processes
 #: killed and restarted, the dashboard end to end), longest first. They run before the others:
 #: ordered by their number of tests (xdist's default), these few-test files came last, and the

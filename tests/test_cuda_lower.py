@@ -5,6 +5,7 @@ dynamic shared memory, and the code generator's choices (16-byte accesses only w
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from tunefleet.compiler import ops, te
@@ -217,7 +218,6 @@ def test_a_block_tile_wider_than_the_output_reads_inside_its_shared_memory():
     from tunefleet.compiler import passes
     from tunefleet.compiler.cuda.emulate import emulate_many
     from tunefleet.tuner.measure_child import TOLERANCE, relative_error
-    import numpy as np
 
     w = ops.make_workload("conv2d_nchw", {"N": 1, "CI": 32, "CO": 48, "H": 14, "W": 14, "padding": [1, 1]})
     knobs = {"tile_m": 1, "tile_n": 8, "lanes_y": 1, "warps_y": 2, "warps_x": 2, "bk": 4, "unroll_k": True,
