@@ -10,7 +10,8 @@ from ops_check import failures
 
 from tunefleet.compiler import ops
 from tunefleet.compiler.driver import build_workload
-from tunefleet.compiler.ops.matmul import MIN_PARALLEL_TASKS
+from tunefleet.compiler.ops.conv2d import out_size
+from tunefleet.compiler.ops.matmul import BALANCED_THREADS, MIN_PARALLEL_TASKS, share_imbalance
 from tunefleet.compiler.target import CPU_ISAS, Target
 
 TARGET = Target.host()
@@ -96,6 +97,36 @@ def test_default_for_skinny_a_reads_b_in_place_and_splits_n(M, isa):
     assert knobs["pack_b"] is False and knobs["mr"] <= M
     assert knobs["mr"] * vectors + vectors + 1 <= VECTOR_REGISTERS[isa]
     assert -(-3072 // (knobs["nr"] * knobs["bn"])) >= MIN_PARALLEL_TASKS
+
+
+def test_share_imbalance_of_blocks_at_the_edge_of_n():
+    """86 × 13 register tiles in blocks of 8 × 8: the blocks of N hold 8 and 5 tiles; 2 threads
+    take the first 11 and the last 11 of the 22 blocks, so one computes the first block of N
+    (8 × 86 tiles) and the other the rest; with 4 threads the 22 blocks split 6, 6, 5, 5."""
+    assert share_imbalance(86, 13, 8, 8, 2) == pytest.approx(8 * 86 * 2 / (86 * 13))
+    assert share_imbalance(86, 13, 8, 8, 4) == pytest.approx((6 * 8 * 8) * 4 / (86 * 13))
+    assert share_imbalance(86, 13, 1, 1, 2) == 1.0
+    assert share_imbalance(86, 13, 1, 1, 4) == pytest.approx(280 * 4 / (86 * 13))  # 280, 280, 279, 279 blocks
+    assert share_imbalance(16, 16, 4, 4, 4) == 1.0
+
+
+@pytest.mark.parametrize("isa", CPU_ISAS)
+@pytest.mark.parametrize("op, args", [
+    ("matmul", {"M": 512, "N": 512, "K": 512}), ("matmul", {"M": 256, "N": 256, "K": 256}),
+    ("conv2d_nchw", {"CI": 256, "CO": 512, "H": 56, "W": 56, "KH": 1, "KW": 1, "stride": 2}),
+    ("conv2d_nchw", {"CI": 128, "CO": 512, "H": 28, "W": 28, "KH": 1, "KW": 1}),
+    ("conv2d_nchw", {"CI": 1024, "CO": 256, "H": 14, "W": 14, "KH": 1, "KW": 1}),
+    ("conv2d_nchw", {"CI": 64, "CO": 64, "H": 56, "W": 56, "KH": 1, "KW": 1}),
+])
+def test_default_blocks_share_the_tiles_evenly(op, args, isa):
+    """The default's blocks give 2 and 4 threads nearly equal numbers of register tiles (a
+    config rule, nothing built): before even_blocks, ResNet-50's 1×1 layers at 28² gave one of
+    2 threads 1.23 × an even share on AVX-512, the layers at 14² likewise on AVX2."""
+    w = ops.make_workload(op, {"N": 1, **args} if op.startswith("conv") else args)
+    knobs = ops.default_config(w, Target("cpu", isa)).to_json()["knobs"]
+    M, N = (w.args["CO"], out_size(w.args)[0] * out_size(w.args)[1]) if op.startswith("conv") else (args["M"], args["N"])
+    m_tiles, n_tiles = -(-M // knobs["mr"]), -(-N // knobs["nr"])
+    assert max(share_imbalance(m_tiles, n_tiles, knobs["bm"], knobs["bn"], t) for t in BALANCED_THREADS) < 1.05
 
 
 @pytest.mark.parametrize("args, field", [
