@@ -2,6 +2,9 @@
 with gcc and checked against numpy, over ResNet-50 layers (few configs: they are big) and
 small odd shapes (many configs); pre-packed weights; the public signature stays NCHW/OIHW."""
 
+import shutil
+import subprocess
+
 import numpy as np
 import pytest
 from isa_targets import FAMILY, params
@@ -13,6 +16,7 @@ from tunefleet.compiler.driver import build_workload
 from tunefleet.compiler.ops import WorkloadError
 from tunefleet.compiler.ops.common import knob_choices
 from tunefleet.compiler.ops.conv2d import pack_weight_np, tile_columns
+from tunefleet.compiler.target import Target
 
 # ResNet-50 layers (batch 1): 3×3 pad 1 at 56×56 and 7×7, the stride-2 3×3 and the 1×1 layers.
 RESNET = [
@@ -179,3 +183,22 @@ def test_default_tiles_a_prime_output_width_and_matches_numpy(op, target):
     config = ops.default_config(w, target)
     assert config["reg_n"].val >= 4
     assert not failures([(w, config)], target=target)
+
+
+@pytest.mark.skipif(shutil.which("objdump") is None, reason="objdump (GNU binutils) is not installed")
+@pytest.mark.parametrize("args", [
+    dict(CI=512, CO=512, H=7, W=7, KH=3, KW=3, padding=1, weight_layout="OIHW16i32o"),  # 7 columns × 2 vectors
+    dict(CI=128, CO=128, H=28, W=28, KH=3, KW=3, padding=1),  # 14 columns × 2 vectors
+])
+def test_nchwc_register_tile_stays_in_the_registers(args):
+    """AVX-512 defaults (built, not run) whose register tile fits the 32 vector registers: no FMA of
+    the kernel reads an accumulator from the stack. With bias and relu applied per lane, GCC hoisted
+    the epilogue's 0.0f constants into vector registers and spilled an accumulator of the 7-column
+    tile, which then ran at half its speed."""
+    target = Target("cpu", "avx512")
+    w = _workload("conv2d_nchw", {**args, "bias": True, "epilogue": "relu"})
+    built = build_workload(w, ops.default_config(w, target), target)
+    asm = subprocess.run(["objdump", "-d", "--no-show-raw-insn", built.so_path], capture_output=True, text=True,
+                         check=True).stdout
+    fmas = [line for line in asm.splitlines() if "vfmadd" in line]
+    assert fmas and not [line for line in fmas if "(%rsp)" in line]
