@@ -464,12 +464,17 @@ def share_imbalance(m_tiles: int, n_tiles: int, bm: int, bn: int, threads: int) 
     fused) is cut into `threads` contiguous ranges of nearly equal numbers of blocks, as
     tf_parallel_for cuts it. The last block of each axis holds what is left of it, so blocks
     differ in size where bm or bn does not divide the tiles."""
-    m_sizes = [min(bm, m_tiles - i) for i in range(0, m_tiles, bm)]
-    work = [n * m for n in (min(bn, n_tiles - j) for j in range(0, n_tiles, bn)) for m in m_sizes]
-    chunks = min(threads, len(work))
-    base, rem = divmod(len(work), chunks)
+    m_blocks = -(-m_tiles // bm)
+    blocks = m_blocks * -(-n_tiles // bn)
+
+    def tiles_before(block: int) -> int:  # in the blocks before `block` (j-major: blocks of N outermost)
+        j, i = divmod(block, m_blocks)
+        return min(j * bn, n_tiles) * m_tiles + max(0, min(bn, n_tiles - j * bn)) * min(i * bm, m_tiles)
+
+    chunks = min(threads, blocks)
+    base, rem = divmod(blocks, chunks)
     starts = [c * base + min(c, rem) for c in range(chunks + 1)]
-    return max(sum(work[b:e]) for b, e in zip(starts, starts[1:])) * threads / (m_tiles * n_tiles)
+    return max(tiles_before(e) - tiles_before(b) for b, e in zip(starts, starts[1:])) * threads / (m_tiles * n_tiles)
 
 
 def even_blocks(m_tiles: int, n_tiles: int, bm: int, bn: int, bm_choices: list[int],
