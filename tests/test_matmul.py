@@ -129,6 +129,24 @@ def test_default_blocks_share_the_tiles_evenly(op, args, isa):
     assert max(share_imbalance(m_tiles, n_tiles, knobs["bm"], knobs["bn"], t) for t in BALANCED_THREADS) < 1.05
 
 
+@pytest.mark.parametrize("isa", CPU_ISAS)
+def test_default_tile_width_computes_few_columns_beyond_n(isa):
+    """ResNet-50's 1×1 layers as GEMMs (a config rule, nothing built): at 14² (196 pixels) AVX-512
+    tiles of 2 vectors (7 × 32 = 224 columns computed) instead of 4 (4 × 64 = 256), with twice the
+    rows; at 28² (784 = 12.25 × 64) the widest tile wastes little and stays. The other ISAs' tiles
+    are 2 vectors wide at both. Every tile fits the vector registers."""
+    target = Target("cpu", isa)
+    lanes = target.lanes("float32")
+    widths = {}
+    for hw in (14, 28):
+        w = ops.make_workload("conv2d_nchw", {"N": 1, "CI": 1024, "CO": 256, "H": hw, "W": hw, "KH": 1, "KW": 1})
+        knobs = ops.default_config(w, target).to_json()["knobs"]
+        vectors = -(-knobs["nr"] // lanes)
+        assert knobs["mr"] * vectors + vectors + 1 <= VECTOR_REGISTERS[isa]
+        widths[hw] = vectors
+    assert widths == ({14: 2, 28: 4} if isa == "avx512" else {14: widths[28], 28: widths[28]})  # others: 2 vectors
+
+
 @pytest.mark.parametrize("args, field", [
     ({"M": 0, "N": 4, "K": 4}, "M"), ({"M": 4, "N": -3, "K": 4}, "N"), ({"M": 4, "N": 4, "K": 4, "epilogue": "tanh"},
                                                                       "epilogue"),

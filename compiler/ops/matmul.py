@@ -384,7 +384,9 @@ def gemm_default(space, M: int, N: int, K: int, lanes: int, dtype_bytes: int = 4
 
     - register tile: with 32 vector registers (AVX-512) nr = 4 vectors and mr = 6 rows (24
       accumulators, 6 broadcasts + 4 loads per 24 FMAs), with 16 (AVX2) 2 vectors × 6 rows;
-      narrower N takes fewer vectors and more rows, keeping accumulators within 24 (12);
+      narrower N takes fewer vectors and more rows, keeping accumulators within 24 (12); with
+      32 registers also where tiles of 2 or 3 vectors (12 or 8 rows) compute enough fewer
+      columns beyond N (least_padding_width: 196 columns in 224 instead of 256);
     - bn: panels of B per block so a K×(bn·nr) block of B fills about half of a 1 MiB L2, and
       where nr divides N, a bn that divides N / nr (a block straddling N's edge makes the
       write-back of every tile guard each lane: 81 -> 288 GFLOP/s for 256×3136×64 here);
@@ -417,6 +419,8 @@ def gemm_default(space, M: int, N: int, K: int, lanes: int, dtype_bytes: int = 4
     rows = min(M, 6)  # rows × vectors accumulators, vectors of B and a broadcast of A in the registers
     wide = [n for n in choices["nr"] if n <= max(N, lanes) and n // lanes <= min(4, (regs * 4 // 3 - 1) // (rows + 1))]
     nr = max(wide) if wide else choices["nr"][0]
+    if regs == 24 and not skinny:
+        nr = least_padding_width(N, [n for n in wide if n >= 2 * lanes], nr)
     vecs = max(1, nr // lanes)
     mr = max(m for m in choices["mr"] if m <= max(1, min(14, regs // vecs)))
     l2 = 1 << 20
@@ -436,6 +440,23 @@ def gemm_default(space, M: int, N: int, K: int, lanes: int, dtype_bytes: int = 4
             config.update(bn=block_bn, bm=pick_at_most(choices["bm"], (l2 // 4) // max(1, K * mr * dtype_bytes)),
                           parallel="outer", pack_b="block")
     return config
+
+
+#: How much more of the computed columns (a fraction) a narrower register tile must put to use
+#: before the default takes it instead of the widest.
+PADDING_GAIN = 0.05
+
+
+def least_padding_width(N: int, widths: list[int], widest: int) -> int:
+    """`widest`, or the width of `widths` whose tiles computes the fewest columns beyond N where
+    that puts more than PADDING_GAIN more of the computed columns to use: 196 columns (14²) in
+    tiles of 64 compute 256, in tiles of 32 only 224 (ResNet-50's 1×1 layers at 14², AMD Zen 5,
+    AVX-512: 6 × 64 -> 12 × 32 1.11×)."""
+    def used(n: int) -> float:
+        return N / (-(-N // n) * n)
+
+    best = max(widths, key=lambda n: (used(n), n), default=widest)
+    return best if used(best) > used(widest) * (1 + PADDING_GAIN) else widest
 
 
 def pick_at_most(options: list[int], limit: int) -> int:
