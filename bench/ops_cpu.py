@@ -38,6 +38,17 @@ peer ÷ ours: 3×3 NCHWc 56² 66.9 (50.3 / 69.6: 1.61 / 0.97), 28² 67.0 (64.8 /
 quarter of the work padding; 1×1 s2 256→512@56² 1.93 / 1.15, 1×1 2048→512@7² 1.36 / 0.88;
 dense 1×512 -> 1000 45.4 (3.51 / 2.70, numpy 1.43), 128×768 -> 3072 63.9 (1.48 / 1.08, numpy
 1.01).
+
+On an AMD EPYC Zen 5 (family 26 model 2, AVX-512, 2 vCPUs, peak 537-563 GFLOP/s), 8 configs, 3
+rounds, GFLOP/s of our default -> best, peer ÷ ours (PyTorch / onnxruntime): 3×3 NCHWc 56² 476 ->
+478 (2.32 / 0.94), 28² 487 (1.12 / 0.96), 14² 444 (1.10 / 0.83), s2 128@56² 333 -> 369 (1.21 /
+1.04), s2 256@28² 435 (1.12 / 0.91); the im2col GEMMs at 7² 295 -> 305 (1.07 / 0.60) and s2
+512@14² 302 (1.16 / 0.67): 49 pixels in 64 lanes; with pre-packed OIHW16i32o weights 516 (1.84
+/ 1.04); 1×1 layers 1.12-9.7 / 0.80-1.21 (2048 -> 512 at 7² 375: 1.12 / 0.80); dense 1×512 ->
+1000 110 (2.96 / 1.45, numpy 1.29), 128×768 -> 3072 432 -> 436 (2.05 / 0.86, numpy 1.25). At
+the session's start (before even_blocks, the vectorized NCHWc epilogue and narrower tiles at
+14²) the 1×1 layers at 28² ran at 288-354 by default (s2 256 -> 512: 288, its best of 8 381) and
+1024 -> 256 at 14² at 375 (0.82 × onnxruntime, now 422: 0.91).
 """
 
 from __future__ import annotations
