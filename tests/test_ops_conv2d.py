@@ -202,3 +202,15 @@ def test_nchwc_register_tile_stays_in_the_registers(args):
                          check=True).stdout
     fmas = [line for line in asm.splitlines() if "vfmadd" in line]
     assert fmas and not [line for line in fmas if "(%rsp)" in line]
+
+
+@pytest.mark.parametrize("layout", ["OIHW8i8o", "OIHW8i16o", "OIHW16i16o", "OIHW16i32o"])
+def test_avx2_default_tile_for_pre_packed_weights_fits_the_registers(layout):
+    """Built for AVX2 (a config rule, nothing built): the default tile of reg_n columns × the
+    layout's output-channel vectors, its weight vectors and the broadcast fit the 16 vector
+    registers (7 columns × 2 vectors did not: a spilled accumulator)."""
+    target = Target("cpu", "avx2")
+    w = _workload("conv2d_nchw", dict(CI=512, CO=512, H=7, W=7, KH=3, KW=3, padding=1, weight_layout=layout))
+    knobs = ops.default_config(w, target).to_json()["knobs"]
+    vectors = knobs["oc_bn"] // target.lanes("float32")
+    assert knobs["reg_n"] * vectors + vectors + 1 <= 16 and knobs["reg_n"] >= (4 if vectors <= 2 else 1)
