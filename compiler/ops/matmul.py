@@ -448,7 +448,7 @@ PADDING_GAIN = 0.05
 
 
 def least_padding_width(N: int, widths: list[int], widest: int) -> int:
-    """`widest`, or the width of `widths` whose tiles computes the fewest columns beyond N where
+    """`widest`, or the width of `widths` whose tiles compute the fewest columns beyond N where
     that puts more than PADDING_GAIN more of the computed columns to use: 196 columns (14²) in
     tiles of 64 compute 256, in tiles of 32 only 224 (ResNet-50's 1×1 layers at 14², AMD Zen 5,
     AVX-512: 6 × 64 -> 12 × 32 1.11×)."""
