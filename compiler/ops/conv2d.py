@@ -392,11 +392,11 @@ def default_config(space, workload, target) -> dict:
     regs = 28 if target.vector_bytes >= 64 else 14
     _, OW = out_size(a)
     vectors = max(1, oc_bn // lanes)
-    # AVX2's 16 registers also hold the weight vectors and the broadcast: 7 columns × 2 vectors
-    # (OIHW16i16o at 7²) spilled an accumulator, 4 columns ran 1.46× faster (AMD Zen 5, built for
-    # AVX2). AVX-512's 7 × 4 (OIHW16i64o) spills too but hides it behind 28 FMAs: 1.3-1.4× faster
-    # than 4-6 columns.
-    budget = regs if regs == 28 else 15 - vectors
+    # AVX2's 14 leave room for one weight vector; each further one takes an accumulator's register:
+    # 7 columns × 2 vectors (OIHW16i16o at 7²) spilled an accumulator, 4 columns ran 1.46× faster
+    # (AMD Zen 5, built for AVX2). AVX-512's 7 × 4 (OIHW16i64o) spills too but hides it behind 28
+    # FMAs: 1.3-1.4× faster than 4-6 columns.
+    budget = regs if regs == 28 else regs + 1 - vectors
     limit = max(1, min(32, OW, budget // vectors))
     reg_n = tile_columns(OW, limit)
     if regs == 14 and 2 * lanes in choices["oc_bn"] and OW >= NARROW_TILE_MIN_OW:

@@ -506,12 +506,10 @@ def even_blocks(m_tiles: int, n_tiles: int, bm: int, bn: int, bm_choices: list[i
     the threads take contiguous ranges of blocks, so with blocks of 8 × 8 tiles over 86 × 13
     tiles (ResNet-50's 1×1 layers at 28²: 512 × 784, AVX-512 tiles 6 × 64) one thread gets the
     first block of N (8 of its 13 tiles) and the other the last: 1.23 × an even share."""
-    def worst(b: tuple[int, int]) -> float:
-        return max(share_imbalance(m_tiles, n_tiles, *b, t) for t in BALANCED_THREADS)
-
-    options = [(m, n) for m in bm_choices if m <= bm for n in bn_choices if n <= bn]
-    evenest = min(worst(b) for b in options)
-    return max((b for b in options if worst(b) <= evenest + SHARE_SLACK), key=lambda b: (b[0] * b[1], b[1]))
+    worst = {(m, n): max(share_imbalance(m_tiles, n_tiles, m, n, t) for t in BALANCED_THREADS)
+             for m in bm_choices if m <= bm for n in bn_choices if n <= bn}
+    evenest = min(worst.values())
+    return max((b for b, w in worst.items() if w <= evenest + SHARE_SLACK), key=lambda b: (b[0] * b[1], b[1]))
 
 
 def gemm_workload_default(space, workload, target) -> dict:
