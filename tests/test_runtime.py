@@ -28,10 +28,12 @@ def test_parallel_for_output_matches_numpy_and_workers_are_pinned(probe_dir):
     mask = sorted(os.sched_getaffinity(0))
     assert kernel.num_threads == len(mask)
     cpus, _ = run_probe(kernel)
-    for block in range(BLOCKS):
-        chunk = chunk_of(block, len(mask))
-        if chunk > 0:  # worker `chunk` is pinned to the chunk-th CPU of the mask
-            assert cpus[block] == mask[chunk], (block, cpus.tolist())
+    by_chunk = [{int(cpus[b]) for b in range(BLOCKS) if chunk_of(b, len(mask)) == c} for c in range(len(mask))]
+    # each worker is pinned to one CPU of the mask, none shared, none the caller's (chunk 0's)
+    workers = [cpu for chunk in by_chunk[1:] for cpu in chunk]
+    assert all(len(chunk) == 1 for chunk in by_chunk[1:]), by_chunk
+    assert set(workers) <= set(mask) and len(set(workers)) == len(workers), by_chunk
+    assert not set(workers) & by_chunk[0], by_chunk
 
 
 def test_single_cpu_mask_gives_one_thread_and_clamps_requests(probe_dir):

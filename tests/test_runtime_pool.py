@@ -125,6 +125,40 @@ def test_set_num_threads_returns_the_count_it_will_use(probe_dir):
         kernel.set_num_threads(0)
 
 
+@needs_two_cpus
+def test_a_caller_left_on_a_workers_cpu_does_not_share_it(probe_dir):
+    """A thread whose mask was narrowed to one CPU and widened again stays on that CPU (Linux
+    moves it later, if at all); where a worker was pinned there, the two took turns on one CPU
+    while the other idled (a 1024³ matmul on 2 CPUs ran at half speed). Each call, whichever
+    CPU the caller is left on, its chunk and the worker's run on different CPUs."""
+    kernel = tunefleet.load(probe_dir)
+    placements, errors = [], []
+
+    def work():
+        try:
+            for call in range(20):
+                os.sched_setaffinity(0, [MASK[call % 2]])
+                os.sched_setaffinity(0, MASK)
+                cpus, _ = run_probe(kernel)
+                caller = {int(cpus[b]) for b in range(BLOCKS) if chunk_of(b, 2) == 0}
+                worker = {int(cpus[b]) for b in range(BLOCKS) if chunk_of(b, 2) == 1}
+                placements.append((MASK[call % 2], caller, worker))
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    assert kernel.set_num_threads(2) == 2
+    try:
+        thread = threading.Thread(target=work)
+        thread.start()
+        thread.join(timeout=60)
+    finally:
+        kernel.set_num_threads(0)
+    if errors:
+        raise errors[0]
+    assert len(placements) == 20
+    assert all(len(worker) == 1 and not caller & worker for _, caller, worker in placements), placements
+
+
 def v1_cpu_cgroup() -> Path | None:
     """The directory of this process's cgroup in a cgroup v1 `cpu` hierarchy, where one is
     mounted under /sys/fs/cgroup; else None."""

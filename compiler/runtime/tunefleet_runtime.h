@@ -138,8 +138,10 @@ TF_HIDDEN int tf_check_disjoint(const char* kernel, const char* out, const void*
 /* ---- public API: exported from every artifact ---- */
 
 /* The thread pool. Each parallel loop uses min(requested, CPUs in the calling thread's
- * affinity mask, the cgroup CPU quota rounded up) threads, the caller included, worker i
- * pinned to the i-th CPU of that mask. The mask is read before every parallel loop (one
+ * affinity mask, the cgroup CPU quota rounded up) threads, the caller included (unpinned),
+ * the workers pinned one per CPU of that mask other than the one the caller runs on (a
+ * worker the caller's thread lands on is moved to the CPU it left, so the two never take
+ * turns on one CPU). The mask is read before every parallel loop (one
  * sched_getaffinity call), so a program that narrows or widens its mask after a first
  * call (an MPI rank pinning itself) gets a pool resized and re-pinned at its next call;
  * the quota (cgroup v2 cpu.max, v1 cpu.cfs_quota_us / cpu.cfs_period_us, of the process's
