@@ -18,7 +18,7 @@ import pytest
 
 from tunefleet.compiler import ops
 from tunefleet.compiler.target import Target
-from tunefleet.tuner import interference, validation
+from tunefleet.tuner import interference, processes, validation
 from tunefleet.tuner.host import affinity
 from tunefleet.tuner.measure import MeasureInput, MeasureProtocol, MeasureResult
 from tunefleet.tuner.runner import LocalMeasurer, excess_disturbance
@@ -208,3 +208,31 @@ def test_probes_read_this_process_and_restore_its_affinity():
     seconds = interference.reference_seconds(mask)
     assert len(seconds) == len(mask) and all(s > 0 for s in seconds)
     assert affinity() == mask
+
+
+def _threads_after_blas(conn) -> None:
+    """In a process of the measurement fork server: the threads it has after a BLAS matmul, as
+    the correctness check runs one right before the timing."""
+    import os
+
+    import numpy as np
+
+    a = np.ones((512, 512), np.float32)
+    (a @ a).sum()
+    conn.send(len(os.listdir("/proc/self/task")))
+
+
+def test_measurement_processes_run_blas_without_threads_of_its_own():
+    """numpy's OpenBLAS starts a thread per CPU, and a forked child rebuilt that pool when it first
+    touched BLAS; its threads spun about 0.1 s, through the candidate's timing (a 256³ matmul
+    timed at up to 4.9x its own time, disturbance counted 0.9). The fork server gives BLAS one
+    thread: after a matmul, the child has its own thread only."""
+    ctx = processes.context()
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=_threads_after_blas, args=(child,))
+    proc.start()
+    try:
+        assert parent.poll(60)
+        assert parent.recv() == 1
+    finally:
+        proc.join(10)

@@ -6,10 +6,9 @@ only this process with it. It talks to the runner over a pipe:
 
 1. ``("started",)`` once the library is loaded: the runner's timeout starts now;
 2. correctness check (when the protocol asks for it), with numpy's BLAS on one
-   thread (:data:`BLAS`: a multi-threaded OpenBLAS keeps its threads spinning for
-   about 0.1 s after each call, on the CPUs the candidate is then timed on: on
-   a quiet 2-CPU host that doubled a 1024³ matmul's run-queue wait, and made
-   the spinning thread's stolen time the trial's disturbance): fresh random inputs in
+   thread (set in the fork server, :mod:`.forkserver_blas`: a multi-threaded OpenBLAS
+   keeps its threads spinning for about 0.1 s after each call, on the CPUs the
+   candidate is then timed on): fresh random inputs in
    [-1, 1), outputs pre-filled with NaN (an element the kernel never writes
    fails the check), compared with the operator's numpy reference. The error
    is ``max |out - ref| / max |ref|`` over each output (relative to the
@@ -36,7 +35,6 @@ import os
 from multiprocessing.connection import Connection
 
 import numpy as np
-from threadpoolctl import ThreadpoolController
 
 from tunefleet.base.load import Kernel
 from tunefleet.compiler import ops
@@ -48,8 +46,6 @@ __all__ = ["TOLERANCE", "relative_error", "child_main", "sandboxed_main"]
 
 #: Largest accepted relative error (see the module docstring) per output dtype.
 TOLERANCE = {"float32": 1e-4, "float64": 1e-9}
-#: The BLAS libraries numpy loaded (found once, in the fork server that imports this module).
-BLAS = ThreadpoolController()
 
 
 def relative_error(out: np.ndarray, ref: np.ndarray) -> float:
@@ -118,7 +114,6 @@ def child_main(conn: Connection, job: dict) -> None:
     name, so_path, args (ArgSpec dicts), protocol (MeasureProtocol JSON)."""
     redirect_output(job)
     os.environ["TUNEFLEET_NUM_THREADS"] = str(len(job["cpus"]))
-    BLAS.limit(limits=1, user_api="blas")  # the reference's BLAS: no thread left spinning (module docstring)
     try:
         protocol, workload = job_workload(job)
         kernel = Kernel(job["so_path"], {"name": job["name"], "args": job["args"]})

@@ -26,10 +26,11 @@ from . import lifeline, plugins
 __all__ = ["PRELOAD", "context", "parent_state", "adopt", "init_worker", "CpuGate"]
 
 #: Modules the fork server imports once for all the processes it forks; the first ties the fork
-#: server's life to its owner's. "__main__" is the parent's main module, imported once there
-#: instead of in every child (multiprocessing's rule holds: a main script must guard its work
-#: with ``if __name__ == "__main__":``).
-PRELOAD = ["tunefleet.tuner.forkserver_lifeline", "__main__", "numpy", "tunefleet.compiler.ops",
+#: server's life to its owner's, the second gives the BLAS numpy loads one thread. "__main__" is
+#: the parent's main module, imported once there instead of in every child (multiprocessing's
+#: rule holds: a main script must guard its work with ``if __name__ == "__main__":``).
+PRELOAD = ["tunefleet.tuner.forkserver_lifeline", "tunefleet.tuner.forkserver_blas", "__main__", "numpy",
+           "tunefleet.compiler.ops",
            "tunefleet.compiler.driver", "tunefleet.base.load", "tunefleet.tuner.builder",
            "tunefleet.tuner.measure_child"]
 

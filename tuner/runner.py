@@ -265,7 +265,7 @@ class LocalMeasurer:
         """The child as a fresh Python in the sandbox, in `scratch`, with the library's folder
         read-only, the sandbox's environment (no secret of this process: the job's state is
         replaced) and :meth:`limits`: (its pipe end, the process)."""
-        env = box.environment(scratch, {"TUNEFLEET_NUM_THREADS": str(len(self.cpus))})
+        env = box.environment(scratch, {"TUNEFLEET_NUM_THREADS": str(len(self.cpus)), "OPENBLAS_NUM_THREADS": "1"})
         job = {**job, "state": {"env": env, "sys_path": list(sys.path), "owner": None}}  # bwrap is its parent
         parent, child = socket.socketpair()
         target = f"{self.child_target.__module__}:{self.child_target.__name__}"
