@@ -27,6 +27,19 @@ host quiet for a moment), 196 s; 128×3072×768 65.9 vs numpy 44.1 (1.02 by roun
 conv2d 512@7² 3×3 44.6 vs PyTorch 36.1 (0.97 by rounds), 90% of the best after 20 trials,
 176 s. The in-search CV reached 40% on this host: its two CPUs' joint throughput fell to one
 core's at times, which the per-CPU reference of the interference probe does not see.
+
+That was mostly the measurement child itself (found on an AMD EPYC Zen 5, AVX-512, 2 vCPUs):
+its calling thread left on the pool worker's CPU (the two took turns on one CPU) and an
+OpenBLAS thread spinning through the timing. Same run, same host, xgb, 64 trials, winners
+re-timed in 5 rounds, before -> after both fixes (in-search best / re-timed winner, GFLOP/s;
+ratio to numpy or PyTorch; validation CV):
+
+    matmul 1024³          518.6 / 443.3 (1.03, CV 36%)  ->  511.7 / 508.4 (1.17, CV 13%)
+    matmul 128×3072×768   448.9 / 420.9 (1.10, CV 51%)  ->  469.0 / 475.7 (1.22, CV 16%)
+    conv2d 512@7² 3×3     261.0 / 234.6 (0.87, CV 47%)  ->  305.8 / 301.9 (1.10, CV 14%)
+
+90% of the final best: after 1, 22 and 35 trials before; after 1 trial (the default) in all
+three after.
 """
 
 from __future__ import annotations
