@@ -51,6 +51,12 @@ Measured (2-vCPU Intel Xeon, AVX-512, KVM; each phase under the shared CPU lock,
   counted disturbed in both; probe 3.7 ms quiet, 8.0 ms busy. Re-timed quietly (7 rounds):
   quiet winner 67.3 GFLOP/s best (66.3 median), busy winner 68.0 (64.8): **100.9%** (97.8% by
   median), different configs (4×24 tile, A packed, B per block vs 4×16 tile, kc 256).
+* on an AMD EPYC Zen 5 (AVX-512, 2 vCPUs, quiet), after the measurement child stopped running
+  an OpenBLAS thread and the pool's worker beside the timed kernel (tuner/forkserver_blas.py,
+  the runtime's caller CPU): quiet 42 s, disturbance median 0.08, max 0.91, winner validated
+  495.5 GFLOP/s (CV 8.3%); busy 63 s, median 0.77, max 1.06; 0% counted disturbed in both;
+  probe 1.9 ms quiet, 7.9 ms busy. Re-timed quietly (5 rounds): quiet winner 513.5 GFLOP/s
+  best (510.3 median), busy winner 511.7 (506.4): **99.6%** (99.2% by median).
 """
 
 from __future__ import annotations
