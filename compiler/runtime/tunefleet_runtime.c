@@ -63,17 +63,97 @@ TF_EXPORT const char* tunefleet_last_error(void) { return tunefleet_error_text; 
 
 /* ---------------------------------------------------------------- memory */
 
+/* Kernels allocate their large temporaries (packed panels, padded planes) on every call.
+ * glibc returns blocks above its mmap threshold to the system when they are freed, so a call
+ * got fresh pages and faulted on each of them: a 128x3072x768 GEMM packing all of B (9.4 MB)
+ * ran 1.7-2.5x its own time for its first 5-8 calls in a process, 4608 page faults a call
+ * (AMD Zen 5) -- most of a measurement's repeats, each candidate being timed in a fresh
+ * process. So each thread keeps the last TF_CACHE_SLOTS blocks of at least TF_CACHE_MIN_BYTES
+ * it freed and hands one back to an allocation it fits (at most twice the size asked for),
+ * like TVM's per-thread workspace pool. Every block starts with a TF_ALIGN-byte header
+ * holding its size. A thread's blocks are freed when it ends (the key's destructor). */
+#define TF_CACHE_MIN_BYTES ((size_t)64 << 10)
+#define TF_CACHE_SLOTS 4
+
+typedef struct {
+  void* blocks[TF_CACHE_SLOTS]; /* header addresses, NULL where empty */
+} tf_cache_t;
+
+static pthread_key_t tf_cache_key;
+static pthread_once_t tf_cache_once = PTHREAD_ONCE_INIT;
+static int tf_cache_ready; /* 0 where the key could not be created: no caching */
+
+static size_t tf_block_bytes(void* header) { return *(size_t*)header; }
+
+static void tf_cache_release(void* cache) {
+  for (int i = 0; i < TF_CACHE_SLOTS; ++i) free(((tf_cache_t*)cache)->blocks[i]);
+  free(cache);
+}
+
+static void tf_cache_init(void) { tf_cache_ready = pthread_key_create(&tf_cache_key, tf_cache_release) == 0; }
+
+/* This thread's cache, created on first use; NULL where there can be none. */
+static tf_cache_t* tf_thread_cache(void) {
+  pthread_once(&tf_cache_once, tf_cache_init);
+  if (!tf_cache_ready) return NULL;
+  tf_cache_t* cache = pthread_getspecific(tf_cache_key);
+  if (cache == NULL && (cache = calloc(1, sizeof *cache)) != NULL && pthread_setspecific(tf_cache_key, cache) != 0) {
+    free(cache);
+    cache = NULL;
+  }
+  return cache;
+}
+
 TF_HIDDEN void* tf_alloc_aligned(size_t bytes) {
-  void* ptr = NULL;
   size_t rounded = (bytes + TF_ALIGN - 1) & ~(size_t)(TF_ALIGN - 1);
-  if (rounded < bytes || posix_memalign(&ptr, TF_ALIGN, rounded ? rounded : TF_ALIGN) != 0) {
+  if (rounded < bytes || rounded > SIZE_MAX - TF_ALIGN) {
     tf_set_error("tf_alloc_aligned: cannot allocate %zu bytes", bytes);
     return NULL;
   }
-  return ptr;
+  tf_cache_t* cache = rounded >= TF_CACHE_MIN_BYTES ? tf_thread_cache() : NULL;
+  int best = -1;
+  for (int i = 0; cache != NULL && i < TF_CACHE_SLOTS; ++i) {
+    void* b = cache->blocks[i];
+    if (b != NULL && tf_block_bytes(b) >= rounded && tf_block_bytes(b) / 2 <= rounded &&
+        (best < 0 || tf_block_bytes(b) < tf_block_bytes(cache->blocks[best])))
+      best = i;
+  }
+  void* header = NULL;
+  if (best >= 0) {
+    header = cache->blocks[best];
+    cache->blocks[best] = NULL;
+  } else if (posix_memalign(&header, TF_ALIGN, rounded + TF_ALIGN) != 0) {
+    tf_set_error("tf_alloc_aligned: cannot allocate %zu bytes", bytes);
+    return NULL;
+  } else {
+    *(size_t*)header = rounded;
+  }
+  return (char*)header + TF_ALIGN;
 }
 
-TF_HIDDEN void tf_free(void* ptr) { free(ptr); }
+TF_HIDDEN void tf_free(void* ptr) {
+  if (ptr == NULL) return;
+  void* header = (char*)ptr - TF_ALIGN;
+  tf_cache_t* cache = tf_block_bytes(header) >= TF_CACHE_MIN_BYTES ? tf_thread_cache() : NULL;
+  if (cache == NULL) {
+    free(header);
+    return;
+  }
+  int slot = -1; /* an empty slot, else the smallest block's */
+  for (int i = 0; i < TF_CACHE_SLOTS; ++i) {
+    if (cache->blocks[i] == NULL) {
+      slot = i;
+      break;
+    }
+    if (slot < 0 || tf_block_bytes(cache->blocks[i]) < tf_block_bytes(cache->blocks[slot])) slot = i;
+  }
+  if (cache->blocks[slot] != NULL && tf_block_bytes(cache->blocks[slot]) >= tf_block_bytes(header)) {
+    free(header); /* smaller than every cached block */
+    return;
+  }
+  free(cache->blocks[slot]);
+  cache->blocks[slot] = header;
+}
 
 /* ---------------------------------------------------- waiting primitives */
 
@@ -556,11 +636,21 @@ TF_EXPORT int tunefleet_get_num_threads(void) {
                         tf_caller_cpu_count(), tf_cgroup_limit(0));
 }
 
-/* Joins the workers before the library's code is unmapped (dlclose or exit). */
+/* Before the library's code is unmapped (dlclose or exit): joins the workers (their cached
+ * blocks are freed as they end), then deletes the cache key, since no thread may run its
+ * destructor afterwards (the calling thread's blocks are freed here, other application
+ * threads' are left to the process). */
 __attribute__((destructor)) static void tf_pool_fini(void) {
-  if (pthread_mutex_trylock(&tf_pool.lock) != 0) return;
-  tf_pool_stop_locked();
-  pthread_mutex_unlock(&tf_pool.lock);
+  if (pthread_mutex_trylock(&tf_pool.lock) == 0) {
+    tf_pool_stop_locked();
+    pthread_mutex_unlock(&tf_pool.lock);
+  }
+  if (tf_cache_ready) {
+    tf_cache_t* cache = pthread_getspecific(tf_cache_key);
+    pthread_key_delete(tf_cache_key);
+    tf_cache_ready = 0;
+    if (cache != NULL) tf_cache_release(cache);
+  }
 }
 
 /* ------------------------------------------------------- tensor checks */

@@ -113,7 +113,9 @@ TF_HIDDEN void tf_parallel_for(int64_t extent, tf_parallel_fn fn, void* closure)
 TF_HIDDEN void tf_set_error(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* 64-byte aligned allocation of `bytes` bytes (large temporaries such as packing
- * buffers); NULL with the error text set on failure. Release with tf_free. */
+ * buffers); NULL with the error text set on failure. Release with tf_free, which keeps
+ * the thread's last few large blocks for its next allocations (a kernel called again
+ * reuses its workspace instead of faulting on fresh pages). */
 TF_HIDDEN void* tf_alloc_aligned(size_t bytes);
 TF_HIDDEN void tf_free(void* ptr);
 
