@@ -47,6 +47,11 @@ winner 3 rows × 4 vectors with B packed per block, found after 33 trials; OpenB
 98% of the AVX2 peak there), conv2d 512@7² 194.0 (PyTorch uses AVX-512 here: no AVX2 peer).
 With the AVX2 default's 4 × 3-vector tile where three vectors divide N: 128×3072×768 241.2 vs
 241.5 (1.00), 90% of the run's best after the first trial (the default) instead of 33.
+After the runtime kept each thread's freed temporaries (no page faults in a fresh measuring
+process), all five in one run (the host and OpenBLAS faster than earlier that day): 1024³
+534.6 vs numpy 502.0 (1.07, CV 2.4%), 2048³ 531.2 vs 510.0 (1.07, CV 5.6%), 1000³ 516.8 vs
+505.4 (1.03, CV 3.1%), 128×3072×768 439.3 vs 396.5 (1.11, CV 12.2%), conv2d 512@7² 323.0 vs
+PyTorch 297.4 (1.08, CV 2.2%); 90% of each run's best at its first trial.
 """
 
 from __future__ import annotations
