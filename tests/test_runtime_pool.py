@@ -228,3 +228,4 @@ def test_the_generated_header_says_how_callers_share_the_pool(probe_dir):
     assert "the pool runs one parallel loop at a time and the other callers wait for it" in header
     assert "checked before every parallel loop" in header
     assert "returns the count parallel loops called from this thread will use now" in header
+    assert "each thread keeps its last 4 freed blocks of 64 KiB or more for its next calls" in header
