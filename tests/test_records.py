@@ -138,3 +138,17 @@ def test_a_disturbed_fast_outlier_is_neither_first_finalist_nor_winner():
     assert validation.finalists([*quiet, outlier], 3) == ["a", "b", "c"]  # fills a place left
     assert validation.best([*quiet, outlier]) == "a"
     assert validation.best([outlier]) == "c"  # a disturbed measurement still beats none
+
+
+def test_the_fastest_median_is_a_finalist_whatever_the_others_disturbance():
+    """Own throughput multiplies by the measured disturbance: on a quiet host its noise can put
+    slower configs above the fastest. The fastest by median time alone is re-measured too."""
+    fastest = ("fast", "fast", MeasureResult("ok", [1.0, 1.0, 1.0], disturbance=0.02))
+    boosted = [(f"s{i}", f"s{i}", MeasureResult("ok", [1.15, 1.15, 1.15], disturbance=0.25 + i / 100))
+               for i in range(5)]
+    assert "fast" not in [item for _, item, r in sorted(
+        [fastest, *boosted], key=lambda m: -m[2].own_throughput())[:5]]  # own throughput alone drops it
+    chosen = validation.finalists([fastest, *boosted], 5)
+    assert len(chosen) == 5 and "fast" in chosen
+    assert chosen[:3] == ["s4", "s3", "s2"]  # the top by own throughput lead
+    assert validation.finalists([fastest, fastest, *boosted[:1]], 5) == ["s0", "fast"]  # one place per config
