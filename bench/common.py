@@ -62,6 +62,22 @@ def peak_gflops(threads: int, target: Target | None = None, *, iters: int = 20_0
     return threads * iters * 12 * lanes * 2 / best / 1e9
 
 
+def host_target(text: str) -> Target:
+    """argparse type of a bench's ``--target``: a CPU target this host runs (AVX2 code on an
+    AVX-512 host), else an argparse error naming the host's."""
+    import argparse
+
+    from tunefleet.compiler.target import TargetError
+
+    try:
+        target = Target.parse(text)
+    except TargetError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if not target.runs_on(Target.host()):
+        raise argparse.ArgumentTypeError(f"{target} does not run on this host ({Target.host()})")
+    return target
+
+
 def peak_code(threads: int, **kwargs) -> str:
     """Python source printing 1 / peak_gflops(threads, **kwargs) (seconds per GFLOP at the
     peak), for a child process: the smaller the better, like the timings it is interleaved with."""

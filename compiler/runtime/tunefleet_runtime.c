@@ -10,8 +10,9 @@
  * caller's old one). A caller left on a worker's CPU (by the scheduler, or by a mask it
  * narrowed and widened again) would otherwise share that CPU with the worker while
  * another CPU idles until Linux migrates it: a 256^3 matmul on 2 CPUs ran 4.5x slower,
- * a 1024^3 one 2x, for tens of milliseconds at a time (AMD Zen 5 VM). One parallel loop at a time holds the pool (a mutex). Fork/join: the caller publishes a job by bumping `generation`;
- * workers spin (pause instruction) for up to TF_SPIN_NS, then sleep on a futex.
+ * a 1024^3 one 2x, for tens of milliseconds at a time (AMD Zen 5 VM). One parallel loop
+ * at a time holds the pool (a mutex). Fork/join: the caller publishes a job by bumping
+ * `generation`; workers spin (pause instruction) for up to TF_SPIN_NS, then sleep on a futex.
  * Every worker acknowledges every job (those without a chunk at once) by
  * decrementing `remaining`, so no worker can see a job's fields change under it;
  * the caller waits for `remaining` to reach 0 the same way. Workers are started
