@@ -134,3 +134,73 @@ def test_gpu_measurer_measures_in_isolated_children():
     assert [r.status for r in results] == ["ok", "ok"] or results[1].error.startswith("InvalidConfig:")
     assert results[0].ok and all(c > 0 for c in results[0].costs)
     assert len(measurer.clocks) >= 1
+
+
+CPP_CALLER = r"""
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include "NAME.h"
+
+/* Reads A, B and bias (raw float32) from argv[1..3], runs the kernel on a stream of its own,
+   writes C to argv[4]. Sizes in floats: argv[5..8]. */
+static float* load(const char* path, size_t n) {
+  float* h = (float*)malloc(n * sizeof(float));
+  FILE* f = fopen(path, "rb");
+  if (!f || fread(h, sizeof(float), n, f) != n) { fprintf(stderr, "cannot read %s\n", path); exit(3); }
+  fclose(f);
+  float* d = 0;
+  if (cudaMalloc(&d, n * sizeof(float)) != cudaSuccess) { fprintf(stderr, "cudaMalloc\n"); exit(3); }
+  cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice);
+  free(h);
+  return d;
+}
+
+int main(int argc, char** argv) {
+  size_t na = atol(argv[5]), nb = atol(argv[6]), nbias = atol(argv[7]), nc = atol(argv[8]);
+  float *A = load(argv[1], na), *B = load(argv[2], nb), *bias = load(argv[3], nbias), *C = 0;
+  cudaMalloc(&C, nc * sizeof(float));
+  cudaStream_t stream;
+  cudaStreamCreate(&stream);
+  if (NAME(A, B, bias, C, stream) != 0) { fprintf(stderr, "%s\n", tunefleet_last_error()); return 1; }
+  if (cudaStreamSynchronize(stream) != cudaSuccess) { fprintf(stderr, "sync failed\n"); return 1; }
+  float* h = (float*)malloc(nc * sizeof(float));
+  cudaMemcpy(h, C, nc * sizeof(float), cudaMemcpyDeviceToHost);
+  FILE* f = fopen(argv[4], "wb");
+  fwrite(h, sizeof(float), nc, f);
+  fclose(f);
+  return 0;
+}
+"""
+
+
+@pytest.mark.timeout(600)
+def test_cpp_program_runs_the_artifact_on_the_gpu(tmp_path):
+    """A user's C++ program, compiled against the artifact's header and linked to its .so,
+    runs the kernel on its own CUDA stream; the result matches numpy."""
+    import subprocess
+
+    from tunefleet.compiler.artifact import write_artifact
+
+    w = ops.make_workload("matmul", {"M": 300, "N": 200, "K": 100, "bias": True, "epilogue": "relu"})
+    built = build_workload(w, ops.default_config(w, TARGET), TARGET)
+    out = write_artifact(tmp_path / "artifact", name=built.name, source=built.source, so_path=built.so_path,
+                         args=built.args, manifest={"workload": w.to_json(), "target": str(TARGET)})
+    main = tmp_path / "main.cu"
+    main.write_text(CPP_CALLER.replace("NAME", built.name))
+    exe = tmp_path / "main"
+    proc = subprocess.run([nvcc.nvcc_path(), str(main), f"-I{out}", f"-L{out}", f"-l:{built.name}.so",
+                           f"-Xlinker=-rpath,{out}", "-o", str(exe)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    inputs = ops.random_inputs(w.tensors(), np.random.default_rng(0))  # A, B, bias
+    ref = np.asarray(w.reference(*inputs)[0])
+    paths = [tmp_path / f"in{i}.bin" for i in range(len(inputs))]
+    for x, path in zip(inputs, paths):
+        np.ascontiguousarray(x, dtype=np.float32).tofile(path)
+    c_path = tmp_path / "c.bin"
+    sizes = [x.size for x in inputs] + [ref.size]
+    run = subprocess.run([str(exe), *map(str, paths), str(c_path), *map(str, sizes)], capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    got = np.fromfile(c_path, dtype=np.float32).reshape(ref.shape)
+    assert relative_error(got, ref) <= TOLERANCE["float32"]
