@@ -75,8 +75,14 @@ def test_result_statistics():
     assert r.throughput() == pytest.approx(500.0) and r.peak_throughput() == pytest.approx(1000.0)
     assert r.cv == pytest.approx(statistics.stdev(r.costs) / statistics.fmean(r.costs))
     assert MeasureResult("ok", [1e-3]).cv == 0.0
+    assert r.spread == pytest.approx((3e-3 - 1.5e-3) / 2e-3)  # quartiles 1.5 and 3 ms, median 2
+    assert MeasureResult("ok", [1e-3]).spread == 0.0
+    # one repeat stretched by a hiccup of the host: CV says 9%, the spread what the others say
+    hiccup = MeasureResult("ok", [1e-3 * (1 + 0.0005 * i) for i in range(29)] + [1.5e-3])
+    assert hiccup.cv > 0.08 and hiccup.spread < 0.01
     bad = MeasureResult("timeout", error="ran past 10 s")
     assert bad.median == math.inf and bad.gflops(1e9) == 0.0 and bad.throughput() == 0.0 and bad.cv == math.inf
+    assert bad.spread == math.inf
     assert bad.peak_throughput() == 0.0
     assert roundtrip(r) == r and roundtrip(bad) == bad
     assert bad.host and bad.timestamp > 1.7e9

@@ -103,7 +103,8 @@ def apply_best(records: Iterable[Record] | str | os.PathLike, workload: ops.Work
 def measured_manifest(workload: ops.Workload, device_key: str, result: MeasureResult) -> dict:
     """The manifest fields of a tuned artifact (``tunefleet tune`` and a service task's export alike):
     the device key, median latency (``latency_s``, seconds), ``gflops``, per-repeat ``costs``
-    (seconds), their coefficient of variation ``cv``, where (``measured_on``) and when
+    (seconds), their coefficient of variation ``cv`` and interquartile range over the median
+    ``spread`` (fractions; ``spread`` ignores single outlying repeats), where (``measured_on``) and when
     (``measured_at``, Unix seconds) the winning measurement was taken, and how disturbed it was
     (``disturbance``, a fraction, and ``disturbed``: see :class:`~.measure.MeasureResult`)."""
     return {
@@ -112,6 +113,7 @@ def measured_manifest(workload: ops.Workload, device_key: str, result: MeasureRe
         "gflops": result.gflops(workload.flop),
         "costs": result.costs,
         "cv": result.cv,
+        "spread": result.spread,
         "measured_on": result.host,
         "measured_at": result.timestamp,
         "disturbance": result.disturbance,

@@ -79,8 +79,8 @@ class TuneResult:
     """The outcome of :func:`tune`.
 
     ``best``: the chosen record (None if no config was correct); ``gflops``,
-    ``latency_s`` (median seconds) and ``cv`` (coefficient of variation of its
-    costs) come from it. ``trials``: every search trial, resumed ones first;
+    ``latency_s`` (median seconds), ``cv`` (coefficient of variation of its
+    costs) and ``spread`` (their interquartile range over the median) come from it. ``trials``: every search trial, resumed ones first;
     ``measured``: trials measured by this run; ``transferred``: records of
     other workloads that seeded the cost model; ``validation``: the
     re-measurements; ``elapsed_s``: wall seconds of the run, of which
@@ -113,6 +113,10 @@ class TuneResult:
     @property
     def cv(self) -> float:
         return self.best.result.cv if self.best else float("inf")
+
+    @property
+    def spread(self) -> float:
+        return self.best.result.spread if self.best else float("inf")
 
 
 def _family(record: Record) -> str | None:
