@@ -49,6 +49,16 @@ rounds, GFLOP/s of our default -> best, peer ÷ ours (PyTorch / onnxruntime): 3�
 the session's start (before even_blocks, the vectorized NCHWc epilogue and narrower tiles at
 14²) the 1×1 layers at 28² ran at 288-354 by default (s2 256 -> 512: 288, its best of 8 381) and
 1024 -> 256 at 14² at 375 (0.82 × onnxruntime, now 422: 0.91).
+
+On an AMD EPYC Zen 4 (family 25 model 17, AVX-512 on 256-bit units, 2 vCPUs, peak 234 GFLOP/s),
+8 configs, 3 rounds, GFLOP/s of our best, peer ÷ ours (PyTorch / onnxruntime), NCHWc layers
+before -> after their weight packing stored whole vectors: 3×3 56² 209 (1.66 -> 2.02 / 0.93),
+28² 212 -> 214 (1.00 / 0.95 -> 0.94), 14² 206 -> 213 (0.96 -> 0.98 / 0.92), s2 128@56² 195 -> 196
+(1.00 -> 1.01 / 0.93), s2 256@28² 199 -> 209 (0.98 -> 1.03 / 0.93 -> 0.98); the im2col GEMMs at
+7² 150 (0.81 / 0.64) and s2 512@14² 146 (0.88 / 0.66), where NCHWc with its packing per call
+now reaches 189 and 159 (not chosen: on a Xeon the GEMM won, before that packing); pre-packed
+OIHW16i32o 225 (1.22 / 0.96); 1×1 layers 1.15-6.9 / 0.89-1.48; dense 1×512 -> 1000 77 (3.66 /
+1.61, OpenBLAS 1.22-1.30).
 """
 
 from __future__ import annotations
