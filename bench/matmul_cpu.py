@@ -6,8 +6,8 @@ random points whose register tile fits the vector registers), and numpy — time
 processes with OPENBLAS_CORETYPE removed (OpenBLAS's AVX-512 kernels) and with it set
 (AVX2 kernels), in interleaved rounds of fresh processes (ours, ours, numpy, numpy, ...). Prints
 GFLOP/s (best over the rounds), the ratio OpenBLAS time / ours (OpenBLAS's faster kernels of
-each round; median over the rounds of the ratio within a round, `common.round_ratio`) and the percentage of the fp32 FMA peak that the
-bench measures itself.
+each round; median over the rounds of the ratio within a round, `common.round_ratio`) and the
+percentage of the fp32 FMA peak that the bench measures itself.
 
     python bench/matmul_cpu.py [--sizes 1024 2048] [--configs 16] [--threads N] [--processes 5]
                                [--target "cpu -isa=avx2"]

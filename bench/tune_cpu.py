@@ -159,7 +159,8 @@ def run(name: str, op: str, a: dict, strategy: str, budgets: list[int], out: Pat
     line = ", ".join(f"{k} {w.flop / min(s) / 1e9:.1f}" for k, s in seconds.items())
     ratios = ", ".join(f"{k} {round_ratio(s, seconds['tuned']):.2f}" for k, s in seconds.items() if k != "tuned")
     print(f"{name:>20} {strategy:>6}  validated winner, GFLOP/s: {line} (ratio to {ratios or 'no peer'}); "
-          f"spread {result.spread:.1%}, CV {result.cv:.1%}; 90% of the run's best after {trials90} trials / {seconds90:.0f} s; "
+          f"spread {result.spread:.1%}, CV {result.cv:.1%}; "
+          f"90% of the run's best after {trials90} trials / {seconds90:.0f} s; "
           f"tuning {result.elapsed_s:.0f} s (search {result.search_s:.0f} s)", flush=True)
     return trajectory
 

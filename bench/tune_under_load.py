@@ -121,7 +121,8 @@ def summary(label: str, workload: ops.Workload, records: list[Record], max_distu
           f"{flagged} of {len(search)} ({flagged / max(1, len(search)):.0%})", flush=True)
     if best is not None:
         print(f"{label:>6}: winner validated {best.result.gflops(workload.flop):.1f} GFLOP/s (spread "
-              f"{best.result.spread:.1%}, CV {best.result.cv:.1%}, disturbance {best.result.disturbance:.2f}) {best.config['knobs']}",
+              f"{best.result.spread:.1%}, CV {best.result.cv:.1%}, disturbance {best.result.disturbance:.2f}) "
+              f"{best.config['knobs']}",
               flush=True)
     return best
 

@@ -6,11 +6,13 @@ device's clocks. Skipped, with the reason, where there is no GPU (or no nvcc).""
 from __future__ import annotations
 
 import ctypes
+import subprocess
 
 import numpy as np
 import pytest
 
 from tunefleet.compiler import ops
+from tunefleet.compiler.artifact import write_artifact
 from tunefleet.compiler import cuda_device
 from tunefleet.compiler.cuda import nvcc
 from tunefleet.compiler.driver import build_workload
@@ -178,10 +180,6 @@ int main(int argc, char** argv) {
 def test_cpp_program_runs_the_artifact_on_the_gpu(tmp_path):
     """A user's C++ program, compiled against the artifact's header and linked to its .so,
     runs the kernel on its own CUDA stream; the result matches numpy."""
-    import subprocess
-
-    from tunefleet.compiler.artifact import write_artifact
-
     w = ops.make_workload("matmul", {"M": 300, "N": 200, "K": 100, "bias": True, "epilogue": "relu"})
     built = build_workload(w, ops.default_config(w, TARGET), TARGET)
     out = write_artifact(tmp_path / "artifact", name=built.name, source=built.source, so_path=built.so_path,

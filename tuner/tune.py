@@ -80,7 +80,8 @@ class TuneResult:
 
     ``best``: the chosen record (None if no config was correct); ``gflops``,
     ``latency_s`` (median seconds), ``cv`` (coefficient of variation of its
-    costs) and ``spread`` (their interquartile range over the median) come from it. ``trials``: every search trial, resumed ones first;
+    costs) and ``spread`` (their interquartile range over the median) come from
+    it. ``trials``: every search trial, resumed ones first;
     ``measured``: trials measured by this run; ``transferred``: records of
     other workloads that seeded the cost model; ``validation``: the
     re-measurements; ``elapsed_s``: wall seconds of the run, of which
