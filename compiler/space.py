@@ -15,6 +15,16 @@ A config is identified by its index in the mixed-radix product of the knobs
 (first knob = least significant digit, as AutoTVM). Knob candidates are
 computed eagerly and in a deterministic order, so the same template and
 workload give the same space, hence the same indices, in every process.
+
+A template with two ways to compute a workload (e.g. a convolution as an
+im2col GEMM or as a direct NCHWc convolution) makes the space a union: one
+choice knob is the *switch*, and ``cfg.branch(switch, value)`` defines the
+knobs that matter only when the switch takes ``value``. A config's knobs
+of other branches are inactive: they hold choice 0, ``to_json`` leaves them
+out and the index ignores them, so the space holds no two configs that build
+the same kernel. Its configs are numbered branch after branch (in the switch's
+choice order), each branch's mixed radix over its active knobs; a space with
+no switch numbers its configs exactly as before.
 """
 
 from __future__ import annotations
@@ -27,7 +37,7 @@ import numpy as np
 
 from .knobs import ChoiceKnob, ConfigError, Knob, ReorderKnob, SplitKnob
 
-__all__ = ["ConfigError", "ConfigSpace", "ConfigEntity", "instantiate_space"]
+__all__ = ["ConfigError", "ConfigSpace", "ConfigEntity", "Branch", "instantiate_space"]
 
 
 # --------------------------------------------------------------------------- space and entity
@@ -46,27 +56,77 @@ class _Config:
     def define_split(self, name: str, extent: int, num_outputs: int = 2, **options: Any) -> None:
         """Register a :class:`SplitKnob` of a loop of ``extent`` into ``num_outputs`` factors;
         ``options`` are its keyword arguments (policy, max_factor, filter, candidates; see there)."""
-        self._define(name, lambda: SplitKnob(name, extent, num_outputs, **options))
+        self._define(name, lambda n: SplitKnob(n, extent, num_outputs, **options))
 
     def define_knob(self, name: str, choices: Sequence[Any], absent: Any = None) -> None:
         """Register a :class:`ChoiceKnob` over JSON scalars; ``absent``: the choice a config
         written before the knob existed takes (see ``ConfigSpace.from_json``)."""
-        self._define(name, lambda: ChoiceKnob(name, choices, absent))
+        self._define(name, lambda n: ChoiceKnob(n, choices, absent))
 
     def define_reorder(self, name: str, axes: int | Sequence[str], **options: Any) -> None:
         """Register a :class:`ReorderKnob` over ``axes`` (a count or labels); ``options`` are its
         keyword arguments (policy, candidates; see there)."""
-        self._define(name, lambda: ReorderKnob(name, axes, **options))
+        self._define(name, lambda n: ReorderKnob(n, axes, **options))
 
-    def _define(self, name: str, make: Callable[[], Knob]) -> None:
+    def branch(self, switch: str, value: Any, prefix: str = "") -> Branch:
+        """The view of this config through which a template defines and reads the knobs that
+        matter only when choice knob ``switch`` is ``value`` (see the module docstring); their
+        names get ``prefix`` in the space (where two branches share a knob name). Raises
+        ConfigError when ``switch`` is not a choice knob with candidate ``value``."""
+        knob = self._space()._knob(switch)
+        if not isinstance(knob, ChoiceKnob):
+            raise ConfigError(f"switch {switch!r} must be a choice knob")
+        return Branch(self, switch, knob.index_of(value), prefix)
+
+    def _define(self, name: str, make: Callable[[str], Knob], when: tuple[str, int] | None = None) -> None:
         raise NotImplementedError
+
+    def _space(self) -> ConfigSpace:
+        raise NotImplementedError
+
+
+class Branch:
+    """A config seen from one branch of its space's switch (made by ``cfg.branch``): ``define_*``
+    register knobs active only when the switch takes the branch's value, under the prefixed
+    name; ``cfg[name]``, ``knobs`` (the space's knobs by unprefixed name: the branch's own and
+    those of every branch), ``add_flop`` and ``is_fallback`` reach through to the config."""
+
+    define_split = _Config.define_split
+    define_knob = _Config.define_knob
+    define_reorder = _Config.define_reorder
+
+    def __init__(self, cfg: _Config, switch: str, choice: int, prefix: str):
+        self.cfg, self.switch, self.choice, self.prefix = cfg, switch, choice, prefix
+
+    def _define(self, name: str, make: Callable[[str], Knob], when: tuple[str, int] | None = None) -> None:
+        self.cfg._define(self.prefix + name, make, (self.switch, self.choice))
+
+    def __getitem__(self, name: str) -> Any:
+        return self.cfg[self.prefix + name]
+
+    @property
+    def knobs(self) -> dict[str, Knob]:
+        space = self.cfg._space()
+        own = {n[len(self.prefix):]: k for n, k in space.knobs.items()
+               if space.when.get(n) == (self.switch, self.choice) and n.startswith(self.prefix)}
+        return {**{n: k for n, k in space.knobs.items() if n not in space.when}, **own}
+
+    @property
+    def is_fallback(self) -> bool:
+        return self.cfg.is_fallback
+
+    def add_flop(self, n: int | float) -> None:
+        self.cfg.add_flop(n)
 
 
 class ConfigSpace(_Config):
     """The ordered knobs of a template for one workload and target (define mode).
 
-    ``size`` (and ``len()`` when it fits in a machine int) is the product of
-    the knob lengths; it may be huge, so nothing here enumerates the space.
+    ``size`` (and ``len()`` when it fits in a machine int) is the number of
+    configs: the product of the knob lengths, or with a switch the sum over its
+    branches of the product of their active knobs' lengths; it may be huge, so
+    nothing here enumerates the space. ``when``: knob name -> (switch name,
+    choice index) for the knobs of one branch.
     """
 
     is_fallback = True  # a template running on a ConfigSpace sees default choices
@@ -74,17 +134,28 @@ class ConfigSpace(_Config):
     def __init__(self) -> None:
         super().__init__()
         self.knobs: dict[str, Knob] = {}
+        self.when: dict[str, tuple[str, int]] = {}
         self._frozen = False
+        self._layout_cache: tuple[int | None, list[list[int]], list[int]] | None = None
 
     # -- define mode
-    def _define(self, name: str, make: Callable[[], Knob]) -> None:
+    def _define(self, name: str, make: Callable[[str], Knob], when: tuple[str, int] | None = None) -> None:
         if self._frozen:
             raise ConfigError(f"knob {name!r} defined after the space was instantiated")
         if not isinstance(name, str) or not name:
             raise ConfigError(f"knob name must be a non-empty str, got {name!r}")
         if name in self.knobs:
             raise ConfigError(f"knob {name!r} defined twice")
-        self.knobs[name] = make()
+        if when is not None:
+            switches = {w[0] for w in self.when.values()} | {when[0]}
+            if len(switches) > 1:
+                raise ConfigError(f"a space has at most one switch knob, got {sorted(switches)}")
+            self.when[name] = when
+        self.knobs[name] = make(name)
+        self._layout_cache = None
+
+    def _space(self) -> ConfigSpace:
+        return self
 
     def __getitem__(self, name: str) -> Any:
         """The default entity (choice 0) of knob ``name``."""
@@ -95,38 +166,77 @@ class ConfigSpace(_Config):
         self._frozen = True
 
     # -- the space
+    def _layout(self) -> tuple[int | None, list[list[int]], list[int]]:
+        """(position of the switch or None, the active knob positions of each branch (the switch
+        not among them), each branch's first index)."""
+        if self._layout_cache is None:
+            names, lengths = list(self.knobs), [len(k) for k in self.knobs.values()]
+            switch = next((w[0] for w in self.when.values()), None)
+            if switch is None:
+                branches = [list(range(len(names)))]
+            else:
+                branches = [[i for i, n in enumerate(names) if n != switch and self.when.get(n, (switch, b))[1] == b]
+                             for b in range(len(self.knobs[switch]))]
+            offsets = [0]
+            for active in branches:
+                offsets.append(offsets[-1] + math.prod(lengths[i] for i in active))
+            self._layout_cache = (None if switch is None else names.index(switch), branches, offsets)
+        return self._layout_cache
+
+    def _active(self, digits: Sequence[int]) -> list[int]:
+        """Positions of the knobs active in a config with these digits (the switch included)."""
+        switch, branches, _ = self._layout()
+        if switch is None:
+            return branches[0]
+        return sorted(branches[digits[switch]] + [switch])
+
     @property
     def size(self) -> int:
-        return math.prod(len(k) for k in self.knobs.values())
+        return self._layout()[2][-1]
 
     def __len__(self) -> int:
         """``size``; raises OverflowError beyond ``sys.maxsize`` (use ``size`` then)."""
         return self.size
 
     def get(self, index: int) -> ConfigEntity:
-        """The config at ``index`` (mixed radix, first knob least significant)."""
+        """The config at ``index`` (mixed radix, first knob least significant; with a switch,
+        branch after branch)."""
         if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not 0 <= index < self.size:
             raise ConfigError(f"config index {index!r} out of range for a space of size {self.size}")
         index = int(index)
-        digits, t = [], index
-        for knob in self.knobs.values():
-            t, d = divmod(t, len(knob))
-            digits.append(d)
+        switch, branches, offsets = self._layout()
+        branch = max(b for b in range(len(branches)) if offsets[b] <= index)
+        digits, t = [0] * len(self.knobs), index - offsets[branch]
+        if switch is not None:
+            digits[switch] = branch
+        knobs = list(self.knobs.values())
+        for i in branches[branch]:
+            t, digits[i] = divmod(t, len(knobs[i]))
         return ConfigEntity(self, index, digits)
 
     def _index_of(self, digits: Sequence[int]) -> int:
-        index, radix = 0, 1
-        for d, knob in zip(digits, self.knobs.values()):
-            index += d * radix
-            radix *= len(knob)
+        switch, branches, offsets = self._layout()
+        branch = 0 if switch is None else digits[switch]
+        knobs = list(self.knobs.values())
+        index, radix = offsets[branch], 1
+        for i in branches[branch]:
+            index += digits[i] * radix
+            radix *= len(knobs[i])
         return index
+
+    def _entity(self, digits: Sequence[int]) -> ConfigEntity:
+        """The config of these digits, those of knobs inactive in it set to 0."""
+        active = set(self._active(digits))
+        digits = [d if i in active else 0 for i, d in enumerate(digits)]
+        return ConfigEntity(self, self._index_of(digits), digits)
 
     def from_json(self, d: dict) -> ConfigEntity:
         """Parse ``{"index": int (optional), "knobs": {name: value}}`` back into a config.
 
         A knob the JSON lacks takes its ``absent`` choice when it has one (a knob added
         to the template after the JSON was written); the JSON's index, computed in the older
-        space, is then not checked.
+        space, is then not checked. Knobs of branches other than the switch's (see the module
+        docstring) may be left out, and are ignored when given.
 
         Raises :class:`ConfigError` for a missing knob without an ``absent`` choice, an
         unknown knob, a value that is not one of the knob's candidates (the message lists
@@ -140,52 +250,66 @@ class ConfigSpace(_Config):
         if unknown:
             raise ConfigError(f"unknown knob(s) {unknown}; the space has {list(self.knobs)}")
         absent = {n: getattr(k, "absent", None) for n, k in self.knobs.items() if n not in knobs}
+        knobs = {**knobs, **{n: v for n, v in absent.items() if v is not None}}
+        switch = self._layout()[0]
+        names = list(self.knobs)
+        if switch is not None and names[switch] in knobs:
+            choice = self.knobs[names[switch]].index_of(knobs[names[switch]])
+            inactive = {n for n, w in self.when.items() if w[1] != choice}
+            absent = {n: v for n, v in absent.items() if n not in inactive}
+            knobs = {n: v for n, v in knobs.items() if n not in inactive}
         missing = [n for n, value in absent.items() if value is None]
         if missing:
             raise ConfigError(f"config JSON lacks knob(s) {missing}")
-        knobs = {**knobs, **absent}
-        digits = [knob.index_of(knobs[n]) for n, knob in self.knobs.items()]
-        index = self._index_of(digits)
-        if "index" in d and d["index"] != index and not absent:
-            raise ConfigError(f"config index {d['index']!r} disagrees with its knobs, which give index {index}")
-        return ConfigEntity(self, index, digits)
+        digits = [knob.index_of(knobs[n]) if n in knobs else 0 for n, knob in self.knobs.items()]
+        entity = self._entity(digits)
+        if "index" in d and d["index"] != entity.index and not absent:
+            raise ConfigError(f"config index {d['index']!r} disagrees with its knobs, which give index {entity.index}")
+        return entity
 
     def random(self, rng: np.random.Generator, n: int) -> list[ConfigEntity]:
-        """Up to ``n`` distinct configs drawn uniformly (all of them, shuffled, when n >= size)."""
+        """Up to ``n`` distinct configs drawn with each knob's choice uniform (all of them,
+        shuffled, when n >= size); with a switch, its branches are drawn alike whatever
+        their sizes."""
         size = self.size
         if n >= size:
             return [self.get(int(i)) for i in rng.permutation(size)]
         seen: dict[int, ConfigEntity] = {}
         while len(seen) < n:
-            digits = [int(rng.integers(len(k))) for k in self.knobs.values()]
-            index = self._index_of(digits)
-            if index not in seen:
-                seen[index] = ConfigEntity(self, index, digits)
+            entity = self._entity([int(rng.integers(len(k))) for k in self.knobs.values()])
+            seen.setdefault(entity.index, entity)
         return list(seen.values())
 
     def mutate(self, entity: ConfigEntity, rng: np.random.Generator) -> ConfigEntity:
-        """A copy of ``entity`` with one knob (of those with >1 choice) changed to another random choice.
+        """A copy of ``entity`` with one active knob (of those with >1 choice) changed to another
+        random choice; a changed switch draws the knobs of its new branch at random.
 
         Returns ``entity`` itself when every knob has a single choice.
         """
-        movable = [i for i, k in enumerate(self.knobs.values()) if len(k) > 1]
+        knobs = list(self.knobs.values())
+        movable = [i for i in self._active(entity.digits) if len(knobs[i]) > 1]
         if not movable:
             return entity
         pos = movable[int(rng.integers(len(movable)))]
-        radix = len(list(self.knobs.values())[pos])
+        radix = len(knobs[pos])
         digits = list(entity.digits)
         digits[pos] = (digits[pos] + 1 + int(rng.integers(radix - 1))) % radix
-        return ConfigEntity(self, self._index_of(digits), digits)
+        if pos == self._layout()[0]:
+            for i in set(self._active(digits)) - set(self._active(entity.digits)):
+                digits[i] = int(rng.integers(len(knobs[i])))
+        return self._entity(digits)
 
     def neighbors(self, entity: ConfigEntity) -> list[ConfigEntity]:
-        """Every config that differs from ``entity`` in exactly one knob (sum of (len-1) over knobs)."""
+        """Every config that differs from ``entity`` in exactly one active knob (a changed switch
+        takes choice 0 of its new branch's knobs)."""
+        knobs = list(self.knobs.values())
         out = []
-        for pos, knob in enumerate(self.knobs.values()):
-            for d in range(len(knob)):
+        for pos in self._active(entity.digits):
+            for d in range(len(knobs[pos])):
                 if d != entity.digits[pos]:
                     digits = list(entity.digits)
                     digits[pos] = d
-                    out.append(ConfigEntity(self, self._index_of(digits), digits))
+                    out.append(self._entity(digits))
         return out
 
     def _knob(self, name: str) -> Knob:
@@ -216,16 +340,20 @@ class ConfigEntity(_Config):
         self.index = index
         self.digits = tuple(digits)
 
-    def _define(self, name: str, make: Callable[[], Knob]) -> None:
+    def _define(self, name: str, make: Callable[[str], Knob], when: tuple[str, int] | None = None) -> None:
         self.space._knob(name)
+
+    def _space(self) -> ConfigSpace:
+        return self.space
 
     def __getitem__(self, name: str) -> Any:
         knob = self.space._knob(name)
         return knob.entity(self.digits[list(self.space.knobs).index(name)])
 
     def items(self) -> list[tuple[str, Any]]:
-        """(knob name, chosen entity) pairs in the space's order."""
-        return [(n, k.entity(d)) for (n, k), d in zip(self.space.knobs.items(), self.digits)]
+        """(knob name, chosen entity) pairs of the active knobs, in the space's order."""
+        named = list(self.space.knobs.items())
+        return [(named[i][0], named[i][1].entity(self.digits[i])) for i in self.space._active(self.digits)]
 
     def to_json(self) -> dict:
         """``{"index": int, "knobs": {name: JSON value}}``; ``space.from_json`` inverts it."""
@@ -235,9 +363,10 @@ class ConfigEntity(_Config):
         """Flat float32 vector of the knob values, fixed width for a space.
 
         Split: its sizes; choice: the value if numeric (bools 0/1) else the
-        choice index; reorder: the permutation.
+        choice index; reorder: the permutation; a knob inactive in this config: its choice 0.
         """
-        return np.asarray([x for _, e in self.items() for x in e.numeric()], dtype=np.float32)
+        entities = [k.entity(d) for k, d in zip(self.space.knobs.values(), self.digits)]
+        return np.asarray([x for e in entities for x in e.numeric()], dtype=np.float32)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, ConfigEntity) and other.space is self.space and other.index == self.index

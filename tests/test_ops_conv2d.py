@@ -110,20 +110,41 @@ def test_pointwise_convolution_is_a_gemm_over_views_of_its_arguments():
 
 
 @pytest.mark.parametrize("target", params(FAMILY))
-def test_convolution_with_few_output_pixels_is_an_im2col_gemm(target):
-    """A convolution with at most IM2COL_MAX_PIXELS output pixels per image runs the matmul
-    template on weight [CO, CI·KH·KW] · pixels [CI·KH·KW, OH·OW] per image, the pixels
-    gathered from NCHW data by the packing of B: its default and random configs (padding,
-    stride, dilation, a non-square kernel, batch > 1) against numpy on each ISA of the host's
-    family; the kernel's arguments keep the operator's shapes."""
+def test_convolution_with_few_output_pixels_is_an_im2col_gemm_or_nchwc(target):
+    """A convolution with at most IM2COL_MAX_PIXELS output pixels per image has both methods in
+    its space: "gemm" runs the matmul template (its knobs) on weight [CO, CI·KH·KW] · pixels
+    [CI·KH·KW, OH·OW] per image, the pixels gathered from NCHW data by the packing of B;
+    "nchwc" the direct NCHWc schedule (its knobs prefixed). The search measures both defaults
+    first; their random configs (padding, stride, dilation, a non-square kernel, batch > 1)
+    match numpy on each ISA of the host's family, and the kernel's arguments keep the
+    operator's shapes whichever method built it."""
     w = _workload("conv2d_nchw", dict(N=2, CI=12, CO=20, H=9, W=8, KH=3, KW=2, padding=[1, 0], stride=[2, 1],
                                       dilation=[1, 2], bias=True, epilogue="relu"))
-    assert set(ops.config_space(w, target).knobs) == set(ops.config_space(
-        ops.make_workload("matmul", {"M": 20, "N": 30, "K": 72}), target).knobs)
-    cases = sample(w, 8, seed=11, target=target)
-    assert [a.shape for a in build_workload(*cases[0], target).args] == [(2, 12, 9, 8), (20, 12, 3, 2), (20,),
-                                                                           (2, 20, 5, 6)]
+    space = ops.config_space(w, target)
+    gemm_knobs = set(ops.config_space(ops.make_workload("matmul", {"M": 20, "N": 30, "K": 72}), target).knobs)
+    direct_knobs = {k for k in space.knobs if k.startswith("nchwc_")}
+    assert set(space.knobs) == {"method"} | gemm_knobs | direct_knobs
+    assert {k[len("nchwc_"):] for k in direct_knobs} == {"ic_bn", "oc_bn", "reg_n", "order", "unroll_kw", "parallel"}
+    preferred = ops.preferred_configs(w, target)
+    assert [c["method"].val for c in preferred] == ["gemm", "nchwc"]
+    assert preferred[0].to_json() == ops.default_config(w, target).to_json()
+    assert set(preferred[1].to_json()["knobs"]) == {"method"} | direct_knobs
+    cases = sample(w, 10, seed=11, target=target) + [(w, preferred[1])]
+    assert {c["method"].val for _, c in cases[1:-1]} == {"gemm", "nchwc"}
+    for case in (cases[0], cases[-1]):
+        assert [a.shape for a in build_workload(*case, target).args] == [(2, 12, 9, 8), (20, 12, 3, 2), (20,),
+                                                                          (2, 20, 5, 6)]
     assert not failures(cases, target=target)
+
+
+def test_im2col_gemm_configs_written_before_the_method_knob_keep_their_meaning():
+    """A record of a 7² convolution written when its space was the GEMM's alone (no "method"
+    knob) still parses, as the GEMM config it was."""
+    w = _workload("conv2d_nchw", dict(CI=16, CO=8, H=7, W=7, KH=3, KW=3, padding=1))
+    space = ops.config_space(w, TARGET)
+    gemm_config = ops.default_config(w, TARGET).to_json()
+    old = {"index": 5, "knobs": {k: v for k, v in gemm_config["knobs"].items() if k != "method"}}
+    assert space.from_json(old).to_json() == gemm_config
 
 
 @pytest.mark.parametrize("target", params(FAMILY))

@@ -333,3 +333,98 @@ def test_a_knob_added_later_gives_configs_written_before_it_their_old_meaning():
         template(True).from_json(dict(new.to_json(), index=new.index + 1))
     with pytest.raises(ConfigError, match="'kc': 64 is not a candidate"):
         ConfigSpace().define_knob("kc", [512, 256], absent=64)
+
+
+# --------------------------------------------------------------------------- switch (a union of spaces)
+
+
+def union_template(cfg, workload, target):
+    """Two methods of one workload: a shared knob, then each method's own (one name in both)."""
+    cfg.define_knob("threads", [1, 2])
+    cfg.define_knob("method", ["tiles", "direct"], absent="tiles")
+    tiles = cfg.branch("method", "tiles")
+    tiles.define_split("tile", 12, 2)
+    tiles.define_knob("order", ["mn", "nm", "mnk"])
+    direct = cfg.branch("method", "direct", prefix="direct_")
+    direct.define_knob("order", ["a", "b"])
+    direct.define_knob("unroll", [False, True])
+    return cfg["method"].val
+
+
+@pytest.fixture
+def union():
+    return instantiate_space(union_template, WORKLOAD, "cpu")
+
+
+def all_configs(space):
+    """Every config of a small space as (knob JSON, index)."""
+    return [(json.dumps(space.get(i).to_json()["knobs"], sort_keys=True), i) for i in range(space.size)]
+
+
+def test_a_switch_makes_the_space_the_union_of_its_branches(union):
+    """Each branch counts the product of its own and the shared knobs, no more: a config holds
+    only its branch's knobs (to_json), the others stay at choice 0, and every index decodes to a
+    distinct config that encodes back to it, across processes alike."""
+    assert union.size == 2 * (6 * 3) + 2 * (2 * 2)
+    configs = all_configs(union)
+    assert len({k for k, _ in configs}) == union.size
+    for knobs, index in configs:
+        assert union.from_json({"index": index, "knobs": json.loads(knobs)}).index == index
+    tiles, direct = union.get(0), union.get(union.size - 1)
+    assert tiles.to_json()["knobs"] == {"threads": 1, "method": "tiles", "tile": [12, 1], "order": "mn"}
+    assert direct.to_json()["knobs"] == {"threads": 2, "method": "direct", "direct_order": "b", "direct_unroll": True}
+    assert direct["tile"].size == [12, 1] and direct.knob_values().shape == tiles.knob_values().shape
+    assert direct.branch("method", "direct", prefix="direct_")["order"].val == "b"
+    assert union_template(direct, WORKLOAD, "cpu") == "direct"
+
+
+def test_a_switch_knob_parses_configs_that_name_other_branches_or_predate_it(union):
+    """Knobs of another branch in a config's JSON are ignored; a config written before the
+    switch existed takes its `absent` branch; a missing knob of the config's own branch is an
+    error naming it."""
+    direct = {"threads": 1, "method": "direct", "direct_order": "a", "direct_unroll": False}
+    assert union.from_json({"knobs": {**direct, "order": "nm"}}).to_json()["knobs"] == direct
+    old = union.from_json({"index": 3, "knobs": {"threads": 2, "tile": [2, 6], "order": "nm"}})
+    assert old.to_json()["knobs"] == {"threads": 2, "method": "tiles", "tile": [2, 6], "order": "nm"}
+    with pytest.raises(ConfigError, match=r"lacks knob\(s\) \['direct_unroll'\]"):
+        union.from_json({"knobs": {"threads": 1, "method": "direct", "direct_order": "a"}})
+    with pytest.raises(ConfigError, match="'method': 'other' is not a candidate"):
+        union.from_json({"knobs": {**direct, "method": "other"}})
+
+
+def test_random_mutate_and_neighbors_stay_inside_the_union(union):
+    """Random configs draw each branch alike and enumerate a small union exactly; a mutation
+    changes one active knob (a switched config draws its new branch's knobs); neighbours differ
+    in one active knob, each a distinct config of the space."""
+    rng = np.random.default_rng(3)
+    assert sorted(c.index for c in union.random(rng, union.size)) == list(range(union.size))
+    picks = union.random(rng, 12)
+    assert len({c.index for c in picks}) == 12
+    for _ in range(100):
+        c = union.get(int(rng.integers(union.size)))
+        m = union.mutate(c, rng)
+        assert m != c and union.get(m.index).digits == m.digits
+        if m["method"].val == c["method"].val:
+            assert sum(a != b for a, b in zip(c.digits, m.digits)) == 1
+    cfg = union.from_json({"knobs": {"threads": 1, "method": "tiles", "tile": [2, 6], "order": "nm"}})
+    neighbors = union.neighbors(cfg)
+    assert len(neighbors) == len(set(neighbors)) == 1 + 1 + 5 + 2
+    assert {n["method"].val for n in neighbors} == {"tiles", "direct"}
+
+
+def test_switch_rules():
+    """One switch per space (a knob of a branch is no switch), a choice knob; a branch value
+    must be one of its choices."""
+    space = ConfigSpace()
+    space.define_knob("a", [1, 2])
+    space.define_knob("b", [1, 2])
+    space.branch("a", 1).define_knob("x", [0, 1])
+    with pytest.raises(ConfigError, match="at most one switch"):
+        space.branch("b", 2).define_knob("y", [0, 1])
+    with pytest.raises(ConfigError, match="'a': 3 is not a candidate"):
+        space.branch("a", 3)
+    with pytest.raises(ConfigError, match="at most one switch"):
+        space.branch("x", 0).define_knob("z", [0])
+    space.define_split("s", 4, 2)
+    with pytest.raises(ConfigError, match="must be a choice knob"):
+        space.branch("s", [1, 4])

@@ -147,8 +147,9 @@ def make_strategy(name: str, workload: ops.Workload, target: Target, featurizer:
                   transfer: Sequence[Record] = ()) -> SearchStrategy:
     """The search strategy `name` (random | grid | xgb) over the workload's config space.
 
-    Random and model-guided search measure the template's rule-based default config first,
-    so the first batch already holds a good kernel; xgb's cost model is seeded from
+    Random and model-guided search measure the template's rule-based default config first
+    (and the other configs its rule names: `ops.preferred_configs`), so the first batch
+    already holds a good kernel; xgb's cost model is seeded from
     `transfer` (records of the same operator family and device key).
     """
     space = ops.config_space(workload, target)
@@ -163,7 +164,7 @@ def make_strategy(name: str, workload: ops.Workload, target: Target, featurizer:
                                    workload_key=workload.key, seed=seed, **SEARCH_SETTINGS)
     else:
         raise ValueError(f"strategy: {name!r} is not one of {', '.join(STRATEGIES)}")
-    search.prefer([ops.default_config(workload, target)])
+    search.prefer(ops.preferred_configs(workload, target))
     return search
 
 

@@ -33,10 +33,12 @@ out[n] = weight[CO, CI] · data[n][CI, OH·OW]: it runs `matmul`'s CPU schedule 
 cache blocking, zero-padded packed panels; its knobs and default rule) over views of the NCHW
 and OIHW arguments, with no packing into NCHWc and back (`gemm_template`); with a stride
 (ResNet's downsampling 1×1 convolutions) the packing of B into panels gathers the strided
-pixels. So does any ungrouped convolution over OIHW weights with at most IM2COL_MAX_PIXELS
-output pixels (ResNet's 7² layers), as weight[CO, CI·KH·KW] · im2col(data[n]): there the
-NCHWc tiles are at most OW columns wide and its weight packing per call costs about as much
-as the convolution, while the GEMM reads the weights in place.
+pixels. An ungrouped convolution over OIHW weights with at most IM2COL_MAX_PIXELS output
+pixels (ResNet's 7² layers) has both methods in its space, switched by the knob "method"
+(METHODS; `compiler.space` on switches): the GEMM weight[CO, CI·KH·KW] · im2col(data[n]),
+which reads the weights in place, and NCHWc, whose tiles are at most OW columns wide and
+whose weight packing per call takes about 15% of it (AMD Zen 4, 512@7²) — which wins depends
+on the host, and the search measures both defaults first.
 """
 
 from __future__ import annotations
@@ -280,21 +282,31 @@ def is_pointwise(a: dict) -> bool:
 
 
 #: Convolutions with at most this many output pixels per image (and KH·KW > 1, ungrouped,
-#: OIHW weights) run as an im2col GEMM (`gemm_template`): their few output columns make
+#: OIHW weights) may run as an im2col GEMM (`gemm_template`): their few output columns make
 #: NCHWc register tiles of at most OW columns (7 at 7², 14 at 14²) while the weights, read
-#: in place as the GEMM's A, need no packing per call.
+#: in place as the GEMM's A, need no packing per call. Which of the two wins depends on the
+#: host, not only its ISA (512@7² 3×3, 2 threads, defaults, GEMM vs NCHWc: Xeon model 207
+#: 201 vs 203 GFLOP/s; AMD Zen 4, AVX-512 on 256-bit units: 148 vs 189), so their space is
+#: the union of both, switched by the knob "method" (METHODS).
 IM2COL_MAX_PIXELS = 64
 
+#: The choices of the "method" knob of a convolution with at most IM2COL_MAX_PIXELS output
+#: pixels: "gemm" (`gemm_template`; the knobs of matmul, what such configs meant before the
+#: knob existed) or "nchwc" (the direct NCHWc schedule; its knobs prefixed "nchwc_").
+METHODS = ("gemm", "nchwc")
 
-def is_gemm(a: dict) -> bool:
-    """Whether the convolution runs on matmul's GEMM schedule: 1×1 (is_pointwise), or an
-    ungrouped convolution over OIHW weights with at most IM2COL_MAX_PIXELS output pixels."""
+
+def has_method_choice(a: dict) -> bool:
+    """Whether the convolution's space is the union of the im2col GEMM and the NCHWc schedule
+    (METHODS): ungrouped, KH·KW > 1 or padded, OIHW weights, at most IM2COL_MAX_PIXELS output
+    pixels per image."""
     OH, OW = out_size(a)
-    return is_pointwise(a) or (packed_blocks(a) is None and groups(a) == 1 and OH * OW <= IM2COL_MAX_PIXELS)
+    return (not is_pointwise(a) and packed_blocks(a) is None and groups(a) == 1
+            and OH * OW <= IM2COL_MAX_PIXELS)
 
 
 def gemm_template(cfg, workload, target):
-    """out[n] = weight[CO, CI·KH·KW] · pixels[n][CI·KH·KW, OH·OW] (+ bias per row, epilogue) on
+    """The "gemm" method: out[n] = weight[CO, CI·KH·KW] · pixels[n][CI·KH·KW, OH·OW] (+ bias per row, epilogue) on
     the CPU GEMM schedule of `matmul` (register tiles, cache blocking, packed panels), over
     views of the NCHW / OIHW arguments with their own memory layout: the weights are the
     GEMM's A, read in place (OIHW rows are contiguous runs of CI·KH·KW), no packing into
@@ -337,17 +349,29 @@ def gemm_template(cfg, workload, target):
     return sch, kernel_args(data, weight, bias, out)
 
 
-def cpu_template(cfg, workload, target):
-    a = workload.args
-    if is_gemm(a):
-        return gemm_template(cfg, workload, target)
-    define_knobs(cfg, a, target.lanes(a["dtype"]))
+def direct_template(cfg, a: dict, target):
+    """The NCHWc schedule (module docstring) in a config that has `define_knobs`' knobs."""
     cfg.add_flop(flop(a))
     data, weight, bias = _inputs(a)
     data_vec, kernel_vec, conv, out = conv_nchwc(a, data, weight, bias, cfg["ic_bn"].val, cfg["oc_bn"].val)
     sch = create_schedule(out)
     schedule(sch, cfg, data_vec, kernel_vec, conv, out, pack_weight=kernel_vec is not weight)
     return sch, kernel_args(data, weight, bias, out)
+
+
+def cpu_template(cfg, workload, target):
+    a = workload.args
+    if is_pointwise(a):
+        return gemm_template(cfg, workload, target)
+    if not has_method_choice(a):
+        define_knobs(cfg, a, target.lanes(a["dtype"]))
+        return direct_template(cfg, a, target)
+    cfg.define_knob("method", list(METHODS), absent="gemm")
+    direct = cfg.branch("method", "nchwc", prefix="nchwc_")
+    define_knobs(direct, a, target.lanes(a["dtype"]))
+    if cfg["method"].val == "nchwc":
+        return direct_template(direct, a, target)
+    return gemm_template(cfg.branch("method", "gemm"), workload, target)
 
 
 #: The default's AVX2 tiles of two vectors of output channels: output columns per tile (at most
@@ -365,7 +389,7 @@ WIDE_TILE_MIN_COLUMNS = 7
 WEIGHT_PACK_INSIDE_BYTES = 1 << 20
 
 
-def default_config(space, workload, target) -> dict:
+def direct_default(space, a: dict, target) -> dict:
     """TVM's x86 fallback rule: channel blocks of one vector (the largest divisor of CI up to the
     vector width for ic_bn), reg_n the largest divisor of OW that keeps the reg_n × oc_bn tile in
     28 vector registers (AVX-512 has 32) or 14 (AVX2's 16 less the weight vector and the
@@ -387,10 +411,7 @@ def default_config(space, workload, target) -> dict:
     per output-channel block ("n_oc_packw": the packed block is read from cache, not memory), and
     for 1×1 kernels whose packed input is beyond it and 4× the weights, which each task packs per
     output row ("n_oh_packd")."""
-    a = workload.args
     lanes = target.lanes(a["dtype"])
-    if is_gemm(a):
-        return gemm_conv_default(space, a, lanes, target.vector_bytes)
     choices = {k: knob_choices(space, k) for k in ("ic_bn", "oc_bn", "parallel")}
     ic_bn = max(b for b in choices["ic_bn"] if b <= lanes) if min(choices["ic_bn"]) <= lanes else choices["ic_bn"][0]
     oc_bn = max(b for b in choices["oc_bn"] if b <= lanes) if min(choices["oc_bn"]) <= lanes else choices["oc_bn"][0]
@@ -423,6 +444,19 @@ def default_config(space, workload, target) -> dict:
         parallel = "n_oc_oh"
     return {"ic_bn": ic_bn, "oc_bn": oc_bn, "reg_n": reg_n, "order": "ic_kh_kw_icb", "unroll_kw": False,
             "parallel": parallel}
+
+
+def default_config(space, workload, target) -> list[dict]:
+    """The default (`direct_default`, or `gemm_conv_default` for a GEMM); for a space with a
+    method choice the GEMM's default, then NCHWc's (the search measures both first)."""
+    a = workload.args
+    if is_pointwise(a):
+        return [gemm_conv_default(space, a, target.lanes(a["dtype"]), target.vector_bytes)]
+    if not has_method_choice(a):
+        return [direct_default(space, a, target)]
+    direct = direct_default(space.branch("method", "nchwc", prefix="nchwc_"), a, target)
+    return [{"method": "gemm", **gemm_conv_default(space, a, target.lanes(a["dtype"]), target.vector_bytes)},
+            {"method": "nchwc", **{f"nchwc_{k}": v for k, v in direct.items()}}]
 
 
 def tile_columns(OW: int, limit: int) -> int:

@@ -105,7 +105,9 @@ class OpDef:
     reference(args, *inputs) -> list of numpy outputs. flop(args) -> int.
     templates: {'cpu': template, 'cuda': template}; a template is
     `(cfg, workload, target) -> (Schedule, tensors)`. default_config(space, workload, target)
-    -> dict of knob values chosen by a rule (used without tuning).
+    -> dict of knob values chosen by a rule (used without tuning), or a list of them: the
+    default first, then configs a search measures right after it (e.g. the default of each
+    method of a union space).
     check(args) raises WorkloadError for cross-argument constraints.
     layouts(args) -> {arg name: layout text} for the artifact header.
     """
@@ -117,7 +119,7 @@ class OpDef:
     reference: Callable[..., list[np.ndarray]]
     flop: Callable[[dict], int]
     templates: dict[str, Template] = field(default_factory=dict)
-    default_config: Callable[[ConfigSpace, "Workload", Any], dict] | None = None
+    default_config: Callable[[ConfigSpace, "Workload", Any], dict | list[dict]] | None = None
     check: Callable[[dict], None] | None = None
     layouts: Callable[[dict], dict[str, str]] | None = None
     family: str = ""
@@ -244,11 +246,18 @@ def config_space(workload: Workload, target) -> ConfigSpace:
 
 def default_config(workload: Workload, target) -> ConfigEntity:
     """The config used without tuning, chosen by the operator's rule (else the first point)."""
+    return preferred_configs(workload, target)[0]
+
+
+def preferred_configs(workload: Workload, target) -> list[ConfigEntity]:
+    """The configs a search measures first: the default (`default_config`), then the other
+    configs the operator's rule names (e.g. the default of each method of a union space)."""
     space = config_space(workload, target)
     rule = workload.opdef.default_config
     if rule is None:
-        return space.get(0)
-    return space.from_json({"knobs": rule(space, workload, target)})
+        return [space.get(0)]
+    knobs = rule(space, workload, target)
+    return [space.from_json({"knobs": k}) for k in (knobs if isinstance(knobs, list) else [knobs])]
 
 
 def random_inputs(tensors: Sequence[Tensor], rng: np.random.Generator) -> list[np.ndarray]:
