@@ -46,7 +46,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from tunefleet.compiler.target import Target
 from tunefleet.tuner.host import affinity
-from tunefleet.tuner.model import extract_tasks, load_model
+from tunefleet.tuner.model import extract_tasks, load_model, prepack_weights
 from tunefleet.tuner.model.bundle import write_bundle
 from tunefleet.tuner.model.peer import kernel_inputs, random_feeds
 from tunefleet.tuner.model.tune_model import tune_model
@@ -140,7 +140,7 @@ def main() -> None:
     out = args.out or Path(tempfile.mkdtemp(prefix="resnet18-"))
     model = resnet18()
     graph = load_model(model.SerializeToString(), max_bytes=1 << 30)
-    extraction = extract_tasks(graph)
+    extraction = prepack_weights(extract_tasks(graph), Target.host())
     threads = len(affinity())
     print(f"ResNet-18: {len(extraction.tasks)} tasks for {sum(t.occurrences for t in extraction.tasks)} nodes, "
           f"untuned {extraction.untuned_share:.2%} of {extraction.total_flop / 1e9:.2f} GFLOP; "

@@ -228,10 +228,11 @@ def numpy_code(op: str, a: dict, protocol: str) -> str | None:
     return timed_code(setup, protocol)
 
 
-def candidates(space, default, n: int, rng) -> list:
-    """The default, up to n/2 of its one-knob neighbours (random order), then random configs."""
-    out = {default.index: default}
-    neighbours = space.neighbors(default)
+def candidates(space, preferred: list, n: int, rng) -> list:
+    """The preferred configs (`ops.preferred_configs`: the default, then e.g. the other method's
+    default), up to n/2 of the default's one-knob neighbours (random order), then random configs."""
+    out = {c.index: c for c in preferred}
+    neighbours = space.neighbors(preferred[0])
     for i in rng.permutation(len(neighbours))[: max(0, n // 2 - 1)]:
         out.setdefault(neighbours[i].index, neighbours[i])
     for c in space.random(rng, 4 * n):
@@ -243,8 +244,9 @@ def candidates(space, default, n: int, rng) -> list:
 
 def search(w, target, n: int, rng) -> tuple:
     """(default BuiltKernel, best BuiltKernel, best config) among up to n sampled configs."""
-    default = ops.default_config(w, target)
-    configs = candidates(ops.config_space(w, target), default, n, rng)
+    preferred = ops.preferred_configs(w, target)
+    default = preferred[0]
+    configs = candidates(default.space, preferred, n, rng)
     with ThreadPoolExecutor(2) as pool:
         built = list(pool.map(lambda c: build_workload(w, c, target), configs))
     trials = sorted(((quick_seconds(b, w), c.index, c, b) for c, b in zip(configs, built)), key=lambda t: t[:2])

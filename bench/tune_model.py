@@ -16,7 +16,7 @@ the totals, the tuning wall time, the trials measured, this host's ISA and load 
 PyTorch (when importable) runs the same model's tuned operators (conv2d / linear / matmul) at
 its default threads, as a second peer for the tuned share.
 
-    python bench/tune_model.py [--model resnet50 bert] [--trials 64] [--runs 10] [--out DIR]
+    python bench/tune_model.py [--model resnet50 bert] [--trials 64] [--runs 10] [--out DIR] [--no-prepack]
 
 Measured once, small budgets to show it works (AMD EPYC Zen 3, AVX2, 2 vCPUs shared with
 three other engineers' tests, load average 6-8, so every number is inflated and noisy,
@@ -60,7 +60,7 @@ from onnx import TensorProto, helper, numpy_helper
 import tunefleet
 from tunefleet.compiler.target import Target
 from tunefleet.tuner.host import affinity
-from tunefleet.tuner.model import extract_tasks, load_model
+from tunefleet.tuner.model import extract_tasks, load_model, prepack_weights
 from tunefleet.tuner.model.bundle import write_bundle
 from tunefleet.tuner.model.scheduler import SCHEDULERS, make_scheduler
 from tunefleet.tuner.model.tune_model import tune_model
@@ -170,10 +170,12 @@ def torch_time(tuned, runs: int) -> float | None:
     return total
 
 
-def bench(name: str, trials: int, scheduler: str, runs: int, out: Path) -> None:
+def bench(name: str, trials: int, scheduler: str, runs: int, out: Path, prepack: bool) -> None:
     build, shape, level = MODELS[name]
     model = build()
     extraction = extract_tasks(load_model(model.SerializeToString(), max_bytes=1 << 30))
+    if prepack:
+        extraction = prepack_weights(extraction, Target.host())
     threads = len(affinity())
     print(f"\n== {name}: {len(extraction.tasks)} tasks for {sum(t.occurrences for t in extraction.tasks)} nodes, "
           f"untuned {extraction.untuned_share:.2%} of {extraction.total_flop / 1e9:.2f} GFLOP; {trials} trials "
@@ -209,10 +211,12 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=10, help="profiled onnxruntime runs")
     parser.add_argument("--out", type=Path, default=None,
                         help="bundles and records.jsonl [default: a temporary directory]; records are reused")
+    parser.add_argument("--prepack", action=argparse.BooleanOptionalAction, default=True,
+                        help="constant convolution weights pre-packed (tuner.model.prepack), as tune-model does")
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="tune-model-"))
     for name in args.model:
-        bench(name, args.trials, args.scheduler, args.runs, out)
+        bench(name, args.trials, args.scheduler, args.runs, out, args.prepack)
 
 
 if __name__ == "__main__":

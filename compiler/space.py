@@ -88,8 +88,8 @@ class _Config:
 class Branch:
     """A config seen from one branch of its space's switch (made by ``cfg.branch``): ``define_*``
     register knobs active only when the switch takes the branch's value, under the prefixed
-    name; ``cfg[name]``, ``knobs`` (the space's knobs by unprefixed name: the branch's own and
-    those of every branch), ``add_flop`` and ``is_fallback`` reach through to the config."""
+    name; ``cfg[name]``, ``knobs`` (by unprefixed name: the branch's own knobs and those every
+    branch shares), ``add_flop`` and ``is_fallback`` reach through to the config."""
 
     define_split = _Config.define_split
     define_knob = _Config.define_knob

@@ -111,12 +111,13 @@ def conv_pair(out_channels: int = 16) -> onnx.ModelProto:
 def check_against_onnxruntime(bundle_dir, graph) -> int:
     """Every tuned node's kernel in the model bundle at `bundle_dir` (loaded with tunefleet.load)
     against onnxruntime running that node alone (a one-node model of `graph`, a ModelGraph) on
-    random inputs, within float32 tolerance; returns the nodes checked."""
+    random inputs, within float32 tolerance, the kernel called with `bundle.arguments` (the
+    ONNX tensors reshaped, or packed where it takes them pre-packed); returns the nodes checked."""
     import onnxruntime as ort
 
     import tunefleet
     from tunefleet.tuner.model import extract_tasks
-    from tunefleet.tuner.model.peer import kernel_inputs, random_feeds, subgraph_model
+    from tunefleet.tuner.model.peer import random_feeds, subgraph_model
 
     bundle = tunefleet.load(bundle_dir)
     matches = {m.nodes[0]: m for t in extract_tasks(graph).tasks for m in t.matches}
@@ -128,6 +129,6 @@ def check_against_onnxruntime(bundle_dir, graph) -> int:
         session = ort.InferenceSession(subgraph_model(graph, match).SerializeToString(),
                                        providers=["CPUExecutionProvider"])
         [expected] = session.run(None, feeds)
-        got = kernel(*kernel_inputs(match, feeds, kernel.args))
+        got = kernel(*bundle.arguments(node, feeds))
         np.testing.assert_allclose(got.reshape(expected.shape), expected, rtol=1e-4, atol=1e-4, err_msg=node)
     return len(matches)

@@ -7,18 +7,22 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 from click.testing import CliRunner  # noqa: E402
-from onnx_models import check_against_onnxruntime, conv_pair, depthwise_block, encoder_layer, resnet_block  # noqa: E402
+from onnx_models import (Builder, check_against_onnxruntime, conv_pair, depthwise_block, encoder_layer,  # noqa: E402
+                         resnet_block)
 
+import tunefleet  # noqa: E402
 from tunefleet.cli import main  # noqa: E402
+from tunefleet.compiler.ops.conv2d import prepacked_layout  # noqa: E402
 from tunefleet.compiler.target import Target  # noqa: E402
 from tunefleet.tuner.measure import MeasureProtocol  # noqa: E402
-from tunefleet.tuner.model import extract_tasks, load_model  # noqa: E402
+from tunefleet.tuner.model import extract_tasks, load_model, prepack_weights  # noqa: E402
 from tunefleet.tuner.model.bundle import write_bundle  # noqa: E402
 from tunefleet.tuner.model.scheduler import ProportionalScheduler, make_scheduler  # noqa: E402
 from tunefleet.tuner.model.tune_model import tune_model  # noqa: E402
@@ -61,6 +65,34 @@ def test_bundle_kernels_match_onnxruntime_node_by_node(tmp_path, build):
     assert len(rounds) == len(extraction.tasks) and all(r.source == "best record" for r in tuned.results)
     out = write_bundle(tmp_path / "bundle", tuned, model_name=f"{build.__name__}.onnx")
     assert check_against_onnxruntime(out, graph) == sum(t.occurrences for t in extraction.tasks)
+
+
+def test_constant_convolution_weights_are_prepacked_and_the_bundle_packs_them_for_the_caller(tmp_path):
+    """For the host's target, a 3×3 convolution whose weights are an initializer takes them in
+    its NCHWc default's blocked layout; the same layer with its weights a graph input, and a
+    1×1 convolution (a GEMM over the weights in place), keep OIHW. The bundle's manifest names
+    the layout of the packed argument, ModelBundle.arguments packs the ONNX weights to it, and
+    every node then gives onnxruntime's output."""
+    b = Builder(5)
+    h = b.node("Relu", [b.node("Conv", ["x", b.weight(8, 8, 3, 3), b.weight(8)], pads=[1, 1, 1, 1])])
+    h = b.node("Conv", [h, "w"], pads=[1, 1, 1, 1], strides=[2, 2])
+    out = b.node("Conv", [h, b.weight(16, 8, 1, 1)])
+    graph = load_model(b.model([("x", [1, 8, 8, 8]), ("w", [8, 8, 3, 3])], out).SerializeToString(), max_bytes=1 << 20)
+    plain = extract_tasks(graph)
+    target = Target.host()
+    extraction = prepack_weights(plain, target)
+    layouts = [t.workload.args["weight_layout"] for t in extraction.tasks]
+    assert layouts[0] == prepacked_layout(plain.tasks[0].workload, target) and layouts[0].startswith("OIHW")
+    assert layouts[0] != "OIHW" and layouts[1:] == ["OIHW", "OIHW"]
+    assert [t.matches[0].nodes for t in extraction.tasks] == [t.matches[0].nodes for t in plain.tasks]
+    tuned = tune_model(extraction, target, trials=3, records_path=tmp_path / "r.jsonl", protocol=FAST)
+    out_dir = write_bundle(tmp_path / "bundle", tuned, model_name="prepacked.onnx")
+    manifest = json.loads((out_dir / "model_manifest.json").read_text())
+    packs = {n["node"]: {a["arg"]: a["pack"] for a in n["args"] if "pack" in a} for n in manifest["nodes"]}
+    assert packs == {"Conv_1": {"weight": layouts[0]}, "Conv_3": {}, "Conv_4": {}}
+    assert check_against_onnxruntime(out_dir, graph) == 3
+    with pytest.raises(KeyError, match="reads tensor 'w', which `tensors` lacks"):
+        tunefleet.load(out_dir).arguments("Conv_3", {"relu2": np.zeros((1, 8, 8, 8), np.float32)})
 
 
 def test_cli_lists_tasks_and_explains_what_cannot_be_tuned(tmp_path):

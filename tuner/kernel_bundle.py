@@ -14,7 +14,9 @@ Contents, for library `<name>`:
   gflops, occurrences, args: the ABI argument specs in call order), `nodes` (one entry per
   occurrence: the ONNX `node` it replaces with the `fused` nodes taken into it, the `kernel`
   symbol, and `args`: per kernel argument in call order the ONNX `tensor`, its ONNX `shape`
-  (the same row-major memory as the argument's shape) and the kernel's `layout`), `untuned`
+  (the same row-major memory as the argument's shape, unless `pack` names the layout the
+  kernel takes it in: constant weights pre-packed, tuner.model.prepack) and the kernel's
+  `layout`), `untuned`
   (node, op_type, reason, flop), `estimated_latency_s` (Σ occurrences × latency),
   `untuned_flop_share`, and the build (target, flags, toolchain, build_command, so_sha256).
 
@@ -42,6 +44,7 @@ from tunefleet.compiler.abi import ABI_VERSION
 from tunefleet.compiler.artifact import MODEL_MANIFEST
 from tunefleet.compiler.build import build_info
 from tunefleet.compiler.kernel_library import build_kernel_library, library_header_text
+from tunefleet.compiler.ops.conv2d import packed_arguments
 from tunefleet.compiler.target import Target
 
 __all__ = ["library_name", "write_bundle"]
@@ -80,11 +83,13 @@ def write_bundle(out_dir: str | os.PathLike, spec: dict) -> Path:
                            "latency_s": kernel["latency_s"], "gflops": kernel["gflops"], "trials": kernel["trials"],
                            "occurrences": len(kernel["matches"]), "flop": workload.flop,
                            "args": [s.to_dict() for s in specs]}
+        packed = packed_arguments(workload)
         for match in kernel["matches"]:
             nodes.append({"node": match["nodes"][0], "fused": list(match["nodes"][1:]),
                           "op_types": list(match["op_types"]), "kernel": symbol,
                           "args": [{"arg": b["arg"], "tensor": b["tensor"], "shape": list(b["shape"]),
-                                    "layout": s.layout, "output": s.is_output}
+                                    "layout": s.layout, "output": s.is_output,
+                                    **({"pack": packed[b["arg"]]} if b["arg"] in packed else {})}
                                    for b, s in zip(match["bindings"], specs)]})
     manifest = {
         "model": model_name, "name": name, "abi_version": ABI_VERSION, "library": f"{name}.so", "header": f"{name}.h",

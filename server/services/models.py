@@ -22,8 +22,9 @@ from tunefleet.server.schemas.models import EstimatePoint, ModelOut, ModelTaskOu
 from tunefleet.server.schemas.tasks import Protocol
 from tunefleet.server.services import bounds, catalog, pools, tasks
 from tunefleet.compiler import ops
+from tunefleet.compiler.target import Target
 from tunefleet.tuner.model import (Binding, Extraction, Match, ModelError, Task, extract_tasks, load_model,
-                                    parse_input_shape)
+                                    parse_input_shape, prepack_weights)
 
 def parse(data: bytes, input_shapes: Sequence[str], settings: Settings) -> Extraction:
     """The tasks and untuned nodes of the ONNX model `data` with graph inputs fixed by
@@ -67,10 +68,11 @@ def protocol(text: str | None, settings: Settings) -> Protocol:
 
 def submit(session: Session, extraction: Extraction, *, name: str, target: str | None, device_key: str | None,
            trials: int, protocol: Protocol, input_shapes: Sequence[str], settings: Settings,
-           owner: str | None) -> Model:
+           owner: str | None, prepack: bool = True) -> Model:
     """Store model `name` with the tasks of `extraction`, a global budget of `trials` and the
     measurement `protocol` of its tasks (committed, status queued; its rounds start with
-    model_job.advance).
+    model_job.advance); with `prepack`, its convolutions' constant weights pre-packed for the
+    target (tunefleet.tuner.model.prepack).
 
     The device key and target default as for a task (services.tasks.submit): the only pool
     of live workers, their best target; a model bundle is one CPU library, so the target
@@ -87,6 +89,8 @@ def submit(session: Session, extraction: Extraction, *, name: str, target: str |
         resolved = pools.task_target(session, key, kind, parsed, settings.worker_lost_after_s)
     except FieldError as exc:  # the task's checks name body fields; here they are query fields
         raise FieldError(("query", *exc.loc[1:]), exc.message) from None
+    if prepack:
+        extraction = prepack_weights(extraction, Target.parse(resolved))
     model = Model(
         name=name, owner=owner, target=resolved, device_key=key, trials=trials, protocol=protocol.model_dump(),
         input_shapes=dict(parse_input_shape(s) for s in input_shapes),
@@ -98,8 +102,8 @@ def submit(session: Session, extraction: Extraction, *, name: str, target: str |
         ModelTask(index=i, workload=t.workload.to_json(), workload_key=t.workload.key, flop=t.flop,
                   occurrences=t.occurrences, reused=False, trials_given=0,
                   matches=[{"nodes": list(m.nodes), "op_types": list(m.op_types),
-                            "bindings": [{"arg": b.arg, "tensor": b.tensor, "shape": list(b.shape)}
-                                         for b in m.bindings]} for m in t.matches])
+                            "bindings": [{"arg": b.arg, "tensor": b.tensor, "shape": list(b.shape),
+                                          "constant": b.constant} for b in m.bindings]} for m in t.matches])
         for i, t in enumerate(extraction.tasks)
     ]
     session.add(model)
@@ -111,7 +115,8 @@ def extraction_task(t: ModelTask) -> Task:
     """The stored model task `t` as the tuner's extract.Task (its workload and every match)."""
     workload = ops.Workload.from_json(t.workload)
     return Task(workload, [Match(workload, tuple(m["nodes"]), tuple(m["op_types"]),
-                                 tuple(Binding(b["arg"], b["tensor"], tuple(b["shape"])) for b in m["bindings"]))
+                                 tuple(Binding(b["arg"], b["tensor"], tuple(b["shape"]), b.get("constant", False))
+                                       for b in m["bindings"]))
                            for m in t.matches])
 
 

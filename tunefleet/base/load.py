@@ -49,9 +49,10 @@ class ModelBundle:
     """A loaded model bundle (tuner/model/bundle.py): `manifest` (model_manifest.json),
     `kernels` (symbol → Kernel, all in the bundle's one library) and `nodes` (ONNX node name →
     its manifest entry: kernel symbol, fused nodes, and per kernel argument the ONNX tensor,
-    its ONNX shape and the layout). ``bundle.kernel_for(node)`` is the Kernel replacing ONNX
-    node `node` (the anchor of its subgraph); call it with the node's tensors reshaped to the
-    kernel's argument shapes (the same row-major memory)."""
+    its ONNX shape, the layout, and `pack` where the kernel takes a constant weight pre-packed).
+    ``bundle.kernel_for(node)`` is the Kernel replacing ONNX node `node` (the anchor of its
+    subgraph); call it with ``bundle.arguments(node, tensors)``: the node's tensors reshaped to
+    the kernel's argument shapes (the same row-major memory) or packed to their layout."""
 
     def __init__(self, directory: str | os.PathLike) -> None:
         directory = Path(directory)
@@ -69,6 +70,28 @@ class ModelBundle:
         if node not in self.nodes:
             raise KeyError(f"no kernel replaces node {node!r}; tuned nodes: {', '.join(self.nodes)}")
         return self.kernels[self.nodes[node]["kernel"]]
+
+    def arguments(self, node: str, tensors) -> list[np.ndarray]:
+        """The input arrays of `node`'s kernel from its ONNX tensors (`tensors`: tensor name →
+        array in its ONNX shape, e.g. an InferenceSession feed or the model's initializers), in
+        call order: each reshaped to its argument's shape, or packed to its `pack` layout (OIHW
+        weights → OIHW<i>i<o>o, output channels zero-padded; pack a constant once and keep it).
+        KeyError names a tuned node or tensor that is missing."""
+        kernel = self.kernel_for(node)
+        arrays = []
+        for entry, spec in zip(self.nodes[node]["args"], kernel.args):
+            if entry["output"]:
+                continue
+            if entry["tensor"] not in tensors:
+                raise KeyError(f"node {node!r} reads tensor {entry['tensor']!r}, which `tensors` lacks")
+            array = np.asarray(tensors[entry["tensor"]])
+            if "pack" in entry:
+                from tunefleet.compiler.ops.conv2d import pack_weight  # imports the operators: only when needed
+
+                arrays.append(pack_weight(array, entry["pack"]))
+            else:
+                arrays.append(np.ascontiguousarray(array).reshape(spec.shape))
+        return arrays
 
     def __repr__(self) -> str:
         return (f"<tunefleet.ModelBundle {self.manifest['model']}: {len(self.kernels)} kernels for "

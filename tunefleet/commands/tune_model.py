@@ -73,20 +73,25 @@ def _report(console: Console, extraction) -> None:
               help="timed repeats per candidate (each at least 2 ms)")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True,
               help="seconds one candidate may execute (check + timing)")
+@click.option("--prepack/--no-prepack", default=True, show_default=True,
+              help="convolutions whose weights are constants of the model (at most 14x14 output pixels) take them "
+                   "pre-packed in their kernel's blocked layout, which the caller packs once "
+                   "(model_manifest.json names it per argument; tunefleet.load(OUT).arguments packs)")
 @click.option("--list", "list_only", is_flag=True, help="print the tasks and untuned nodes, tune nothing")
 def tune_model_command(model, input_shapes, trials, scheduler, out, records_path, target, cpus_text, repeat,
-                       timeout, list_only) -> None:
+                       timeout, prepack, list_only) -> None:
     """Tune the layers of the ONNX MODEL on this machine and write one kernel library for them to OUT.
 
     E.g. `tunefleet tune-model resnet18.onnx --input-shape input=1,3,224,224 --trials 256 --out resnet18/`.
     Conv (+ bias) (+ Relu/Gelu), Gemm and MatMul (+ bias Add) (+ activation), batched MatMul
     become tasks (identical layers once, weighted by their occurrences); the other nodes are
     listed as untuned with their share of the FLOPs. `tunefleet.load(OUT)` loads the bundle;
-    OUT/model_manifest.json maps each ONNX node to its kernel symbol and argument order.
+    OUT/model_manifest.json maps each ONNX node to its kernel symbol and argument order, and
+    names the layout of each pre-packed weight (`bundle.arguments(node, tensors)` packs it).
     """
     from tunefleet.base.settings import Settings
     from tunefleet.tuner.measure import MeasureProtocol
-    from tunefleet.tuner.model import ModelError, extract_tasks, load_model, parse_input_shape
+    from tunefleet.tuner.model import ModelError, extract_tasks, load_model, parse_input_shape, prepack_weights
     from tunefleet.tuner.model.bundle import write_bundle
     from tunefleet.tuner.model.scheduler import make_scheduler
     from tunefleet.tuner.model.tune_model import tune_model
@@ -105,15 +110,17 @@ def tune_model_command(model, input_shapes, trials, scheduler, out, records_path
     except ModelError as exc:
         lines = "\n".join(f"  {p}" for p in exc.problems)
         raise click.ClickException(f"{model} cannot be tuned as given:\n{lines}") from None
+    parsed = executable_here(parse_target(target or "cpu"))
+    if parsed.kind != "cpu":
+        raise ArgumentError(f"--target: a model bundle is one CPU library; {parsed} is not a CPU target")
+    if prepack:
+        extraction = prepack_weights(extraction, parsed)
     console = Console()
     _report(console, extraction)
     if list_only:
         return
     if not extraction.tasks:
         raise click.ClickException(f"{model} has no node that an operator runs")
-    parsed = executable_here(parse_target(target or "cpu"))
-    if parsed.kind != "cpu":
-        raise ArgumentError(f"--target: a model bundle is one CPU library; {parsed} is not a CPU target")
     records_path = records_path or Settings().home / MODEL_RECORDS
 
     def round_done(task, done) -> None:

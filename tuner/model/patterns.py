@@ -44,11 +44,14 @@ class Unhandled(Exception):
 @dataclasses.dataclass(frozen=True)
 class Binding:
     """Kernel argument `arg` is ONNX tensor `tensor`, whose ONNX shape is `shape` (the same
-    row-major memory as the kernel's shape, e.g. a [1, 512] Gemm bias passed as b[512])."""
+    row-major memory as the kernel's shape, e.g. a [1, 512] Gemm bias passed as b[512], unless
+    the workload takes the argument packed: compiler.ops.conv2d.packed_arguments); `constant`:
+    the tensor is an initializer or a Constant's output, fixed for the model's life."""
 
     arg: str
     tensor: str
     shape: tuple[int, ...]
+    constant: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,7 +135,7 @@ class _Builder:
         if [a for a, _ in pairs] != names:
             raise AssertionError(f"{op}: bindings {[a for a, _ in pairs]} are not its arguments {names}")
         return Match(workload, tuple(n.name for n in self.nodes), tuple(n.op_type for n in self.nodes),
-                     tuple(Binding(a, t, _known(self.graph, t).shape) for a, t in pairs))
+                     tuple(Binding(a, t, _known(self.graph, t).shape, t in self.graph.constants) for a, t in pairs))
 
 
 def _check_dtype(graph: ModelGraph, node: onnx.NodeProto) -> str:

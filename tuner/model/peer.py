@@ -4,7 +4,8 @@ subgraph one match replaces as a model of its own, and the arrays both sides tak
 The subgraph model holds the match's nodes (the anchor and the nodes fused into it) with every
 tensor a kernel argument reads as a graph input, so the peer and the kernel compute from the
 same arrays: the kernel's arguments are those arrays reshaped to the kernel's shapes (the same
-row-major memory, compiler.abi's shapes).
+row-major memory, compiler.abi's shapes), or packed where the workload takes them pre-packed
+(compiler.ops.conv2d.packed_arguments).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from collections.abc import Mapping
 import numpy as np
 import onnx
 from onnx import helper
+
+from tunefleet.compiler.ops.conv2d import pack_weight, packed_arguments
 
 from .graph import ModelGraph
 from .patterns import Match
@@ -45,7 +48,9 @@ def random_feeds(match: Match, rng: np.random.Generator) -> dict[str, np.ndarray
 
 
 def kernel_inputs(match: Match, feeds: Mapping[str, np.ndarray], specs) -> list[np.ndarray]:
-    """The kernel's input arrays from `feeds`: each bound tensor reshaped to its argument's shape
-    (`specs`: the kernel's compiler.abi ArgSpecs in call order)."""
-    return [np.ascontiguousarray(feeds[b.tensor]).reshape(spec.shape)
+    """The kernel's input arrays from `feeds`: each bound tensor reshaped to its argument's shape,
+    or packed to its layout (`specs`: the kernel's compiler.abi ArgSpecs in call order)."""
+    packed = packed_arguments(match.workload)
+    return [pack_weight(feeds[b.tensor], packed[b.arg]) if b.arg in packed
+            else np.ascontiguousarray(feeds[b.tensor]).reshape(spec.shape)
             for b, spec in zip(match.bindings[:-1], specs)]

@@ -52,6 +52,9 @@ async def submit_model(
     input_shapes: Annotated[str | None, Query(min_length=1, max_length=4096, description="the shapes of graph "
                                               "inputs with dynamic dimensions: NAME=D1,D2,... separated by ';', "
                                               "e.g. input=1,3,224,224;mask=1,128")] = None,
+    prepack: Annotated[bool, Query(description="convolutions whose weights are constants of the model (at most "
+                                   "14x14 output pixels) take them pre-packed in their kernel's blocked layout, "
+                                   "which the bundle's model_manifest.json names per argument")] = True,
 ) -> ModelOut:
     """Tune a whole ONNX model (the body, application/octet-stream, at most the server's
     max_model_bytes; parsed, never evaluated): its Conv / Gemm / MatMul layers become tasks
@@ -70,7 +73,8 @@ async def submit_model(
         timing = models.protocol(protocol, settings)
         extraction = models.parse(data, shapes, settings)
         model = models.submit(session, extraction, name=name, target=target, device_key=device_key, trials=trials,
-                              protocol=timing, input_shapes=shapes, settings=settings, owner=caller.name)
+                              protocol=timing, input_shapes=shapes, settings=settings, owner=caller.name,
+                              prepack=prepack)
         return model.id, models.model_out(session, models.get(session, model.id))
 
     model_id, out = await in_session(request, submit)
