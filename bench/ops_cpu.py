@@ -1,9 +1,10 @@
 """Benchmark: tunefleet's CPU operators against PyTorch (oneDNN), onnxruntime and numpy, in one run.
 
 Workloads (batch 1, float32): the ResNet-50 conv2d layers (NCHW, fused bias + relu; the
-last 3×3 layer also with pre-packed weights; the stride-2 layers), MobileNet-v1 depthwise
-layers, BERT's attention batch_matmul 12×128×64 · 12×64×128, and dense layers (ResNet's
-classifier 1×512 → 1000, BERT's FFN 768 → 3072 at 1 and 128 tokens). For each: our default
+last 3×3 layer also with pre-packed weights, as a model bundle takes them; the stride-2
+layers), MobileNet-v1 depthwise layers, BERT's attention batch_matmul 12×128×64 · 12×64×128,
+and dense layers (ResNet's classifier 1×512 → 1000, BERT's FFN 768 → 3072 at 1 and 128
+tokens). For each: our default
 config (no tuning), the best of up to 32 configs sampled from the template's space (the
 default's one-knob neighbours and random points, ranked by a quick in-process timing), and
 the peers: PyTorch on the CPU when it is installed, onnxruntime on a one-node model (not for
@@ -77,6 +78,7 @@ from common import (PROCESSES, export, interleaved_seconds, kernel_code, numpy_e
 
 from tunefleet.compiler import ops  # noqa: E402
 from tunefleet.compiler.driver import build_workload  # noqa: E402
+from tunefleet.compiler.ops.conv2d import with_prepacked_weights  # noqa: E402
 from tunefleet.compiler.target import Target  # noqa: E402
 
 _CONV = {"N": 1, "bias": True, "epilogue": "relu"}
@@ -86,8 +88,7 @@ WORKLOADS = {
     "conv3 3x3": ("conv2d_nchw", {**_CONV, "CI": 128, "CO": 128, "H": 28, "W": 28, "KH": 3, "KW": 3, "padding": 1}),
     "conv4 3x3": ("conv2d_nchw", {**_CONV, "CI": 256, "CO": 256, "H": 14, "W": 14, "KH": 3, "KW": 3, "padding": 1}),
     "conv5 3x3": ("conv2d_nchw", {**_CONV, "CI": 512, "CO": 512, "H": 7, "W": 7, "KH": 3, "KW": 3, "padding": 1}),
-    "conv5 packed": ("conv2d_nchw", {**_CONV, "CI": 512, "CO": 512, "H": 7, "W": 7, "KH": 3, "KW": 3, "padding": 1,
-                                     "weight_layout": "packed"}),  # packed_layout's, for the host
+    "conv5 packed": ("conv2d_nchw", {**_CONV, "CI": 512, "CO": 512, "H": 7, "W": 7, "KH": 3, "KW": 3, "padding": 1}),
     "conv5 3x3 s2": ("conv2d_nchw", {**_CONV, "CI": 512, "CO": 512, "H": 14, "W": 14, "KH": 3, "KW": 3,
                                      "padding": 1, "stride": 2}),
     "conv3 3x3 s2": ("conv2d_nchw", {**_CONV, "CI": 128, "CO": 128, "H": 56, "W": 56, "KH": 3, "KW": 3,
@@ -110,14 +111,9 @@ WORKLOADS = {
 }
 
 
-def packed_layout(target: Target) -> str:
-    """The pre-packed weight layout of the row "conv5 packed": OIHW<lanes>i<oc>o with output-channel
-    blocks of two vectors where the vector registers hold a 7-column tile of them (AVX-512's 32:
-    14 accumulators), else one (AVX2's 16). AMD Zen 5, 2 threads, 512@7² 3×3, default configs,
-    GFLOP/s: AVX-512 OIHW16i16o 371, OIHW16i32o 503, OIHW16i64o 419 (a tile that spills); built
-    for AVX2 OIHW8i8o 198, OIHW8i16o 139."""
-    lanes = target.lanes("float32")
-    return f"OIHW{lanes}i{lanes * (2 if target.vector_bytes >= 64 else 1)}o"
+#: Rows whose weights are pre-packed as a model bundle's constant weights are
+#: (compiler.ops.conv2d.prepacked_layout for the target).
+PREPACKED = ("conv5 packed",)
 
 
 def torch_available() -> bool:
@@ -275,11 +271,11 @@ def main() -> None:
           + f" {'peak':>6} " + " ".join(f"{'/' + p:>8}" for p in peers) + f" {'%peak def/best':>14}  best config")
     rng = np.random.default_rng(0)
     for name, (op, a) in WORKLOADS.items():
-        a = {**a, "weight_layout": packed_layout(target)} if a.get("weight_layout") == "packed" else a
         if args.only and not any(name.startswith(o) for o in args.only):
             continue
         t0 = time.time()
         w = ops.make_workload(op, a)
+        w = with_prepacked_weights(w, target) if name in PREPACKED else w
         default_built, best_built, best_cfg = search(w, target, min(args.configs, 32), rng)
         codes = [(peak_code(args.threads, **PEAK_RUNS[args.protocol]), None)]
         codes += [(kernel_code(export(b, w, scratch_dir("tf-bench-")), **PROTOCOLS[args.protocol]), None)

@@ -14,6 +14,9 @@ from onnx import TensorProto, helper
 from onnx_models import Builder, resnet_block
 from test_service_tuning import register
 
+from tunefleet.compiler import ops
+from tunefleet.compiler.ops.conv2d import prepacked_layout
+from tunefleet.compiler.target import Target
 from tunefleet.server import model_job
 from tunefleet.server.db.models import Artifact, BestRecord, Model, ModelRound, Task, TaskStatus
 from tunefleet.server.services import tuning
@@ -107,6 +110,12 @@ def test_a_model_lists_its_tasks_and_untuned_nodes(api, tokens) -> None:
     assert model["estimated_latency_s"] is None and model["history"] == []
     assert api.get(f"/api/v1/models/{model['id']}").json()["tasks"] == model["tasks"]
     assert [m["id"] for m in api.get("/api/v1/models").json()["items"]] == [model["id"]]
+    # the 3×3 layer's constant weights pre-packed for the model's target, the 1×1 GEMM's not
+    layouts = [t["workload"]["args"].get("weight_layout", "OIHW") for t in model["tasks"]]
+    conv = ops.make_workload("conv2d_nchw", {**model["tasks"][0]["workload"]["args"], "weight_layout": "OIHW"})
+    assert layouts == [prepacked_layout(conv, Target.parse(TARGET)), "OIHW"] and layouts[0] != "OIHW"
+    plain = post(api, two_convs(), trials=8, prepack="false").json()
+    assert [t["workload"]["args"].get("weight_layout", "OIHW") for t in plain["tasks"]] == ["OIHW", "OIHW"]
 
 
 def test_only_its_owner_or_an_admin_downloads_a_models_bundle(api, tokens, settings) -> None:

@@ -260,15 +260,17 @@ class Client:
     def submit_model(self, model: str | Path | bytes, *, name: str | None = None, trials: int = 64,
                      target: str | None = None, device_key: str | None = None,
                      input_shapes: dict[str, Sequence[int]] | None = None,
-                     protocol: dict[str, Any] | None = None) -> dict[str, Any]:
+                     protocol: dict[str, Any] | None = None, prepack: bool = True) -> dict[str, Any]:
         """Submit an ONNX model (a file path or its bytes) for whole-model tuning with `trials`
         in all, spread over its layers by the server's task scheduler; `input_shapes` fixes
         graph inputs with dynamic dimensions (name → dims); `protocol` how workers time its
-        candidates (the task protocol's fields; default: the workers' defaults). Returns the model: its tasks
+        candidates (the task protocol's fields; default: the workers' defaults); `prepack`:
+        convolutions take their constant weights pre-packed. Returns the model: its tasks
         (layers), untuned nodes and status. ServiceError (422) lists the nodes it cannot handle."""
         data = model if isinstance(model, bytes) else Path(model).read_bytes()
         label = name or (Path(model).name if not isinstance(model, bytes) else "model.onnx")
-        params: dict[str, Any] = {"name": label, "trials": trials, "target": target, "device_key": device_key}
+        params: dict[str, Any] = {"name": label, "trials": trials, "target": target, "device_key": device_key,
+                                  "prepack": str(prepack).lower()}
         if protocol is not None:
             params["protocol"] = json.dumps(protocol)
         if input_shapes:

@@ -37,21 +37,24 @@ def _shapes(texts: tuple[str, ...]) -> dict[str, list[int]]:
 @click.option("--device-key", default=None, help="pool of workers [default: the only pool of live CPU workers]")
 @click.option("--target", default=None, help="a CPU target, e.g. 'cpu -isa=avx2' [default: the best the hosts run]")
 @click.option("--repeat", type=click.IntRange(min=1), help="timed repeats per candidate [default: the workers']")
+@click.option("--prepack/--no-prepack", default=True, show_default=True,
+              help="convolutions whose weights are constants of the model take them pre-packed in their kernel's "
+                   "blocked layout (the bundle's model_manifest.json names it; tunefleet.load(OUT).arguments packs)")
 @click.option("--wait", "wait_", is_flag=True, help="wait for the model to finish, printing its progress")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               help="with --wait: download the model bundle into this folder (tunefleet.load opens it)")
 @click.option("--json", "as_json", is_flag=True, help="print the model as JSON")
 @_client_command
 def submit_model_command(client: Client, model: Path, input_shapes: tuple[str, ...], trials: int,
-                         device_key: str | None, target: str | None, repeat: int | None, wait_: bool, out_dir: Path | None,
-                         as_json: bool) -> None:
+                         device_key: str | None, target: str | None, repeat: int | None, prepack: bool, wait_: bool,
+                         out_dir: Path | None, as_json: bool) -> None:
     """Tune the layers of the ONNX MODEL on the service's workers, e.g.
     `tunefleet submit-model resnet18.onnx --trials 256 --wait --out resnet18/`."""
     if out_dir is not None and not wait_:
         raise ArgumentError("--out: needs --wait (the bundle exists once the model is done)")
     submitted = client.submit_model(model, trials=trials, target=target, device_key=device_key,
                                     input_shapes=_shapes(input_shapes),
-                                    protocol=None if repeat is None else {"repeat": repeat})
+                                    protocol=None if repeat is None else {"repeat": repeat}, prepack=prepack)
     if not as_json:
         click.echo(f"model {submitted['id']}: {len(submitted['tasks'])} layers, "
                    f"{submitted['untuned_flop_share']:.1%} of the FLOPs untuned")
