@@ -29,7 +29,10 @@ block of N (pack_b "block"), numpy/OpenBLAS of the same run after the arrow:
 
 The fp32 FMA peak this bench measures varies with the load (268-348 for 2 threads); 176
 for one thread, so about 350 for two: the default reaches about 93% of it at 1024³.
-OpenBLAS's AVX2 kernels (OPENBLAS_CORETYPE=Haswell) reach 160 there.
+OpenBLAS's AVX2 kernels (OPENBLAS_CORETYPE=Haswell) reach 160 there. Again on a model 207,
+later (peak 315 for 2 threads; a noisier host: kernel medians up to 30% below their bests),
+best of 16 / numpy / ratio: 256³ 210 / 163 / 1.49, 512³ 305 / 192 / 1.27, 1024³ 299 (default
+271) / 199 / 1.39, 2048³ 294 / 292 / 1.01, 128×3072×768 267 / 217 / 1.24.
 
 On an AMD EPYC Zen 3 (AVX2 only, family 25 model 1; a 2-vCPU Firecracker VM whose
 neighbours disturb it: one kernel's timing varied 1.5-2x between rounds, while the register-
