@@ -48,7 +48,7 @@ from tunefleet.compiler.target import Target
 from tunefleet.tuner.host import affinity
 from tunefleet.tuner.model import extract_tasks, load_model, prepack_weights
 from tunefleet.tuner.model.bundle import write_bundle
-from tunefleet.tuner.model.peer import kernel_inputs, random_feeds
+from tunefleet.tuner.model.peer import random_feeds
 from tunefleet.tuner.model.tune_model import tune_model
 
 import tunefleet
@@ -181,7 +181,7 @@ def compare_tasks(tuned, bundle, profile: dict[str, float]) -> tuple[float, floa
         task = result.task
         match = task.matches[0]
         kernel = bundle.kernel_for(match.nodes[0])
-        latency = float(np.median(kernel.time(*kernel_inputs(match, random_feeds(match, rng), kernel.args),
+        latency = float(np.median(kernel.time(*bundle.arguments(match.nodes[0], random_feeds(match, rng)),
                                               repeat=10, min_repeat_ms=50)))
         theirs = node_time(profile, [n for m in task.matches for n in m.nodes])
         ours = task.occurrences * latency

@@ -306,11 +306,11 @@ def has_method_choice(a: dict) -> bool:
 
 
 def gemm_template(cfg, workload, target):
-    """The "gemm" method: out[n] = weight[CO, CI·KH·KW] · pixels[n][CI·KH·KW, OH·OW] (+ bias per row, epilogue) on
-    the CPU GEMM schedule of `matmul` (register tiles, cache blocking, packed panels), over
-    views of the NCHW / OIHW arguments with their own memory layout: the weights are the
-    GEMM's A, read in place (OIHW rows are contiguous runs of CI·KH·KW), no packing into
-    NCHWc and back.
+    """The "gemm" method: out[n] = weight[CO, CI·KH·KW] · pixels[n][CI·KH·KW, OH·OW] (+ bias
+    per row, epilogue) on the CPU GEMM schedule of `matmul` (register tiles, cache blocking,
+    packed panels), over views of the NCHW / OIHW arguments with their own memory layout: the
+    weights are the GEMM's A, read in place (OIHW rows are contiguous runs of CI·KH·KW), no
+    packing into NCHWc and back.
 
     A 1×1 convolution with stride 1 and no padding reads data itself as B, [N, CI, H·W].
     Otherwise B is the pixels each output reads (im2col, Chellapilla et al. 2006): B[n, (ci,

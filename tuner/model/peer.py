@@ -1,27 +1,22 @@
 """What a peer runtime (e.g. onnxruntime) needs to check a tuned kernel against the model: the
-subgraph one match replaces as a model of its own, and the arrays both sides take.
+subgraph one match replaces as a model of its own, and random arrays for its inputs.
 
 The subgraph model holds the match's nodes (the anchor and the nodes fused into it) with every
 tensor a kernel argument reads as a graph input, so the peer and the kernel compute from the
-same arrays: the kernel's arguments are those arrays reshaped to the kernel's shapes (the same
-row-major memory, compiler.abi's shapes), or packed where the workload takes them pre-packed
-(compiler.ops.conv2d.packed_arguments).
+same arrays: the kernel's arguments are those arrays as a model bundle's
+`ModelBundle.arguments` makes them (reshaped to the kernel's shapes, or packed).
 """
 
 from __future__ import annotations
-
-from collections.abc import Mapping
 
 import numpy as np
 import onnx
 from onnx import helper
 
-from tunefleet.compiler.ops.conv2d import pack_weight, packed_arguments
-
 from .graph import ModelGraph
 from .patterns import Match
 
-__all__ = ["subgraph_model", "random_feeds", "kernel_inputs"]
+__all__ = ["subgraph_model", "random_feeds"]
 
 _ONNX_TYPES = {"float32": onnx.TensorProto.FLOAT, "float64": onnx.TensorProto.DOUBLE}
 
@@ -45,12 +40,3 @@ def random_feeds(match: Match, rng: np.random.Generator) -> dict[str, np.ndarray
     """Random inputs in [-1, 1) of `match`'s subgraph model (tensor name → array, ONNX shapes)."""
     dtype = match.workload.args["dtype"]
     return {b.tensor: (rng.random(b.shape) * 2 - 1).astype(dtype) for b in match.bindings[:-1]}
-
-
-def kernel_inputs(match: Match, feeds: Mapping[str, np.ndarray], specs) -> list[np.ndarray]:
-    """The kernel's input arrays from `feeds`: each bound tensor reshaped to its argument's shape,
-    or packed to its layout (`specs`: the kernel's compiler.abi ArgSpecs in call order)."""
-    packed = packed_arguments(match.workload)
-    return [pack_weight(feeds[b.tensor], packed[b.arg]) if b.arg in packed
-            else np.ascontiguousarray(feeds[b.tensor]).reshape(spec.shape)
-            for b, spec in zip(match.bindings[:-1], specs)]
