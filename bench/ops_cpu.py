@@ -60,6 +60,18 @@ before -> after their weight packing stored whole vectors: 3×3 56² 209 (1.66 -
 now reaches 189 and 159 (not chosen: on a Xeon the GEMM won, before that packing); pre-packed
 OIHW16i32o 225 (1.22 / 0.96); 1×1 layers 1.15-6.9 / 0.89-1.48; dense 1×512 -> 1000 77 (3.66 /
 1.61, OpenBLAS 1.22-1.30).
+
+On an Intel Xeon (model 207, AVX-512, 2 vCPUs; a noisy host: the measured peak 214-361, kernel
+medians up to 30% below their bests, so ratios of single rows swing), 8 configs, 3 rounds, after
+the 7² layers' space became the union of the im2col GEMM and NCHWc: 3×3 56² 269 (2.76 / 1.24),
+28² 282 (0.79 / 0.84; re-timed alone in 8 rounds: 298 vs PyTorch 287, 1.02), 14² 256 (1.04 /
+0.72), 7² 179 (1.10 / 0.74; its best of 8 an NCHWc config), pre-packed OIHW8i32o 235 (1.41 /
+0.87), s2 512@14² 186 (1.41 / 0.79), s2 128@56² 213 (1.38 / 0.91); 1×1 layers 1.43-6.6 / 0.91-1.29;
+depthwise 3.3-18.7 / 1.7-2.2; dense 128×768 -> 3072 231 (0.88 / 0.66, OpenBLAS 1.86). The 7²
+layers re-timed alone, 8 rounds, best GFLOP/s (÷ PyTorch by rounds): 512@7² GEMM 194 (1.05),
+NCHWc packing per call 186, pre-packed 243 (1.40), PyTorch 159; s2 512@14² 192 (1.31) / 175 /
+206 (1.39) / 149. onnxruntime (MLAS, weights packed once per session) leads our per-call
+kernels on most 3×3 layers here.
 """
 
 from __future__ import annotations
