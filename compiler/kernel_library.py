@@ -68,11 +68,12 @@ def build_kernel_library(name: str, kernels: Sequence[tuple[object, ConfigEntity
     return KernelLibrary(name, so_path, text, target, specs)
 
 
-def library_header_text(name: str, kernels: Mapping[str, Sequence[ArgSpec]], *, doc: str) -> str:
+def library_header_text(name: str, kernels: Mapping[str, Sequence[ArgSpec]], *, doc: str,
+                        helpers: Sequence[str] = ()) -> str:
     """The public header `<name>.h` of a kernel library: for each kernel its arguments (dtype,
     shape, layout) and the prototypes of ``<symbol>``, ``<symbol>_checked`` and
     ``<symbol>_packed``, then the DLPack declarations and the runtime API. `doc` (free text)
-    opens it."""
+    opens it; `helpers`: C source (static inline functions) placed after the prototypes."""
     guard = f"TUNEFLEET_LIBRARY_{name.upper()}_H_"
     doc_lines = [f" * {line}".rstrip() for line in doc.replace("*/", "* /").splitlines()]
     declarations = []
@@ -95,6 +96,7 @@ def library_header_text(name: str, kernels: Mapping[str, Sequence[ArgSpec]], *, 
         " */",
         *header_opening(guard),
         *declarations,
+        *helpers,
         *runtime_api_declarations(name),
         *header_closing(guard),
     ])

@@ -6,6 +6,7 @@ one-node model, within float32 tolerance."""
 from __future__ import annotations
 
 import json
+import subprocess
 
 import numpy as np
 import pytest
@@ -19,7 +20,7 @@ from onnx_models import (Builder, check_against_onnxruntime, conv_pair, depthwis
 
 import tunefleet  # noqa: E402
 from tunefleet.cli import main  # noqa: E402
-from tunefleet.compiler.ops.conv2d import prepacked_layout  # noqa: E402
+from tunefleet.compiler.ops.conv2d import pack_weight, prepacked_layout  # noqa: E402
 from tunefleet.compiler.target import Target  # noqa: E402
 from tunefleet.tuner.measure import MeasureProtocol  # noqa: E402
 from tunefleet.tuner.model import extract_tasks, load_model, prepack_weights  # noqa: E402
@@ -72,7 +73,8 @@ def test_constant_convolution_weights_are_prepacked_and_the_bundle_packs_them_fo
     its NCHWc default's blocked layout; the same layer with its weights a graph input, and a
     1×1 convolution (a GEMM over the weights in place), keep OIHW. The bundle's manifest names
     the layout of the packed argument, ModelBundle.arguments packs the ONNX weights to it, and
-    every node then gives onnxruntime's output."""
+    every node then gives onnxruntime's output; from C, the header's <kernel>_pack_weight packs
+    them alike."""
     b = Builder(5)
     h = b.node("Relu", [b.node("Conv", ["x", b.weight(8, 8, 3, 3), b.weight(8)], pads=[1, 1, 1, 1])])
     h = b.node("Conv", [h, "w"], pads=[1, 1, 1, 1], strides=[2, 2])
@@ -93,6 +95,20 @@ def test_constant_convolution_weights_are_prepacked_and_the_bundle_packs_them_fo
     assert check_against_onnxruntime(out_dir, graph) == 3
     with pytest.raises(KeyError, match="reads tensor 'w', which `tensors` lacks"):
         tunefleet.load(out_dir).arguments("Conv_3", {"relu2": np.zeros((1, 8, 8, 8), np.float32)})
+    # a C caller packs the weights with the header's <kernel>_pack_weight, as pack_weight_np does
+    symbol = manifest["nodes"][0]["kernel"]
+    oihw = np.arange(8 * 8 * 3 * 3, dtype=np.float32) / 7
+    program = tmp_path / "pack.c"
+    program.write_text("\n".join([
+        "#include <stdio.h>", f'#include "{manifest["header"]}"', "int main(void) {",
+        f"  static float w[{oihw.size}], packed[{pack_weight(oihw.reshape(8, 8, 3, 3), layouts[0]).size}];",
+        f"  for (int i = 0; i < {oihw.size}; ++i) w[i] = (float)i / 7;",
+        f"  {symbol}_pack_weight(w, packed);",
+        "  fwrite(packed, sizeof packed, 1, stdout);", "  return 0;", "}"]))
+    subprocess.run(["gcc", "-O1", "-Wall", "-Werror", str(program), "-I", str(out_dir), "-o", str(tmp_path / "pack")],
+                   check=True)
+    packed = np.frombuffer(subprocess.run([str(tmp_path / "pack")], capture_output=True, check=True).stdout, np.float32)
+    np.testing.assert_array_equal(packed, pack_weight(oihw.reshape(8, 8, 3, 3), layouts[0]).ravel())
 
 
 def test_cli_lists_tasks_and_explains_what_cannot_be_tuned(tmp_path):

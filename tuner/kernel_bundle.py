@@ -15,8 +15,8 @@ Contents, for library `<name>`:
   occurrence: the ONNX `node` it replaces with the `fused` nodes taken into it, the `kernel`
   symbol, and `args`: per kernel argument in call order the ONNX `tensor`, its ONNX `shape`
   (the same row-major memory as the argument's shape, unless `pack` names the layout the
-  kernel takes it in: constant weights pre-packed, tuner.model.prepack) and the kernel's
-  `layout`), `untuned`
+  kernel takes it in: constant weights pre-packed, tuner.model.prepack, which the header's
+  `<symbol>_pack_weight` packs from OIHW) and the kernel's `layout`), `untuned`
   (node, op_type, reason, flop), `estimated_latency_s` (Σ occurrences × latency),
   `untuned_flop_share`, and the build (target, flags, toolchain, build_command, so_sha256).
 
@@ -44,7 +44,7 @@ from tunefleet.compiler.abi import ABI_VERSION
 from tunefleet.compiler.artifact import MODEL_MANIFEST
 from tunefleet.compiler.build import build_info
 from tunefleet.compiler.kernel_library import build_kernel_library, library_header_text
-from tunefleet.compiler.ops.conv2d import packed_arguments
+from tunefleet.compiler.ops.conv2d import pack_weight_c, packed_arguments
 from tunefleet.compiler.target import Target
 
 __all__ = ["library_name", "write_bundle"]
@@ -75,7 +75,7 @@ def write_bundle(out_dir: str | os.PathLike, spec: dict) -> Path:
     os.replace(staged, out / f"{name}.so")  # a new file: a process that loaded the old one keeps it intact
     (out / f"{name}.c").write_text(library.source)
     info = build_info(library.so_path)
-    kernels, nodes = {}, []
+    kernels, nodes, helpers = {}, [], []
     for workload, kernel in zip(workloads, spec["kernels"]):
         symbol = workload.kernel_name(target)
         specs = library.kernels[symbol]
@@ -84,6 +84,7 @@ def write_bundle(out_dir: str | os.PathLike, spec: dict) -> Path:
                            "occurrences": len(kernel["matches"]), "flop": workload.flop,
                            "args": [s.to_dict() for s in specs]}
         packed = packed_arguments(workload)
+        helpers += [pack_weight_c(symbol, workload)] if packed else []
         for match in kernel["matches"]:
             nodes.append({"node": match["nodes"][0], "fused": list(match["nodes"][1:]),
                           "op_types": list(match["op_types"]), "kernel": symbol,
@@ -102,6 +103,6 @@ def write_bundle(out_dir: str | os.PathLike, spec: dict) -> Path:
     doc = (f"Model: {model_name}; target: {target}; device key: {spec['device_key']}\n"
            f"{MODEL_MANIFEST} maps each ONNX node to its kernel and argument order.\n"
            f"Rebuild from {name}.c: {info['command']}")
-    (out / f"{name}.h").write_text(library_header_text(name, library.kernels, doc=doc))
+    (out / f"{name}.h").write_text(library_header_text(name, library.kernels, doc=doc, helpers=helpers))
     (out / MODEL_MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return out

@@ -539,6 +539,31 @@ def pack_weight(weight: np.ndarray, layout: str) -> np.ndarray:
     return pack_weight_np(weight, *blocks)
 
 
+def pack_weight_c(symbol: str, workload: Workload) -> str:
+    """C source of ``static inline void <symbol>_pack_weight(const T *oihw, T *packed)`` for a
+    header: it packs OIHW weights [CO, CI, KH, KW] into the pre-packed `weight_layout` of
+    `workload` (what `pack_weight_np` does), so a C or C++ caller packs a constant weight once.
+    T is the workload's C type (float / double)."""
+    a = workload.args
+    ib, ob = packed_blocks(a)
+    CO, CI, KH, KW = a["CO"], a["CI"], a["KH"], a["KW"]
+    t = "float" if a["dtype"] == "float32" else "double"
+    oc = -(-CO // ob)
+    return "\n".join([
+        f"/* Packs OIHW weights [{CO}, {CI}, {KH}, {KW}] into {symbol}'s weight argument, {a['weight_layout']}",
+        f" * [{oc}, {CI // ib}, {KH}, {KW}, {ib}, {ob}] (output channels zero-padded): call it once per weight. */",
+        f"static inline void {symbol}_pack_weight(const {t} *oihw, {t} *packed) {{",
+        f"  for (long o = 0; o < {oc}; ++o) for (long i = 0; i < {CI // ib}; ++i)",
+        f"    for (long h = 0; h < {KH}; ++h) for (long w = 0; w < {KW}; ++w)",
+        f"      for (long ib = 0; ib < {ib}; ++ib) for (long ob = 0; ob < {ob}; ++ob) {{",
+        f"        long co = o * {ob} + ob, ci = i * {ib} + ib;",
+        f"        *packed++ = co < {CO} ? oihw[((co * {CI} + ci) * {KH} + h) * {KW} + w] : ({t})0;",
+        "      }",
+        "}",
+        "",
+    ])
+
+
 def _layouts(a: dict) -> dict[str, str]:
     blocks = packed_blocks(a)
     weight = (f"OIHW [CO, CI{'/groups' if groups(a) > 1 else ''}, KH, KW]" if blocks is None else
