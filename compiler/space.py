@@ -29,6 +29,7 @@ no switch numbers its configs exactly as before.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -205,7 +206,7 @@ class ConfigSpace(_Config):
             raise ConfigError(f"config index {index!r} out of range for a space of size {self.size}")
         index = int(index)
         switch, branches, offsets = self._layout()
-        branch = max(b for b in range(len(branches)) if offsets[b] <= index)
+        branch = bisect.bisect_right(offsets, index) - 1
         digits, t = [0] * len(self.knobs), index - offsets[branch]
         if switch is not None:
             digits[switch] = branch

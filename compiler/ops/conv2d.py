@@ -294,6 +294,8 @@ IM2COL_MAX_PIXELS = 64
 #: pixels: "gemm" (`gemm_template`; the knobs of matmul, what such configs meant before the
 #: knob existed) or "nchwc" (the direct NCHWc schedule; its knobs prefixed "nchwc_").
 METHODS = ("gemm", "nchwc")
+#: The prefix of the NCHWc knobs' names in a space with a method choice.
+DIRECT_PREFIX = "nchwc_"
 
 
 def has_method_choice(a: dict) -> bool:
@@ -349,6 +351,12 @@ def gemm_template(cfg, workload, target):
     return sch, kernel_args(data, weight, bias, out)
 
 
+def direct_view(cfg, a: dict):
+    """What the NCHWc knobs are defined on and read from: `cfg` itself (a config or a space),
+    or its "nchwc" branch where the convolution has a method choice."""
+    return cfg.branch("method", "nchwc", prefix=DIRECT_PREFIX) if has_method_choice(a) else cfg
+
+
 def direct_template(cfg, a: dict, target):
     """The NCHWc schedule (module docstring) in a config that has `define_knobs`' knobs."""
     cfg.add_flop(flop(a))
@@ -363,13 +371,11 @@ def cpu_template(cfg, workload, target):
     a = workload.args
     if is_pointwise(a):
         return gemm_template(cfg, workload, target)
-    if not has_method_choice(a):
-        define_knobs(cfg, a, target.lanes(a["dtype"]))
-        return direct_template(cfg, a, target)
-    cfg.define_knob("method", list(METHODS), absent="gemm")
-    direct = cfg.branch("method", "nchwc", prefix="nchwc_")
+    if has_method_choice(a):
+        cfg.define_knob("method", list(METHODS), absent="gemm")
+    direct = direct_view(cfg, a)
     define_knobs(direct, a, target.lanes(a["dtype"]))
-    if cfg["method"].val == "nchwc":
+    if direct is cfg or cfg["method"].val == "nchwc":
         return direct_template(direct, a, target)
     return gemm_template(cfg.branch("method", "gemm"), workload, target)
 
@@ -452,11 +458,11 @@ def default_config(space, workload, target) -> list[dict]:
     a = workload.args
     if is_pointwise(a):
         return [gemm_conv_default(space, a, target.lanes(a["dtype"]), target.vector_bytes)]
+    direct = direct_default(direct_view(space, a), a, target)
     if not has_method_choice(a):
-        return [direct_default(space, a, target)]
-    direct = direct_default(space.branch("method", "nchwc", prefix="nchwc_"), a, target)
+        return [direct]
     return [{"method": "gemm", **gemm_conv_default(space, a, target.lanes(a["dtype"]), target.vector_bytes)},
-            {"method": "nchwc", **{f"nchwc_{k}": v for k, v in direct.items()}}]
+            {"method": "nchwc", **{DIRECT_PREFIX + k: v for k, v in direct.items()}}]
 
 
 def tile_columns(OW: int, limit: int) -> int:
@@ -510,9 +516,7 @@ def prepacked_layout(workload: Workload, target) -> str | None:
     OH, OW = out_size(a)
     if is_pointwise(a) or groups(a) > 1 or packed_blocks(a) is not None or OH * OW > PREPACK_MAX_PIXELS:
         return None
-    space = config_space(workload, target)
-    direct = direct_default(space.branch("method", "nchwc", prefix="nchwc_") if has_method_choice(a) else space,
-                            a, target)
+    direct = direct_default(direct_view(config_space(workload, target), a), a, target)
     return f"OIHW{direct['ic_bn']}i{direct['oc_bn']}o"
 
 
