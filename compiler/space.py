@@ -300,6 +300,23 @@ class ConfigSpace(_Config):
                 digits[i] = int(rng.integers(len(knobs[i])))
         return self._entity(digits)
 
+    def step(self, entity: ConfigEntity, rng: np.random.Generator) -> ConfigEntity:
+        """A copy of ``entity`` with one active knob, not the switch, moved to an adjacent choice
+        (index ± 1): the smallest change to a knob whose candidates are ordered (split factors,
+        sizes), where :meth:`mutate` may jump from the largest to the smallest. Stays within the
+        config's branch. Returns ``entity`` itself when no such knob has more than one choice.
+        """
+        knobs = list(self.knobs.values())
+        switch = self._layout()[0]
+        movable = [i for i in self._active(entity.digits) if i != switch and len(knobs[i]) > 1]
+        if not movable:
+            return entity
+        pos = movable[int(rng.integers(len(movable)))]
+        digits = list(entity.digits)
+        d = digits[pos]
+        digits[pos] = d - 1 if d == len(knobs[pos]) - 1 or (d > 0 and rng.random() < 0.5) else d + 1
+        return self._entity(digits)
+
     def neighbors(self, entity: ConfigEntity) -> list[ConfigEntity]:
         """Every config that differs from ``entity`` in exactly one active knob (a changed switch
         takes choice 0 of its new branch's knobs)."""

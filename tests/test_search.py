@@ -133,6 +133,53 @@ def test_model_guided_learns_to_avoid_failing_configs():
     assert sum(c["vec"].val == 16 for c in batch) <= 2  # a quarter of the space, avoided but for ε
 
 
+def test_warm_up_steps_from_the_best_measured_configs_until_the_model_is_fit():
+    """Without a transferred model, the trials after the first ones are one-knob steps from the
+    best measured configs (not a nearly flat model's picks): near a good default they are much
+    faster than random configs; the model is fit once `warmup` results are in."""
+    space = tiled_space()
+    rng = np.random.default_rng(0)
+    good = min(space.random(rng, 300), key=seconds)  # a good (not the best) config, as a default rule gives
+    search = ModelGuidedSearch(space, knob_features, seed=0, warmup=16, epsilon=0)
+    search.prefer([good])
+    trials = search.next_batch(1)
+    search.update(trials, measure(trials))
+    while len(trials) < 16:
+        batch = search.next_batch(4)
+        assert not search.model.trained
+        search.update(batch, measure(batch))
+        trials.extend(batch)
+    assert search.model.trained
+    measured = [good]
+    for c in trials[1:]:
+        assert any(sum(abs(a - b) for a, b in zip(c.digits, p.digits)) == 1 for p in measured), c
+        measured.append(c)
+    randomly = RandomSearch(space, seed=0).next_batch(15)
+    assert np.mean([seconds(c) for c in trials[1:]]) < 0.5 * np.mean([seconds(c) for c in randomly])
+
+
+def test_a_batch_of_mispredicted_configs_refits_the_model_at_once():
+    """After the warm-up, results below half the best (configs the model ranked high) refit the
+    model before `retrain_every` new results; results near the best do not."""
+    space = tiled_space()
+    search = ModelGuidedSearch(space, knob_features, seed=0, warmup=8, retrain_every=100)
+    batch = search.next_batch(8)
+    search.update(batch, measure(batch))
+    assert search.model.version == 1
+    best = max(1 / seconds(c) for c in batch)
+    near, far = space.get(0), space.get(1)
+
+    def at(throughput):
+        return MeasureResult("ok", [1 / throughput])
+
+    search.update([near], [at(0.9 * best)])
+    assert search.model.version == 1
+    search.update([far], [at(0.1 * best)])
+    assert search.model.version == 1  # one surprise may be noise
+    search.update([space.get(2)], [MeasureResult("runtime_error", error="x")])
+    assert search.model.version == 2
+
+
 def test_diversity_spreads_a_batch_over_more_knob_values():
     space = tiled_space()
     configs = space.random(np.random.default_rng(0), 100)

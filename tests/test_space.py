@@ -276,6 +276,26 @@ def test_mutate_changes_exactly_one_knob_and_neighbors_are_complete(space):
     assert single.mutate(single.get(0), rng) == single.get(0)
 
 
+def test_step_moves_one_knob_to_an_adjacent_choice_and_reaches_both_sides(space):
+    rng = np.random.default_rng(4)
+    cfg = space.get(12345)
+    moved = set()
+    for _ in range(200):
+        other = space.step(cfg, rng)
+        changed = [i for i, (a, b) in enumerate(zip(cfg.digits, other.digits)) if a != b]
+        assert len(changed) == 1 and abs(cfg.digits[changed[0]] - other.digits[changed[0]]) == 1
+        assert space.get(other.index).digits == other.digits
+        moved.add((changed[0], other.digits[changed[0]] - cfg.digits[changed[0]]))
+    inner = [i for i, k in enumerate(space.knobs.values()) if 0 < cfg.digits[i] < len(k) - 1]
+    assert inner and all({(i, -1), (i, 1)} <= moved for i in inner)
+    first, last = space.get(0), space.get(space.size - 1)  # every knob at its first / last choice
+    assert all(b - a == 1 for a, b in zip(first.digits, space.step(first, rng).digits) if a != b)
+    assert all(b - a == -1 for a, b in zip(last.digits, space.step(last, rng).digits) if a != b)
+    single = ConfigSpace()
+    single.define_knob("only", [1])
+    assert single.step(single.get(0), rng) == single.get(0)
+
+
 def test_knob_values_is_a_fixed_width_numeric_vector(space):
     cfg = space.get(777)
     vec = cfg.knob_values()
@@ -394,7 +414,8 @@ def test_a_switch_knob_parses_configs_that_name_other_branches_or_predate_it(uni
 
 def test_random_mutate_and_neighbors_stay_inside_the_union(union):
     """Random configs draw each branch alike and enumerate a small union exactly; a mutation
-    changes one active knob (a switched config draws its new branch's knobs); neighbours differ
+    changes one active knob (a switched config draws its new branch's knobs); a step changes one
+    knob of the config's own branch; neighbours differ
     in one active knob, each a distinct config of the space."""
     rng = np.random.default_rng(3)
     assert sorted(c.index for c in union.random(rng, union.size)) == list(range(union.size))
@@ -407,6 +428,9 @@ def test_random_mutate_and_neighbors_stay_inside_the_union(union):
         if m["method"].val == c["method"].val:
             assert sum(a != b for a, b in zip(c.digits, m.digits)) == 1
     cfg = union.from_json({"knobs": {"threads": 1, "method": "tiles", "tile": [2, 6], "order": "nm"}})
+    steps = {union.step(cfg, rng) for _ in range(100)}
+    assert {s["method"].val for s in steps} == {"tiles"}  # a step stays within the config's branch
+    assert all(sum(a != b for a, b in zip(cfg.digits, s.digits)) == 1 for s in steps)
     neighbors = union.neighbors(cfg)
     assert len(neighbors) == len(set(neighbors)) == 1 + 1 + 5 + 2
     assert {n["method"].val for n in neighbors} == {"tiles", "direct"}

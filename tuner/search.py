@@ -32,6 +32,9 @@ from .measure import MeasureResult
 __all__ = ["SearchStrategy", "RandomSearch", "GridSearch", "ModelGuidedSearch", "EarlyStopping"]
 
 _RANDOM_ROUNDS = 8  # rejection-sampling rounds before enumerating what is left
+_PARENTS = 3  # the best measured configs that warm-up steps start from
+_SURPRISE = 0.5  # a trained model's pick measured below this fraction of the best was a misprediction
+_STEP_TRIES = 8  # steps drawn per config wanted before random ones fill the batch
 
 
 class SearchStrategy:
@@ -126,8 +129,17 @@ class GridSearch(SearchStrategy):
 class ModelGuidedSearch(SearchStrategy):
     """Cost-model-guided search: simulated annealing on predicted scores, ε-greedy, diverse batches.
 
-    Until the cost model is trained (by ``update`` or by transfer, see
-    :meth:`CostModel.seed_from_records`), configs are random. Then each
+    Until the cost model is trained by transfer (see
+    :meth:`CostModel.seed_from_records`) or on ``warmup`` undisturbed results
+    of this search, configs are *steps* from the best measured ones: one knob
+    moved to an adjacent choice (:meth:`ConfigSpace.step`) from one of the
+    ``_PARENTS`` best measured configs (random ones while none is measured;
+    each a random config with probability ``epsilon``). A model fit on the few
+    first results (the template's default configs) is nearly flat, and its
+    plan's diverse pick then measures extreme configs; steps from the defaults
+    keep the first trials near a good kernel and give the model contrasts where
+    it matters, as the evolutionary searches of Ansor and MetaSchedule start
+    from the best measured records (Zheng et al., "Ansor", OSDI 2020). Then each
     *plan* runs ``sa_points`` parallel annealing chains for up to
     ``sa_steps`` steps (a step mutates one knob of every chain; a worse point
     is accepted with probability ``exp(Δscore / (T · spread))``, T falling
@@ -162,6 +174,8 @@ class ModelGuidedSearch(SearchStrategy):
         plan_size: int = 64,
         epsilon: float = 0.05,
         retrain_every: int = 16,
+        warmup: int = 16,
+        retrain_surprises: int = 2,
         sa_points: int = 128,
         sa_steps: int = 100,
         sa_patience: int = 20,
@@ -178,6 +192,8 @@ class ModelGuidedSearch(SearchStrategy):
         self.plan_size = plan_size
         self.epsilon = epsilon
         self.retrain_every = retrain_every
+        self.warmup = warmup
+        self.retrain_surprises = retrain_surprises
         self.sa_points = sa_points
         self.sa_steps = sa_steps
         self.sa_patience = sa_patience
@@ -186,6 +202,7 @@ class ModelGuidedSearch(SearchStrategy):
         self._plan: list[int] = []
         self._plan_version = -1
         self._pending = 0
+        self._surprises = 0  # results below _SURPRISE x the best since the last fit
         self._measured: dict[int, float] = {}  # index -> throughput
 
     # ---------------------------------------------------------------- learning
@@ -195,12 +212,16 @@ class ModelGuidedSearch(SearchStrategy):
         if not learned:
             return
         indices, throughputs = (list(x) for x in zip(*learned))
+        best = max(self._measured.values(), default=0.0)
+        self._surprises += sum(t < _SURPRISE * best for t in throughputs) if self.model.trained else 0
         self._measured.update(zip(indices, throughputs))
         self.model.add(self._features(indices), throughputs, [self.workload_key] * len(indices))
         self._pending += len(indices)
-        if not self.model.trained or self._pending >= self.retrain_every:
+        if not self.model.trained and len(self._measured) < self.warmup:
+            return
+        if not self.model.trained or self._pending >= self.retrain_every or self._surprises >= self.retrain_surprises:
             self.model.fit()
-            self._pending = 0
+            self._pending = self._surprises = 0
 
     def _features(self, indices: Sequence[int]) -> np.ndarray:
         return self.model.features(self.workload_key, indices, self._featurize_indices)
@@ -214,7 +235,7 @@ class ModelGuidedSearch(SearchStrategy):
     # ---------------------------------------------------------------- proposing
     def _propose(self, n: int) -> list[ConfigEntity]:
         if not self.model.trained:
-            return self._random_unvisited(n)
+            return self._steps_from_best(n)
         if self._plan_version != self.model.version:
             self._replan()
         batch: list[ConfigEntity] = []
@@ -231,6 +252,22 @@ class ModelGuidedSearch(SearchStrategy):
             chosen.add(index)
             batch.append(self.space.get(index))
         return batch
+
+    def _steps_from_best(self, n: int) -> list[ConfigEntity]:
+        """``n`` unvisited configs (fewer only when the space runs out): steps from the best
+        measured configs, each slot random with probability ``epsilon`` or where no new step is found."""
+        parents = [self.space.get(i) for i in heapq.nlargest(_PARENTS, self._measured, key=self._measured.get)]
+        batch: list[ConfigEntity] = []
+        chosen: set[int] = set()
+        steps = int(self.rng.binomial(n, 1 - self.epsilon)) if parents else 0
+        for _ in range(_STEP_TRIES * steps):
+            if len(batch) == steps:
+                break
+            c = self.space.step(parents[int(self.rng.integers(len(parents)))], self.rng)
+            if c.index not in self._visited and c.index not in chosen:
+                chosen.add(c.index)
+                batch.append(c)
+        return batch + self._random_unvisited(n - len(batch), exclude=chosen)
 
     def _next_planned(self, chosen: set[int]) -> int | None:
         """Pop the plan's next unvisited config; replan once if the plan runs dry."""
