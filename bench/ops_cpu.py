@@ -90,7 +90,7 @@ from common import (PROCESSES, export, interleaved_seconds, kernel_code, numpy_e
 
 from tunefleet.compiler import ops  # noqa: E402
 from tunefleet.compiler.driver import build_workload  # noqa: E402
-from tunefleet.compiler.ops.conv2d import with_prepacked_weights  # noqa: E402
+from tunefleet.compiler.ops.prepacked import with_prepacked_weights  # noqa: E402
 from tunefleet.compiler.target import Target  # noqa: E402
 
 _CONV = {"N": 1, "bias": True, "epilogue": "relu"}
@@ -120,12 +120,13 @@ WORKLOADS = {
     "dense 1x512>1000": ("dense", {"M": 1, "N": 1000, "K": 512, "bias": True}),  # ResNet's classifier
     "dense 1x768>3072": ("dense", {"M": 1, "N": 3072, "K": 768, "bias": True}),  # BERT's FFN, one token
     "dense 128x768>3072": ("dense", {"M": 128, "N": 3072, "K": 768, "bias": True}),
+    "dense 128 packed": ("dense", {"M": 128, "N": 3072, "K": 768, "bias": True}),
 }
 
 
 #: Rows whose weights are pre-packed as a model bundle's constant weights are
-#: (compiler.ops.conv2d.prepacked_layout for the target).
-PREPACKED = ("conv5 packed",)
+#: (compiler.ops.prepacked.prepacked_layout for the target).
+PREPACKED = ("conv5 packed", "dense 128 packed")
 
 
 def torch_available() -> bool:

@@ -21,6 +21,7 @@ from onnx_models import (Builder, check_against_onnxruntime, conv_pair, depthwis
 import tunefleet  # noqa: E402
 from tunefleet.cli import main  # noqa: E402
 from tunefleet.compiler.ops.conv2d import pack_weight, prepacked_layout  # noqa: E402
+from tunefleet.compiler.ops.prepacked import pack, packed_arguments  # noqa: E402
 from tunefleet.compiler.target import Target  # noqa: E402
 from tunefleet.tuner.measure import MeasureProtocol  # noqa: E402
 from tunefleet.tuner.model import extract_tasks, load_model, prepack_weights  # noqa: E402
@@ -109,6 +110,44 @@ def test_constant_convolution_weights_are_prepacked_and_the_bundle_packs_them_fo
                    check=True)
     packed = np.frombuffer(subprocess.run([str(tmp_path / "pack")], capture_output=True, check=True).stdout, np.float32)
     np.testing.assert_array_equal(packed, pack_weight(oihw.reshape(8, 8, 3, 3), layouts[0]).ravel())
+
+
+def test_constant_gemm_weights_are_prepacked_into_panels_and_the_bundle_packs_them(tmp_path):
+    """A MatMul by an initializer B [K, N] and a Gemm (transB) by an initializer W [N, K], 16 rows
+    each, take them in the column panels of their default's register tile (KN<nr>n / NK<nr>n);
+    a MatMul whose B is a graph input keeps B row-major. Every node through bundle.arguments
+    gives onnxruntime's output; from C, the header's <kernel>_pack_weight packs W alike."""
+    b = Builder(6)
+    h = b.node("Add", [b.node("MatMul", ["x", b.weight(24, 40)]), b.weight(40)])
+    h = b.node("Gemm", [h, b.weight(36, 40), b.weight(36)], transB=1)
+    out = b.node("MatMul", [h, "y"])
+    graph = load_model(b.model([("x", [16, 24]), ("y", [36, 12])], out).SerializeToString(), max_bytes=1 << 20)
+    target = Target.host()
+    extraction = prepack_weights(extract_tasks(graph), target)
+    packed = [packed_arguments(t.workload) for t in extraction.tasks]
+    assert [t.workload.op for t in extraction.tasks] == ["matmul", "dense", "matmul"]
+    assert [list(p) for p in packed] == [["B"], ["W"], []]
+    assert packed[0]["B"].startswith("KN") and packed[1]["W"].startswith("NK")
+    tuned = tune_model(extraction, target, trials=3, records_path=tmp_path / "r.jsonl", protocol=FAST)
+    out_dir = write_bundle(tmp_path / "bundle", tuned, model_name="linear.onnx")
+    manifest = json.loads((out_dir / "model_manifest.json").read_text())
+    packs = {n["node"]: {a["arg"]: a["pack"] for a in n["args"] if "pack" in a} for n in manifest["nodes"]}
+    assert packs == {"MatMul_1": packed[0], "Gemm_3": packed[1], "MatMul_4": {}}
+    assert check_against_onnxruntime(out_dir, graph) == 3
+    symbol = next(n["kernel"] for n in manifest["nodes"] if n["node"] == "Gemm_3")
+    w = np.arange(36 * 40, dtype=np.float32).reshape(36, 40) / 7
+    size = pack(w, packed[1]["W"]).size
+    program = tmp_path / "pack.c"
+    program.write_text("\n".join([
+        "#include <stdio.h>", f'#include "{manifest["header"]}"', "int main(void) {",
+        f"  static float w[{w.size}], packed[{size}];",
+        f"  for (int i = 0; i < {w.size}; ++i) w[i] = (float)i / 7;",
+        f"  {symbol}_pack_weight(w, packed);",
+        "  fwrite(packed, sizeof packed, 1, stdout);", "  return 0;", "}"]))
+    subprocess.run(["gcc", "-O1", "-Wall", "-Werror", str(program), "-I", str(out_dir), "-o", str(tmp_path / "pack")],
+                   check=True)
+    got = np.frombuffer(subprocess.run([str(tmp_path / "pack")], capture_output=True, check=True).stdout, np.float32)
+    np.testing.assert_array_equal(got, pack(w, packed[1]["W"]).ravel())
 
 
 def test_cli_lists_tasks_and_explains_what_cannot_be_tuned(tmp_path):

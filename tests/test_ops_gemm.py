@@ -1,12 +1,19 @@
-"""batch_matmul and dense (both on matmul's GEMM template): random configs built with gcc
-and checked against numpy, over BERT-sized and odd shapes."""
+"""batch_matmul and dense (both on matmul's GEMM template), and matmul / dense taking B
+pre-packed: random configs built with gcc and checked against numpy, over BERT-sized and odd
+shapes."""
 
+import numpy as np
 import pytest
-from isa_targets import FAMILY, params
+from isa_targets import FAMILY, params, runs_here
 from ops_check import failures, sample
 
 from tunefleet.compiler import ops
+from tunefleet.compiler.driver import build_workload
+from tunefleet.compiler.ops import WorkloadError
 from tunefleet.compiler.ops.common import knob_choices
+from tunefleet.compiler.ops.matmul import b_panels, pack_panels_np, unpack_panels_np
+from tunefleet.compiler.ops.prepacked import pack, packed_arguments, prepacked_layout, with_prepacked_weights
+from tunefleet.compiler.target import Target
 
 
 @pytest.mark.parametrize("transpose_b", [False, True])
@@ -48,3 +55,48 @@ def test_dense_skinny_dot_products(target):
         cases += sample(w, 8, seed=n, target=target)
     assert sum(config["dot_rows"].val > 0 for _, config in cases) >= 12
     assert not failures(cases, target=target)
+
+
+@pytest.mark.parametrize("target", params(FAMILY))
+def test_gemm_with_b_pre_packed_into_the_default_panels(target):
+    """matmul (B [K, N] → KN<nr>n) and dense (W [N, K] → NK<nr>n) taking B in the column panels
+    of the default's register tile for the target, N not a multiple of nr: the space keeps that
+    nr, blocks of panels that divide the panel count and no packing of B; its default and random
+    configs against numpy (the reference reads the panels back). A caller's B packed with
+    `pack` gives numpy's product from the default."""
+    cases = []
+    for n, (op, args) in enumerate([("matmul", dict(M=37, N=100, K=24, bias=True, epilogue="relu")),
+                                    ("dense", dict(M=20, N=70, K=33, epilogue="gelu")),
+                                    ("dense", dict(M=16, N=200, K=8, bias=False))]):
+        plain = ops.make_workload(op, args)
+        w = with_prepacked_weights(plain, target)
+        nr = ops.default_config(plain, target)["nr"].val
+        assert b_panels(w.args) == nr and prepacked_layout(w, target) is None  # packed once only
+        assert packed_arguments(w) == {"B" if op == "matmul" else "W": f"{'KN' if op == 'matmul' else 'NK'}{nr}n"}
+        space = ops.config_space(w, target)
+        assert knob_choices(space, "nr") == [nr] and knob_choices(space, "pack_b") == [False]
+        assert all(-(-args["N"] // nr) % bn == 0 for bn in knob_choices(space, "bn"))
+        cases += sample(w, 6, seed=n, target=target)
+    assert not failures(cases, target=target)
+    if runs_here(target):
+        w = with_prepacked_weights(ops.make_workload("dense", dict(M=20, N=70, K=33)), target)
+        rng = np.random.default_rng(0)
+        X, W, b = (rng.standard_normal(shape).astype(np.float32) for shape in [(20, 33), (70, 33), (70,)])
+        (Y,) = build_workload(w, ops.default_config(w, target), target).run(X, pack(W, packed_arguments(w)["W"]), b)
+        np.testing.assert_allclose(Y, X @ W.T + b, rtol=1e-4, atol=1e-4)
+
+
+def test_panel_layouts_pack_round_trip_and_bad_layouts_are_named():
+    B = np.arange(5 * 7, dtype=np.float32).reshape(5, 7)  # [K, N]
+    panels = pack_panels_np(B, "KN4n")
+    assert panels.shape == (2, 5, 4) and panels[1, 2, 0] == B[2, 4] and not panels[1, :, 3:].any()
+    np.testing.assert_array_equal(unpack_panels_np(panels, 7, False), B)
+    np.testing.assert_array_equal(pack_panels_np(B.T, "NK4n"), panels)
+    np.testing.assert_array_equal(unpack_panels_np(panels, 7, True), B.T)
+    for op, arg, bad in [("matmul", "b_layout", "NK16n"), ("matmul", "b_layout", "KN0n"),
+                         ("dense", "weight_layout", "KN16n"), ("dense", "weight_layout", "NK128n")]:
+        with pytest.raises(WorkloadError, match=arg):
+            ops.make_workload(op, {"M": 32, "N": 64, "K": 8, arg: bad})
+    assert "b_layout" not in ops.make_workload("matmul", {"M": 4, "N": 4, "K": 4}).args  # earlier keys unchanged
+    skinny = ops.make_workload("dense", dict(M=1, N=1000, K=512))
+    assert prepacked_layout(skinny, Target.host()) is None  # a GEMV-like dense reads W in place

@@ -265,7 +265,7 @@ class Client:
         in all, spread over its layers by the server's task scheduler; `input_shapes` fixes
         graph inputs with dynamic dimensions (name → dims); `protocol` how workers time its
         candidates (the task protocol's fields; default: the workers' defaults); `prepack`:
-        convolutions take their constant weights pre-packed. Returns the model: its tasks
+        convolutions and linear layers take their constant weights pre-packed. Returns the model: its tasks
         (layers), untuned nodes and status. ServiceError (422) lists the nodes it cannot handle."""
         data = model if isinstance(model, bytes) else Path(model).read_bytes()
         label = name or (Path(model).name if not isinstance(model, bytes) else "model.onnx")

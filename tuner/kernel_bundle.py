@@ -16,7 +16,7 @@ Contents, for library `<name>`:
   symbol, and `args`: per kernel argument in call order the ONNX `tensor`, its ONNX `shape`
   (the same row-major memory as the argument's shape, unless `pack` names the layout the
   kernel takes it in: constant weights pre-packed, tuner.model.prepack, which the header's
-  `<symbol>_pack_weight` packs from OIHW) and the kernel's `layout`), `untuned`
+  `<symbol>_pack_weight` packs from the ONNX layout) and the kernel's `layout`), `untuned`
   (node, op_type, reason, flop), `estimated_latency_s` (Σ occurrences × latency),
   `untuned_flop_share`, and the build (target, flags, toolchain, build_command, so_sha256).
 
@@ -44,7 +44,7 @@ from tunefleet.compiler.abi import ABI_VERSION
 from tunefleet.compiler.artifact import MODEL_MANIFEST
 from tunefleet.compiler.build import build_info
 from tunefleet.compiler.kernel_library import build_kernel_library, library_header_text
-from tunefleet.compiler.ops.conv2d import pack_weight_c, packed_arguments
+from tunefleet.compiler.ops.prepacked import pack_c, packed_arguments
 from tunefleet.compiler.target import Target
 
 __all__ = ["library_name", "write_bundle"]
@@ -84,7 +84,7 @@ def write_bundle(out_dir: str | os.PathLike, spec: dict) -> Path:
                            "occurrences": len(kernel["matches"]), "flop": workload.flop,
                            "args": [s.to_dict() for s in specs]}
         packed = packed_arguments(workload)
-        helpers += [pack_weight_c(symbol, workload)] if packed else []
+        helpers += [pack_c(symbol, workload)] if packed else []
         for match in kernel["matches"]:
             nodes.append({"node": match["nodes"][0], "fused": list(match["nodes"][1:]),
                           "op_types": list(match["op_types"]), "kernel": symbol,

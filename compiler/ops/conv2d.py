@@ -53,7 +53,7 @@ from . import matmul as gemm
 from .common import kernel_args, knob_choices
 from .conv_common import (MAX_DIM, check_conv, conv_args, conv_flop, finish, has_epilogue, load_or_zero,
                           np_conv2d_nchw, np_finish, out_size, tile_overhang)
-from .registry import ArgDef, OpDef, Workload, WorkloadError, config_space, make_workload, register
+from .registry import ArgDef, OpDef, Workload, WorkloadError, config_space, register
 
 _PACKED_LAYOUT = re.compile(r"OIHW([1-9][0-9]*)i([1-9][0-9]*)o")
 
@@ -518,20 +518,6 @@ def prepacked_layout(workload: Workload, target) -> str | None:
         return None
     direct = direct_default(direct_view(config_space(workload, target), a), a, target)
     return f"OIHW{direct['ic_bn']}i{direct['oc_bn']}o"
-
-
-def with_prepacked_weights(workload: Workload, target) -> Workload:
-    """`workload` taking its weights pre-packed to `prepacked_layout` (itself where None)."""
-    layout = prepacked_layout(workload, target) if workload.op == "conv2d_nchw" else None
-    return workload if layout is None else make_workload(workload.op, {**workload.args, "weight_layout": layout})
-
-
-def packed_arguments(workload: Workload) -> dict[str, str]:
-    """The arguments of `workload` that a caller holding OIHW weights (e.g. an ONNX model's)
-    passes packed, by name → layout (`pack_weight_np` with the layout's blocks)."""
-    if workload.op == "conv2d_nchw" and packed_blocks(workload.args) is not None:
-        return {"weight": workload.args["weight_layout"]}
-    return {}
 
 
 def pack_weight(weight: np.ndarray, layout: str) -> np.ndarray:

@@ -11,6 +11,8 @@ L1/L2. The bias and activation are applied when the register tile is written out
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from .. import te
@@ -31,6 +33,85 @@ def gemm_args(shape: dict[str, tuple[int, str]], *, bias: bool, bias_description
             ArgDef("dtype", "str", "float32", choices=("float32", "float64"))]
 
 
+_PANELS = re.compile(r"(KN|NK)([1-9][0-9]*)n")
+#: The widest column panel a pre-packed B may have (the widest register tile: 4 vectors of 16).
+MAX_PANEL_WIDTH = 64
+
+
+def panel_layout_arg(name: str, plain: str) -> ArgDef:
+    """The argument `name` giving the layout of a GEMM's B operand: `plain` (row-major, "KN" for
+    B [K, N], "NK" for dense's W [N, K]) or `plain`<nr>n for B pre-packed into the column panels
+    its micro-kernel streams, [ceil(N/nr), K, nr] (panel p, row k, lane c = B[k, p·nr + c];
+    columns beyond N zero). Left out of a workload's args at its default (`omit_default`)."""
+    return ArgDef(name, "str", plain, omit_default=True, description=(
+        f"{plain}, or {plain}<nr>n for B pre-packed into column panels [ceil(N/nr), K, nr] "
+        f"(columns beyond N zero; nr in 1..{MAX_PANEL_WIDTH}), e.g. {plain}32n"))
+
+
+def panel_width(layout: str) -> int | None:
+    """nr of a pre-packed panel layout (`panel_layout_arg`), None for a row-major one."""
+    m = _PANELS.fullmatch(layout)
+    return int(m.group(2)) if m else None
+
+
+def b_panels(a: dict) -> int | None:
+    """nr of the pre-packed B of a GEMM workload (matmul's b_layout, dense's weight_layout), else None."""
+    return panel_width(a.get("b_layout", a.get("weight_layout", "KN")))
+
+
+def check_panel_layout(a: dict, name: str, plain: str) -> None:
+    """WorkloadError naming `name` unless a[name] (default `plain`) is `plain` or `plain`<nr>n."""
+    layout = a.get(name, plain)
+    m = _PANELS.fullmatch(layout)
+    if layout != plain and (m is None or m.group(1) != plain or int(m.group(2)) > MAX_PANEL_WIDTH):
+        raise WorkloadError(name, f"{layout!r} is not {plain} or {plain}<nr>n with nr in 1..{MAX_PANEL_WIDTH} "
+                                  f"(e.g. {plain}32n)")
+
+
+def pack_panels_np(b: np.ndarray, layout: str) -> np.ndarray:
+    """B [K, N] (layout KN<nr>n) or W [N, K] (NK<nr>n) → its column panels [ceil(N/nr), K, nr],
+    the columns beyond N zero. ValueError for another layout."""
+    m = _PANELS.fullmatch(layout)
+    if m is None:
+        raise ValueError(f"{layout!r} is not KN<nr>n or NK<nr>n")
+    nr = int(m.group(2))
+    bt = np.asarray(b) if m.group(1) == "NK" else np.asarray(b).T  # [N, K]
+    N, K = bt.shape
+    padded = np.zeros((-(-N // nr) * nr, K), dtype=bt.dtype)
+    padded[:N] = bt
+    return np.ascontiguousarray(padded.reshape(-1, nr, K).transpose(0, 2, 1))
+
+
+def unpack_panels_np(bp: np.ndarray, N: int, transposed: bool) -> np.ndarray:
+    """Inverse of pack_panels_np: panels [P, K, nr] → B [K, N] (W [N, K] when `transposed`)."""
+    P, K, nr = bp.shape
+    bt = bp.transpose(0, 2, 1).reshape(P * nr, K)[:N]
+    return bt if transposed else bt.T
+
+
+def pack_panels_c(symbol: str, layout: str, N: int, K: int, dtype: str) -> str:
+    """C source of ``static inline void <symbol>_pack_weight(const T *b, T *packed)`` for a
+    header: B [K, N] (W [N, K] for NK<nr>n) → the panels of `layout` (what pack_panels_np does), so
+    a C or C++ caller packs a constant B once. T: float / double for `dtype`."""
+    m = _PANELS.fullmatch(layout)
+    nr, transposed = int(m.group(2)), m.group(1) == "NK"
+    t = "float" if dtype == "float32" else "double"
+    source, at = ("W", f"b[n * {K} + k]") if transposed else ("B", f"b[k * {N} + n]")
+    shape = f"[{N}, {K}]" if transposed else f"[{K}, {N}]"
+    return "\n".join([
+        f"/* Packs {source} {shape} into {symbol}'s {source} argument, {layout} [{-(-N // nr)}, {K}, {nr}]",
+        " * (columns beyond N zero): call it once per constant operand. */",
+        f"static inline void {symbol}_pack_weight(const {t} *b, {t} *packed) {{",
+        f"  for (long p = 0; p < {-(-N // nr)}; ++p) for (long k = 0; k < {K}; ++k)",
+        f"    for (long c = 0; c < {nr}; ++c) {{",
+        f"      long n = p * {nr} + c;",
+        f"      *packed++ = n < {N} ? {at} : ({t})0;",
+        "    }",
+        "}",
+        "",
+    ])
+
+
 ARGS = [
     *gemm_args({"M": (1024, "rows of A and C"), "N": (1024, "columns of B and C"), "K": (1024, "reduction length")},
                bias=False, bias_description="add bias[N] to every row"),
@@ -38,15 +119,19 @@ ARGS = [
         "optional extern C micro-kernel {func, source, mr, nr}: "
         "void func(int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc) "
         "adds the mr×K by K×nr product to the mr×nr tile at C (row strides in elements)")),
+    panel_layout_arg("b_layout", "KN"),
 ]
 
 MAX_MICRO_KERNEL_BYTES = 256 * 1024
 
 
 def _check(a: dict) -> None:
+    check_panel_layout(a, "b_layout", "KN")
     mk = a["micro_kernel"]
     if mk is None:
         return
+    if panel_width(a.get("b_layout", "KN")) is not None:
+        raise WorkloadError("b_layout", "a micro_kernel reads B row-major: b_layout must be KN")
     allowed = {"func", "source", "mr", "nr"}
     if set(mk) != allowed:
         raise WorkloadError("micro_kernel", f"needs exactly the fields {sorted(allowed)}, got {sorted(mk)}")
@@ -67,7 +152,8 @@ def _check(a: dict) -> None:
 
 def matmul_expr(A: te.Tensor, B: te.Tensor, bias: te.Tensor | None, epilogue: str, *,
                 b_panel: te.Tensor | None = None, nr: int = 1, a_panel: te.Tensor | None = None, mr: int = 1,
-                name: str = "C", transpose_b: bool = False, kc: int | None = None) -> tuple[te.Tensor, te.Tensor]:
+                name: str = "C", transpose_b: bool = False, kc: int | None = None,
+                n: int | None = None) -> tuple[te.Tensor, te.Tensor]:
     """(product, out): the reduction C = A·B (reading packed panels when given) and the
     output with bias/epilogue applied (the same tensor when there is none).
 
@@ -80,11 +166,12 @@ def matmul_expr(A: te.Tensor, B: te.Tensor, bias: te.Tensor | None, epilogue: st
     kc: with kc < K (a divisor of K), the reduction runs in K / kc blocks of kc: the product
     is then the sum over the blocks `kb` of `<name>_part` [K/kc, *batch, M, N], each block's
     partial product (GotoBLAS's K blocking, see schedule_gemm).
+    n: where B comes pre-packed (B is b_panel, [ceil(n/nr), K, nr], no batch), the columns N.
     """
     M, K = A.shape[-2:]
-    batch = B.shape[:-2]
+    batch = B.shape[:-2] if n is None else ()
     a_batched = len(A.shape) > 2
-    N = B.shape[-2] if transpose_b else B.shape[-1]
+    N = n if n is not None else B.shape[-2] if transpose_b else B.shape[-1]
     k = te.reduce_axis(K, "k")
     names = [f"b{d}" for d in range(len(batch))] + ["i", "j"]
 
@@ -128,22 +215,42 @@ def matmul_expr(A: te.Tensor, B: te.Tensor, bias: te.Tensor | None, epilogue: st
 def gemm_operands(a: dict, names: tuple[str, str, str] = ("A", "B", "bias"), *, transpose_b: bool = False
                   ) -> tuple[te.Tensor, te.Tensor, te.Tensor | None]:
     """Placeholders of dtype a["dtype"] named `names`: A [M, K], B [K, N] ([N, K] with
-    transpose_b) and bias [N] (None unless a["bias"])."""
+    transpose_b; its panels [ceil(N/nr), K, nr] where the workload takes B pre-packed, b_panels)
+    and bias [N] (None unless a["bias"])."""
     a_name, b_name, bias_name = names
     A = te.placeholder((a["M"], a["K"]), a["dtype"], a_name)
-    B = te.placeholder((a["N"], a["K"]) if transpose_b else (a["K"], a["N"]), a["dtype"], b_name)
+    nr = b_panels(a)
+    if nr is not None:
+        B = te.placeholder((-(-a["N"] // nr), a["K"], nr), a["dtype"], b_name)
+    else:
+        B = te.placeholder((a["N"], a["K"]) if transpose_b else (a["K"], a["N"]), a["dtype"], b_name)
     bias = te.placeholder((a["N"],), a["dtype"], bias_name) if a["bias"] else None
     return A, B, bias
 
 
+def gemm_expr(a: dict, A: te.Tensor, B: te.Tensor, bias: te.Tensor | None, *, transpose_b: bool = False,
+              name: str = "C") -> te.Tensor:
+    """The output of matmul_expr for gemm_operands' tensors, reading B's panels where the
+    workload takes it pre-packed."""
+    nr = b_panels(a)
+    if nr is None:
+        return matmul_expr(A, B, bias, a["epilogue"], transpose_b=transpose_b, name=name)[1]
+    return matmul_expr(A, B, bias, a["epilogue"], b_panel=B, nr=nr, n=a["N"], name=name)[1]
+
+
+def reference_b(a: dict, B: np.ndarray, transposed: bool = False) -> np.ndarray:
+    """B [K, N] (W [N, K] when `transposed`) as float64 from the array a kernel takes."""
+    B = B.astype(np.float64)
+    return B if b_panels(a) is None else unpack_panels_np(B, a["N"], transposed)
+
+
 def compute(a: dict) -> list[te.Tensor]:
     A, B, bias = gemm_operands(a)
-    _, out = matmul_expr(A, B, bias, a["epilogue"])
-    return kernel_args(A, B, bias, out)
+    return kernel_args(A, B, bias, gemm_expr(a, A, B, bias))
 
 
 def reference(a: dict, A: np.ndarray, B: np.ndarray, *rest: np.ndarray) -> list[np.ndarray]:
-    out = (A.astype(np.float64) @ B.astype(np.float64))
+    out = (A.astype(np.float64) @ reference_b(a, B))
     if a["bias"]:
         out = out + rest[0]
     return [np_epilogue(out.astype(A.dtype), a["epilogue"])]
@@ -169,25 +276,28 @@ SKINNY_ROWS = 16
 
 
 def define_gemm_knobs(cfg, M: int, N: int, K: int, lanes: int,
-                      pack_b: tuple[bool | str, ...] = (True, False, "block")) -> None:
+                      pack_b: tuple[bool | str, ...] = (True, False, "block"), b_panels: int | None = None) -> None:
     """Knobs of the register-blocked GEMM micro-kernel and its cache blocking; `pack_b`: the
     choices of packing B (only True where B is a view the micro-kernel cannot stream): True
     packs all of B before the product (one parallel pass), "block" packs each block of bn
     panels inside the parallel loop right before its tiles use it (GotoBLAS's packing of B
     into a buffer that stays in the L2; schedule_gemm), False reads B in place. `kc`: the
     length of the K blocks (kc_choices; K: no blocking, also what configs written before the
-    knob existed mean)."""
+    knob existed mean). `b_panels`: B comes pre-packed in panels of that width, so nr is that
+    width, B is read in place (pack_b False) and bn only divides the ceil(N/nr) panels (they
+    are not padded to whole blocks, which the register tiles of a block would read)."""
     cfg.define_knob("mr", [m for m in (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14) if m <= M] or [M])
     nrs = [lanes * v for v in (1, 2, 3, 4)]
     if N < lanes:
         nrs = [n for n in (1, 2, 4, 8) if n <= N] or [N]
-    cfg.define_knob("nr", nrs)
+    cfg.define_knob("nr", nrs if b_panels is None else [b_panels])
     cfg.define_knob("ku", list(KU_CHOICES))
     cfg.define_knob("bm", [1, 2, 4, 8, 16, 32, 64])
-    cfg.define_knob("bn", [1, 2, 4, 8, 16, 32])
+    bns = [1, 2, 4, 8, 16, 32]
+    cfg.define_knob("bn", bns if b_panels is None else [b for b in bns if -(-N // b_panels) % b == 0])
     cfg.define_knob("order", list(ORDERS))
     cfg.define_knob("parallel", ["outer", "fused"])
-    cfg.define_knob("pack_b", list(pack_b))
+    cfg.define_knob("pack_b", list(pack_b) if b_panels is None else [False])
     cfg.define_knob("pack_a", [False, True])
     cfg.define_knob("kc", kc_choices(K), absent=K)
 
@@ -360,11 +470,12 @@ def gemm_template(cfg, lanes: int, A: te.Tensor, B: te.Tensor, bias: te.Tensor |
 
 
 def gemm_schedule(cfg, A: te.Tensor, B: te.Tensor, bias: te.Tensor | None, epilogue: str, *,
-                  transpose_b: bool = False, name: str = "C"):
-    """gemm_template's (schedule, kernel arguments) in a space that has define_gemm_knobs' knobs."""
+                  transpose_b: bool = False, name: str = "C", n: int | None = None):
+    """gemm_template's (schedule, kernel arguments) in a space that has define_gemm_knobs' knobs;
+    `n`: B is pre-packed, its panels [ceil(n/nr), K, nr] (define_gemm_knobs' b_panels)."""
     ap, bp, packs = packed_panels(cfg, A, B, transpose_b)
-    prod, out = matmul_expr(A, B, bias, epilogue, b_panel=bp, nr=cfg["nr"].val, a_panel=ap, mr=cfg["mr"].val,
-                            transpose_b=transpose_b, name=name, kc=cfg["kc"].val)
+    prod, out = matmul_expr(A, B, bias, epilogue, b_panel=B if n is not None else bp, nr=cfg["nr"].val, a_panel=ap,
+                            mr=cfg["mr"].val, transpose_b=transpose_b, name=name, kc=cfg["kc"].val, n=n)
     sch = create_schedule(out)
     schedule_gemm(sch, cfg, prod, out, packs, A.shape[-1], bp)
     return sch, kernel_args(A, B, bias, out)
@@ -376,7 +487,10 @@ def cpu_template(cfg, workload, target):
         return micro_kernel_template(cfg, workload, target)
     cfg.add_flop(flop(a))
     A, B, bias = gemm_operands(a)
-    return gemm_template(cfg, target.lanes(a["dtype"]), A, B, bias, a["epilogue"])
+    if b_panels(a) is None:
+        return gemm_template(cfg, target.lanes(a["dtype"]), A, B, bias, a["epilogue"])
+    define_gemm_knobs(cfg, a["M"], a["N"], a["K"], target.lanes(a["dtype"]), b_panels=b_panels(a))
+    return gemm_schedule(cfg, A, B, bias, a["epilogue"], n=a["N"])
 
 
 def gemm_default(space, M: int, N: int, K: int, lanes: int, dtype_bytes: int = 4) -> dict:
@@ -521,9 +635,10 @@ def even_blocks(m_tiles: int, n_tiles: int, bm: int, bn: int, bm_choices: list[i
 
 def gemm_workload_default(space, workload, target) -> dict:
     """gemm_default for a workload with arguments M, N, K and dtype (for batch_matmul: one
-    product of the batch)."""
+    product of the batch); B pre-packed (b_panels) is read in place."""
     a = workload.args
-    return gemm_default(space, a["M"], a["N"], a["K"], target.lanes(a["dtype"]), te.dtype_of(a["dtype"]).bytes)
+    config = gemm_default(space, a["M"], a["N"], a["K"], target.lanes(a["dtype"]), te.dtype_of(a["dtype"]).bytes)
+    return config if b_panels(a) is None else {**config, "pack_b": False}
 
 
 def default_config(space, workload, target) -> dict:
@@ -532,8 +647,20 @@ def default_config(space, workload, target) -> dict:
     return gemm_workload_default(space, workload, target)
 
 
+def panels_description(a: dict, plain: str, transposed: bool = False) -> str:
+    """What a layouts() entry says of a GEMM's B: `plain`, or its pre-packed panels (of W [N, K]
+    where `transposed`)."""
+    nr = b_panels(a)
+    if nr is None:
+        return plain
+    element = f"W[p*{nr} + c, k]" if transposed else f"B[k, p*{nr} + c]"
+    return (f"{a.get('b_layout', a.get('weight_layout'))} column panels [ceil(N/{nr}), K, {nr}] "
+            f"(panel p, row k, lane c = {element}; columns beyond N zero)")
+
+
 def _layouts(a: dict) -> dict[str, str]:
-    return {"A": "row-major [M, K]", "B": "row-major [K, N]", "bias": "[N]", "C": "row-major [M, N]"}
+    return {"A": "row-major [M, K]", "B": panels_description(a, "row-major [K, N]"), "bias": "[N]",
+            "C": "row-major [M, N]"}
 
 
 register(OpDef(

@@ -71,8 +71,8 @@ def submit(session: Session, extraction: Extraction, *, name: str, target: str |
            owner: str | None, prepack: bool = True) -> Model:
     """Store model `name` with the tasks of `extraction`, a global budget of `trials` and the
     measurement `protocol` of its tasks (committed, status queued; its rounds start with
-    model_job.advance); with `prepack`, its convolutions' constant weights pre-packed for the
-    target (tunefleet.tuner.model.prepack).
+    model_job.advance); with `prepack`, the constant weights of its convolutions and linear
+    layers pre-packed for the target (tunefleet.tuner.model.prepack).
 
     The device key and target default as for a task (services.tasks.submit): the only pool
     of live workers, their best target; a model bundle is one CPU library, so the target

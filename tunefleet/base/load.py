@@ -75,7 +75,8 @@ class ModelBundle:
         """The input arrays of `node`'s kernel from its ONNX tensors (`tensors`: tensor name →
         array in its ONNX shape, e.g. an InferenceSession feed or the model's initializers), in
         call order: each reshaped to its argument's shape, or packed to its `pack` layout (OIHW
-        weights → OIHW<i>i<o>o, output channels zero-padded; pack a constant once and keep it).
+        weights → OIHW<i>i<o>o, output channels zero-padded; B [K, N] → KN<nr>n, W [N, K] →
+        NK<nr>n, column panels [ceil(N/nr), K, nr]; pack a constant once and keep it).
         KeyError names a tuned node or tensor that is missing."""
         kernel = self.kernel_for(node)
         arrays = []
@@ -86,9 +87,9 @@ class ModelBundle:
                 raise KeyError(f"node {node!r} reads tensor {entry['tensor']!r}, which `tensors` lacks")
             array = np.asarray(tensors[entry["tensor"]])
             if "pack" in entry:
-                from tunefleet.compiler.ops.conv2d import pack_weight  # imports the operators: only when needed
+                from tunefleet.compiler.ops.prepacked import pack  # imports the operators: only when needed
 
-                arrays.append(pack_weight(array, entry["pack"]))
+                arrays.append(pack(array, entry["pack"]))
             else:
                 arrays.append(np.ascontiguousarray(array).reshape(spec.shape))
         return arrays

@@ -38,8 +38,9 @@ def _shapes(texts: tuple[str, ...]) -> dict[str, list[int]]:
 @click.option("--target", default=None, help="a CPU target, e.g. 'cpu -isa=avx2' [default: the best the hosts run]")
 @click.option("--repeat", type=click.IntRange(min=1), help="timed repeats per candidate [default: the workers']")
 @click.option("--prepack/--no-prepack", default=True, show_default=True,
-              help="convolutions whose weights are constants of the model take them pre-packed in their kernel's "
-                   "blocked layout (the bundle's model_manifest.json names it; tunefleet.load(OUT).arguments packs)")
+              help="convolutions and linear layers whose weights are constants of the model take them pre-packed "
+                   "in their kernel's blocked layout (the bundle's model_manifest.json names it; "
+                   "tunefleet.load(OUT).arguments packs)")
 @click.option("--wait", "wait_", is_flag=True, help="wait for the model to finish, printing its progress")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               help="with --wait: download the model bundle into this folder (tunefleet.load opens it)")

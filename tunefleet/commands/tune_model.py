@@ -74,9 +74,10 @@ def _report(console: Console, extraction) -> None:
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=10.0, show_default=True,
               help="seconds one candidate may execute (check + timing)")
 @click.option("--prepack/--no-prepack", default=True, show_default=True,
-              help="convolutions whose weights are constants of the model (at most 14x14 output pixels) take them "
-                   "pre-packed in their kernel's blocked layout, which the caller packs once "
-                   "(model_manifest.json names it per argument; tunefleet.load(OUT).arguments packs)")
+              help="convolutions (at most 14x14 output pixels) and linear layers (at least 16 rows) whose weights "
+                   "are constants of the model take them pre-packed in their kernel's blocked layout, which the "
+                   "caller packs once (model_manifest.json names it per argument; tunefleet.load(OUT).arguments "
+                   "packs)")
 @click.option("--list", "list_only", is_flag=True, help="print the tasks and untuned nodes, tune nothing")
 def tune_model_command(model, input_shapes, trials, scheduler, out, records_path, target, cpus_text, repeat,
                        timeout, prepack, list_only) -> None:

@@ -45,7 +45,7 @@ class Unhandled(Exception):
 class Binding:
     """Kernel argument `arg` is ONNX tensor `tensor`, whose ONNX shape is `shape` (the same
     row-major memory as the kernel's shape, e.g. a [1, 512] Gemm bias passed as b[512], unless
-    the workload takes the argument packed: compiler.ops.conv2d.packed_arguments); `constant`:
+    the workload takes the argument packed: compiler.ops.prepacked.packed_arguments); `constant`:
     the tensor is an initializer or a Constant's output, fixed for the model's life."""
 
     arg: str

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ... import te
 from ...cuda.limits import limits_for
-from ...schedule import create_schedule
+from ...schedule import ScheduleError, create_schedule
 from ..common import apply_epilogue, kernel_args
 from . import common
 
@@ -52,9 +52,9 @@ def gemm_expr(A: te.Tensor, B: te.Tensor, bias: te.Tensor | None, epilogue: str,
 def matmul_template(cfg, workload, target):
     a = workload.args
     if a.get("micro_kernel") is not None:
-        from ...schedule import ScheduleError
-
         raise ScheduleError("matmul: a C micro_kernel cannot run in a CUDA kernel; the cuda template ignores none")
+    if a.get("b_layout", "KN") != "KN":
+        raise ScheduleError(f"matmul: the cuda template takes B row-major (KN), not {a['b_layout']}")
     M, N, K = a["M"], a["N"], a["K"]
     common.define_gemm_knobs(cfg, M, N, K)
     cfg.add_flop(2 * M * N * K)

@@ -52,9 +52,10 @@ async def submit_model(
     input_shapes: Annotated[str | None, Query(min_length=1, max_length=4096, description="the shapes of graph "
                                               "inputs with dynamic dimensions: NAME=D1,D2,... separated by ';', "
                                               "e.g. input=1,3,224,224;mask=1,128")] = None,
-    prepack: Annotated[bool, Query(description="convolutions whose weights are constants of the model (at most "
-                                   "14x14 output pixels) take them pre-packed in their kernel's blocked layout, "
-                                   "which the bundle's model_manifest.json names per argument")] = True,
+    prepack: Annotated[bool, Query(description="convolutions (at most 14x14 output pixels) and linear layers (at "
+                                   "least 16 rows) whose weights are constants of the model take them pre-packed "
+                                   "in their kernel's blocked layout, which the bundle's model_manifest.json names "
+                                   "per argument")] = True,
 ) -> ModelOut:
     """Tune a whole ONNX model (the body, application/octet-stream, at most the server's
     max_model_bytes; parsed, never evaluated): its Conv / Gemm / MatMul layers become tasks
