@@ -32,6 +32,21 @@ from tunefleet.tuner.model.tune_model import tune_model  # noqa: E402
 FAST = MeasureProtocol(repeat=1, min_repeat_ms=1, timeout_s=20)
 
 
+def packed_in_c(tmp_path, header, symbol: str, size: int, packed_size: int) -> np.ndarray:
+    """What the bundle header's `<symbol>_pack_weight` makes of the float32 weights i / 7
+    (i = 0 .. size - 1), in a C program built with gcc -Wall -Werror: packed_size floats."""
+    program = tmp_path / "pack.c"
+    program.write_text("\n".join([
+        "#include <stdio.h>", f'#include "{header.name}"', "int main(void) {",
+        f"  static float w[{size}], packed[{packed_size}];",
+        f"  for (int i = 0; i < {size}; ++i) w[i] = (float)i / 7;",
+        f"  {symbol}_pack_weight(w, packed);",
+        "  fwrite(packed, sizeof packed, 1, stdout);", "  return 0;", "}"]))
+    subprocess.run(["gcc", "-O1", "-Wall", "-Werror", str(program), "-I", str(header.parent), "-o",
+                    str(tmp_path / "pack")], check=True)
+    return np.frombuffer(subprocess.run([str(tmp_path / "pack")], capture_output=True, check=True).stdout, np.float32)
+
+
 def test_cli_tunes_a_resnet_block_into_one_bundle(tmp_path, monkeypatch):
     monkeypatch.setenv("TUNEFLEET_HOME", str(tmp_path / "home"))  # its model-records.jsonl: the default records
     model = tmp_path / "resnet-block.onnx"
@@ -97,19 +112,10 @@ def test_constant_convolution_weights_are_prepacked_and_the_bundle_packs_them_fo
     with pytest.raises(KeyError, match="reads tensor 'w', which `tensors` lacks"):
         tunefleet.load(out_dir).arguments("Conv_3", {"relu2": np.zeros((1, 8, 8, 8), np.float32)})
     # a C caller packs the weights with the header's <kernel>_pack_weight, as pack_weight_np does
-    symbol = manifest["nodes"][0]["kernel"]
-    oihw = np.arange(8 * 8 * 3 * 3, dtype=np.float32) / 7
-    program = tmp_path / "pack.c"
-    program.write_text("\n".join([
-        "#include <stdio.h>", f'#include "{manifest["header"]}"', "int main(void) {",
-        f"  static float w[{oihw.size}], packed[{pack_weight(oihw.reshape(8, 8, 3, 3), layouts[0]).size}];",
-        f"  for (int i = 0; i < {oihw.size}; ++i) w[i] = (float)i / 7;",
-        f"  {symbol}_pack_weight(w, packed);",
-        "  fwrite(packed, sizeof packed, 1, stdout);", "  return 0;", "}"]))
-    subprocess.run(["gcc", "-O1", "-Wall", "-Werror", str(program), "-I", str(out_dir), "-o", str(tmp_path / "pack")],
-                   check=True)
-    packed = np.frombuffer(subprocess.run([str(tmp_path / "pack")], capture_output=True, check=True).stdout, np.float32)
-    np.testing.assert_array_equal(packed, pack_weight(oihw.reshape(8, 8, 3, 3), layouts[0]).ravel())
+    expected = pack_weight((np.arange(8 * 8 * 3 * 3, dtype=np.float32) / 7).reshape(8, 8, 3, 3), layouts[0])
+    packed = packed_in_c(tmp_path, out_dir / manifest["header"], manifest["nodes"][0]["kernel"], 8 * 8 * 3 * 3,
+                         expected.size)
+    np.testing.assert_array_equal(packed, expected.ravel())
 
 
 def test_constant_gemm_weights_are_prepacked_into_panels_and_the_bundle_packs_them(tmp_path):
@@ -135,19 +141,9 @@ def test_constant_gemm_weights_are_prepacked_into_panels_and_the_bundle_packs_th
     assert packs == {"MatMul_1": packed[0], "Gemm_3": packed[1], "MatMul_4": {}}
     assert check_against_onnxruntime(out_dir, graph) == 3
     symbol = next(n["kernel"] for n in manifest["nodes"] if n["node"] == "Gemm_3")
-    w = np.arange(36 * 40, dtype=np.float32).reshape(36, 40) / 7
-    size = pack(w, packed[1]["W"]).size
-    program = tmp_path / "pack.c"
-    program.write_text("\n".join([
-        "#include <stdio.h>", f'#include "{manifest["header"]}"', "int main(void) {",
-        f"  static float w[{w.size}], packed[{size}];",
-        f"  for (int i = 0; i < {w.size}; ++i) w[i] = (float)i / 7;",
-        f"  {symbol}_pack_weight(w, packed);",
-        "  fwrite(packed, sizeof packed, 1, stdout);", "  return 0;", "}"]))
-    subprocess.run(["gcc", "-O1", "-Wall", "-Werror", str(program), "-I", str(out_dir), "-o", str(tmp_path / "pack")],
-                   check=True)
-    got = np.frombuffer(subprocess.run([str(tmp_path / "pack")], capture_output=True, check=True).stdout, np.float32)
-    np.testing.assert_array_equal(got, pack(w, packed[1]["W"]).ravel())
+    expected = pack(np.arange(36 * 40, dtype=np.float32).reshape(36, 40) / 7, packed[1]["W"])
+    got = packed_in_c(tmp_path, out_dir / manifest["header"], symbol, 36 * 40, expected.size)
+    np.testing.assert_array_equal(got, expected.ravel())
 
 
 def test_cli_lists_tasks_and_explains_what_cannot_be_tuned(tmp_path):
