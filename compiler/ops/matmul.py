@@ -487,9 +487,10 @@ def cpu_template(cfg, workload, target):
         return micro_kernel_template(cfg, workload, target)
     cfg.add_flop(flop(a))
     A, B, bias = gemm_operands(a)
-    if b_panels(a) is None:
+    nr = b_panels(a)
+    if nr is None:
         return gemm_template(cfg, target.lanes(a["dtype"]), A, B, bias, a["epilogue"])
-    define_gemm_knobs(cfg, a["M"], a["N"], a["K"], target.lanes(a["dtype"]), b_panels=b_panels(a))
+    define_gemm_knobs(cfg, a["M"], a["N"], a["K"], target.lanes(a["dtype"]), b_panels=nr)
     return gemm_schedule(cfg, A, B, bias, a["epilogue"], n=a["N"])
 
 

@@ -21,10 +21,10 @@ from .registry import Workload, default_config, make_workload
 
 __all__ = ["PREPACKED_ARGS", "prepacked_layout", "with_prepacked_weights", "packed_arguments", "pack", "pack_c"]
 
-#: operator → (the argument a caller may pass pre-packed, the workload argument naming its layout).
-PREPACKED_ARGS = {"conv2d_nchw": ("weight", "weight_layout"), "matmul": ("B", "b_layout"),
-                  "dense": ("W", "weight_layout")}
-_PLAIN = {"conv2d_nchw": "OIHW", "matmul": "KN", "dense": "NK"}
+#: operator → (the argument a caller may pass pre-packed, the workload argument naming its layout,
+#: that argument's plain layout).
+PREPACKED_ARGS = {"conv2d_nchw": ("weight", "weight_layout", "OIHW"), "matmul": ("B", "b_layout", "KN"),
+                  "dense": ("W", "weight_layout", "NK")}
 
 
 def prepacked_layout(workload: Workload, target) -> str | None:
@@ -34,10 +34,11 @@ def prepacked_layout(workload: Workload, target) -> str | None:
     op, a = workload.op, workload.args
     if op == "conv2d_nchw":
         return conv2d.prepacked_layout(workload, target)
-    if op not in _PLAIN or matmul.b_panels(a) is not None or a["M"] < matmul.SKINNY_ROWS or a.get("micro_kernel"):
+    if op not in PREPACKED_ARGS or matmul.b_panels(a) is not None or a["M"] < matmul.SKINNY_ROWS \
+            or a.get("micro_kernel"):
         return None
     nr = default_config(workload, target)["nr"].val
-    return f"{_PLAIN[op]}{nr}n"
+    return f"{PREPACKED_ARGS[op][2]}{nr}n"
 
 
 def with_prepacked_weights(workload: Workload, target) -> Workload:
@@ -53,9 +54,9 @@ def packed_arguments(workload: Workload) -> dict[str, str]:
     an ONNX model's initializers) passes packed, by name → layout (`pack`)."""
     if workload.op not in PREPACKED_ARGS:
         return {}
-    arg, layout_arg = PREPACKED_ARGS[workload.op]
-    layout = workload.args.get(layout_arg, _PLAIN[workload.op])
-    return {} if layout == _PLAIN[workload.op] else {arg: layout}
+    arg, layout_arg, plain = PREPACKED_ARGS[workload.op]
+    layout = workload.args.get(layout_arg, plain)
+    return {} if layout == plain else {arg: layout}
 
 
 def pack(array: np.ndarray, layout: str) -> np.ndarray:
