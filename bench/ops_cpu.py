@@ -59,7 +59,14 @@ before -> after their weight packing stored whole vectors: 3×3 56² 209 (1.66 -
 7² 150 (0.81 / 0.64) and s2 512@14² 146 (0.88 / 0.66), where NCHWc with its packing per call
 now reaches 189 and 159 (not chosen: on a Xeon the GEMM won, before that packing); pre-packed
 OIHW16i32o 225 (1.22 / 0.96); 1×1 layers 1.15-6.9 / 0.89-1.48; dense 1×512 -> 1000 77 (3.66 /
-1.61, OpenBLAS 1.22-1.30).
+1.61, OpenBLAS 1.22-1.30). Later, with the 7² layers' union space (8 configs, 3 rounds): 3×3 56²
+206 (1.66 / 1.01), 28² 212 (0.94 / 0.92), 14² 211 (1.00 / 0.93), 7² 143 (1.01 / 0.64; the
+NCHWc default not faster here per call), pre-packed OIHW8i32o 212 (1.56 / 1.01), s2 512@14² 145
+(1.11 / 0.66), s2 128@56² 197 (1.04 / 0.93), s2 256@28² 201 (1.09 / 1.00); 1×1 layers 1.10-6.1
+/ 0.83-1.23; dense 1×512 -> 1000 70 (3.29 / 1.47, OpenBLAS 1.14 / 1.16), 128×768 -> 3072
+pre-packed 223 (1.41 / 1.09, OpenBLAS 1.43 / 1.29). Then the NCHWc input packing stored whole
+vectors (gathered from ic_bn rows): the 3×3 defaults 1.03× (56²), 1.01× (28²), 1.01× (14²)
+by 7 rounds, AVX2 builds 1.02× and 1.01×.
 
 On an Intel Xeon (model 207, AVX-512, 2 vCPUs; a noisy host: the measured peak 214-361, kernel
 medians up to 30% below their bests, so ratios of single rows swing), 8 configs, 3 rounds, after

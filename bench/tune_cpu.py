@@ -79,6 +79,16 @@ measured configs come first, and two results below half the best refit the model
 (180 -> 102 in all); their mean GFLOP/s 155 -> 179 (averaged over the 9 runs); the best after 64
 trials the same or higher in 7 of 9 (conv2d 512@7² 199/186/152 -> 198/177/188, 128×3072×768
 266/221/272 -> 280/284/291, 1024³ 334/329/313 -> 335/334/315).
+
+AMD EPYC Zen 4 (family 25 model 17, AVX-512 on 256-bit units, 2 vCPUs), 64 trials, seed 0, before
+-> after a refit at surprises re-scored the last annealing's pool instead of annealing again:
+tuning time 107 -> 48 s for conv2d 512@7² (search 61 -> 11 s), 62 -> 49 s for 128×3072×768
+(search 22 -> 12 s), 73 -> 76 s for 1024³ (search 16 -> 17 s: few surprises there); validated
+winners 182.0 -> 179.4 (PyTorch 179.2 / 185.3 in the same runs: 1.12 / 1.02 by rounds), 199.1 ->
+202.6 (numpy with OpenBLAS's AVX-512 / AVX2 kernels 1.17 / 1.04 -> 1.14 / 1.02), 223.8 -> 220.3
+(1.09 / 1.03 -> 1.09 / 1.08); 90% of each run's best after 1-3 trials in both. The price: trials
+3-64 below half the run's best 11 -> 13, 5 -> 6, 4 -> 10 (1024³ again, quiet: 12, search 6 s,
+winner 218.8, 1.14 / 1.09): a re-ranked pool still holds configs like the mispredicted ones.
 """
 
 from __future__ import annotations

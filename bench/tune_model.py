@@ -41,6 +41,10 @@ AMD EPYC Zen 4 (AVX-512 on 256-bit units, 2 vCPUs, peak 230 GFLOP/s; load 1.5), 
 weight packing stored whole vectors: ResNet-50, 48 trials, tuned in 187 s: 46.15 ms against
 onnxruntime's 48.87 ms (0.94) and PyTorch's 43.96 ms (1.05) — the 7² 3×3 layers, im2col GEMMs
 whose 49 pixels fill 64 lanes, run at 0.81-0.88 × PyTorch's speed here (bench/ops_cpu.py).
+The same host later (load 1.3-2.0), with the 7² layers' union space and the constant weights of
+the ≤ 14² 3×3 layers pre-packed: 44.65 ms against onnxruntime's 54.58 ms (0.82) and PyTorch's
+44.24 ms (1.01), tuned in 182 s; every 3×3 layer 0.68-0.89 × onnxruntime's time, the 1×1
+stride-2 256 -> 512 at 56² 1.35.
 
 Intel Xeon (model 207, AVX-512, 2 vCPUs, a noisy host: load 1.3-1.9), with the constant weights
 of the ≤ 14² 3×3 layers pre-packed (tuner.model.prepack): ResNet-50, 48 trials, tuned in 255 s:

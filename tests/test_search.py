@@ -180,6 +180,38 @@ def test_a_batch_of_mispredicted_configs_refits_the_model_at_once():
     assert search.model.version == 2
 
 
+def test_a_surprise_refit_re_ranks_the_last_pool_and_a_periodic_one_anneals():
+    """A refit at surprises re-scores the configs the last annealing found (no config is
+    featurized anew, each proposal is one of them); the refit every `retrain_every` results
+    anneals again, visiting configs never featurized before."""
+    space = tiled_space()
+    featurized: set[int] = set()
+
+    def counting(configs):
+        featurized.update(c.index for c in configs)
+        return knob_features(configs)
+
+    search = ModelGuidedSearch(space, counting, seed=0, warmup=8, retrain_every=12, epsilon=0, plan_size=16,
+                               sa_points=16, sa_steps=20)
+    batch = search.next_batch(8)
+    search.update(batch, measure(batch))
+    planned = search.next_batch(4)  # the first plan: an annealing
+    search.update(planned, measure(planned))
+    best = max(1 / seconds(c) for c in batch + planned)
+    before, version = set(featurized), search.model.version
+    surprising = search.next_batch(2)
+    search.update(surprising, [MeasureResult("ok", [1 / (0.1 * best)])] * 2)
+    assert search.model.version == version + 1
+    reranked = search.next_batch(4)
+    assert featurized == before and {c.index for c in reranked} <= before
+    more = reranked + search.next_batch(8)
+    search.update(more, [MeasureResult("ok", [1 / (0.9 * best)])] * 12)  # 12 results: a periodic refit
+    assert search.model.version == version + 2
+    before = set(featurized)
+    search.next_batch(4)
+    assert featurized > before
+
+
 def test_diversity_spreads_a_batch_over_more_knob_values():
     space = tiled_space()
     configs = space.random(np.random.default_rng(0), 100)
