@@ -86,9 +86,10 @@ tuning time 107 -> 48 s for conv2d 512@7² (search 61 -> 11 s), 62 -> 49 s for 1
 (search 22 -> 12 s), 73 -> 76 s for 1024³ (search 16 -> 17 s: few surprises there); validated
 winners 182.0 -> 179.4 (PyTorch 179.2 / 185.3 in the same runs: 1.12 / 1.02 by rounds), 199.1 ->
 202.6 (numpy with OpenBLAS's AVX-512 / AVX2 kernels 1.17 / 1.04 -> 1.14 / 1.02), 223.8 -> 220.3
-(1.09 / 1.03 -> 1.09 / 1.08); 90% of each run's best after 1-3 trials in both. The price: trials
-3-64 below half the run's best 11 -> 13, 5 -> 6, 4 -> 10 (1024³ again, quiet: 12, search 6 s,
-winner 218.8, 1.14 / 1.09): a re-ranked pool still holds configs like the mispredicted ones.
+(1.09 / 1.03 -> 1.09 / 1.08); 90% of each run's best after 1-3 trials in both. Trials 3-64 below
+half the run's best 11 -> 13, 5 -> 6, 4 -> 10 (1024³ again, quiet: 12, search 6 s, winner 218.8,
+1.14 / 1.09), within the 7-18 of the Xeon runs above: one run each does not tell whether
+re-scoring costs trials.
 """
 
 from __future__ import annotations
