@@ -121,7 +121,7 @@ def test_a_lasting_load_becomes_the_baseline_and_its_trials_are_trusted():
     also with two more unpinned loops standing for the suite's other worker."""
     cpus = affinity()
     protocol = MeasureProtocol(repeat=3, min_repeat_ms=10, cooldown_ms=0, max_disturbance=0.5, remeasure=2)
-    with Counting(cpus=cpus[-1:], build_cpus=cpus[:1], plugin_modules=PLUGINS) as m, BusyLoop(cpus[-1], 2):
+    with Counting(cpus=cpus[-1:], build_cpus=cpus[:1], plugin_modules=PLUGINS) as m, BusyLoop(cpus[-1], processes=2):
         results = m.measure_batch([candidate(4)] + [candidate()] * 9, protocol)
         assert m.baseline > protocol.max_disturbance
     first, later = results[0], results[5:]

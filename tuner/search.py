@@ -293,11 +293,8 @@ class ModelGuidedSearch(SearchStrategy):
     def _replan(self, exclude: set[int] = frozenset(), anneal: bool = True) -> None:
         """A new plan from a new annealing pool or, with ``anneal=False``, from the last pool
         re-scored by the refit model (annealing again where none of it is left unvisited)."""
-        left = [i for i in self._pool if i not in self._visited and i not in exclude]
-        if anneal or not left:
-            pool = self._anneal(exclude)
-        else:
-            pool = dict(zip(left, self._scores(left).tolist()))
+        left = [] if anneal else [i for i in self._pool if i not in self._visited and i not in exclude]
+        pool = dict(zip(left, self._scores(left).tolist())) if left else self._anneal(exclude)
         self._pool = list(pool)
         self._plan = self._diverse_pick(pool)
         self._plan_version = self.model.version
