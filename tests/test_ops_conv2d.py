@@ -113,7 +113,8 @@ def test_pointwise_convolution_is_a_gemm_over_views_of_its_arguments():
 def test_convolution_with_few_output_pixels_is_an_im2col_gemm_or_nchwc(target):
     """A convolution with at most IM2COL_MAX_PIXELS output pixels per image has both methods in
     its space: "gemm" runs the matmul template (its knobs) on weight [CO, CI·KH·KW] · pixels
-    [CI·KH·KW, OH·OW] per image, the pixels gathered from NCHW data by the packing of B;
+    [CI·KH·KW, OH·OW] per image, the pixels gathered from NCHW data into a stage of their
+    own, then packed into B's panels;
     "nchwc" the direct NCHWc schedule (its knobs prefixed). The search measures both defaults
     first; their random configs (padding, stride, dilation, a non-square kernel, batch > 1)
     match numpy on each ISA of the host's family, and the kernel's arguments keep the
@@ -172,9 +173,9 @@ def test_groups_are_validated_and_leave_ungrouped_workloads_as_they_were():
 
 
 def test_strided_pointwise_convolution_is_a_gemm_that_packs_the_pixels_it_reads():
-    """A 1×1 convolution with a stride (ResNet's downsampling) is the GEMM too: the packing of B
-    gathers the strided pixels, so every config packs B (the space has no other choice), and
-    random configs on odd sizes and strides match numpy."""
+    """A 1×1 convolution with a stride (ResNet's downsampling) is the GEMM too: the strided
+    pixels are gathered, then packed, so every config packs B (the space has no other choice),
+    and random configs on odd sizes and strides match numpy."""
     w = _workload("conv2d_nchw", dict(N=2, CI=11, CO=9, H=9, W=8, KH=1, KW=1, stride=[2, 3], bias=True,
                                       epilogue="relu"))
     space = ops.config_space(w, TARGET)
@@ -182,6 +183,20 @@ def test_strided_pointwise_convolution_is_a_gemm_that_packs_the_pixels_it_reads(
     built = build_workload(w, ops.default_config(w, TARGET), TARGET)
     assert [a.shape for a in built.args] == [(2, 11, 9, 8), (9, 11, 1, 1), (9,), (2, 9, 5, 3)]
     assert not failures(sample(w, 8, seed=11))
+
+
+@pytest.mark.parametrize("args", [RESNET[1], dict(CI=512, CO=512, H=14, W=14, KH=3, KW=3, padding=1, stride=2),
+                                  RESNET[4]])
+def test_im2col_pixels_are_gathered_without_a_division_per_element(args):
+    """The GEMM's gathered pixels are a stage whose loops run over (ci, kh, kw) and (oh, ow), so
+    no store of it divides (each element of B's panels, packed straight from data, took a
+    division and a modulo by OW, KH·KW, KW and KH: 18% of a 512@14² 3×3 stride-2 call), and the
+    panels copy whole vectors of it."""
+    w = _workload("conv2d_nchw", {**args, "bias": True, "epilogue": "relu"})
+    source = build_workload(w, ops.default_config(w, TARGET), TARGET).source
+    stores = [line for line in source.splitlines() if line.strip().startswith("pixels[")]
+    assert stores and not [line for line in stores if "/" in line or "%" in line]
+    assert any(line.strip().startswith("*(") and "pixels_packed" in line for line in source.splitlines())
 
 
 def test_tile_columns_pads_a_prime_width_instead_of_taking_one_column():
