@@ -33,8 +33,9 @@ out[n] = weight[CO, CI] · data[n][CI, OH·OW]: it runs `matmul`'s CPU schedule 
 cache blocking, zero-padded packed panels; its knobs and default rule) over views of the NCHW
 and OIHW arguments, with no packing into NCHWc and back (`gemm_template`); with a stride
 (ResNet's downsampling 1×1 convolutions) B is the strided pixels, gathered first into a
-contiguous [N, CI, OH·OW] stage and then packed into panels. An ungrouped convolution over OIHW weights with at most IM2COL_MAX_PIXELS output
-pixels (ResNet's 7² layers) has both methods in its space, switched by the knob "method"
+contiguous [N, CI, OH·OW] stage and then packed into panels. An ungrouped convolution over
+OIHW weights with at most IM2COL_MAX_PIXELS output pixels (ResNet's 7² layers) has both
+methods in its space, switched by the knob "method"
 (METHODS; `compiler.space` on switches): the GEMM weight[CO, CI·KH·KW] · im2col(data[n]),
 which reads the weights in place, and NCHWc, whose tiles are at most OW columns wide and
 whose weight packing per call takes about 15% of it (AMD Zen 4, 512@7²) — which wins depends
