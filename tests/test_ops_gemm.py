@@ -41,6 +41,25 @@ def test_dense():
 
 
 @pytest.mark.parametrize("target", params(FAMILY))
+def test_transposed_b_panels_are_packed_by_register_transposes(target):
+    """Where B is given transposed (dense's W [N, K], batch_matmul's Bᵀ) and its panels need no
+    zero padding, they are packed by the transposing micro-kernel (compiler.ops.transpose_pack):
+    dense's default with each pack_b choice that packs, and random batch_matmul configs, K not a
+    multiple of any ISA's vector (a partial block of columns) and N a multiple of every panel
+    width, on each ISA of the host's family, checked against numpy."""
+    dense = ops.make_workload("dense", dict(M=33, N=192, K=37, epilogue="relu"))
+    default = ops.default_config(dense, target).to_json()["knobs"]
+    space = ops.config_space(dense, target)
+    cases = [(dense, space.from_json({"knobs": {**default, "pack_b": p, "dot_rows": 0}}))
+             for p in knob_choices(space, "pack_b") if p]
+    bmm = ops.make_workload("batch_matmul", dict(batch=2, M=5, N=192, K=21, transpose_b=True))
+    cases += [c for c in sample(bmm, 16, seed=1, target=target) if c[1]["pack_b"].val]
+    by_transposes = ["tf_pack_transposed_f32(" in build_workload(*c, target).source for c in cases]
+    assert all(by_transposes[:2]) and sum(by_transposes) >= 6
+    assert not failures(cases, target=target)
+
+
+@pytest.mark.parametrize("target", params(FAMILY))
 def test_dense_skinny_dot_products(target):
     """Dense at M = 1 and a few rows, K at least a vector of every ISA (so the space has the
     dot-product form), with and without a K tail: the default (dot products, `dot_rows` > 0,

@@ -19,6 +19,7 @@ from .. import te
 from ..schedule import TensorIntrin, create_schedule
 from .common import EPILOGUES, apply_epilogue, kernel_args, knob_choices, np_epilogue, pack_blocked
 from .registry import ArgDef, OpDef, WorkloadError, register
+from .transpose_pack import tensorize_transposed_pack
 
 MAX_DIM = 1 << 16
 
@@ -472,12 +473,16 @@ def gemm_template(cfg, lanes: int, A: te.Tensor, B: te.Tensor, bias: te.Tensor |
 def gemm_schedule(cfg, A: te.Tensor, B: te.Tensor, bias: te.Tensor | None, epilogue: str, *,
                   transpose_b: bool = False, name: str = "C", n: int | None = None):
     """gemm_template's (schedule, kernel arguments) in a space that has define_gemm_knobs' knobs;
-    `n`: B is pre-packed, its panels [ceil(n/nr), K, nr] (define_gemm_knobs' b_panels)."""
+    `n`: B is pre-packed, its panels [ceil(n/nr), K, nr] (define_gemm_knobs' b_panels). The
+    panels of a transposed B that need no zero padding are packed by register transposes
+    (`transpose_pack`)."""
     ap, bp, packs = packed_panels(cfg, A, B, transpose_b)
     prod, out = matmul_expr(A, B, bias, epilogue, b_panel=B if n is not None else bp, nr=cfg["nr"].val, a_panel=ap,
                             mr=cfg["mr"].val, transpose_b=transpose_b, name=name, kc=cfg["kc"].val, n=n)
     sch = create_schedule(out)
     schedule_gemm(sch, cfg, prod, out, packs, A.shape[-1], bp)
+    if transpose_b and bp is not None:
+        tensorize_transposed_pack(sch, bp, B, B.shape[-2], cfg["nr"].val)
     return sch, kernel_args(A, B, bias, out)
 
 
