@@ -81,6 +81,17 @@ NCHWc packing per call 186, pre-packed 243 (1.40), PyTorch 159; s2 512@14² 192 
 kernels on most 3×3 layers here. Later, with the linear layers' constant W pre-packed into the
 GEMM's column panels (NK64n; 8 configs, 5 rounds, peak 338-352): dense 128×768 -> 3072 per
 call 246 (0.97 / 0.89), pre-packed 300 (1.14 / 1.11, OpenBLAS 1.34).
+
+On an Intel Xeon (model 85, AVX-512 with two FMA units, 2 vCPUs, measured peak 244-304; noisy:
+kernel medians up to 40% below their bests), 8 configs, 3 -> 5 rounds, GFLOP/s of our best
+(PyTorch / onnxruntime), before -> after the im2col GEMM gathered its pixels in a stage of their
+own and a transposed B's panels were packed by register transposes (each change's own A/B:
+defaults, 7 interleaved rounds, median ratio within a round: 1.17-1.34× and 1.17×): 512@7² 3×3
+123 -> 150 (1.76 -> 1.86 / 0.72 -> 0.93), s2 512@14² 74 -> 154 (1.21 -> 1.74 / 0.67 -> 0.79),
+1×1 s2 256 -> 512@56² 86 -> 174 (2.23 -> 2.55 / 1.03), dense 128×768 -> 3072 per call 170 -> 224
+(0.94 -> 1.12 / 0.89 -> 0.99; OpenBLAS 1.61), now faster than with W pre-packed (192: 0.94 /
+0.86, which reads the panels from memory in the micro-kernel); the other 3×3 layers 1.15-1.96 /
+0.88-1.15, 1×1 layers 1.00-7.2 / 0.77-1.48, dense 1×512 -> 1000 1.77 / 1.73 (OpenBLAS 1.07).
 """
 
 from __future__ import annotations
