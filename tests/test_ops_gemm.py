@@ -8,8 +8,8 @@ from isa_targets import FAMILY, params, runs_here
 from ops_check import failures, sample
 
 from tunefleet.compiler import ops
-from tunefleet.compiler.driver import build_workload
-from tunefleet.compiler.ops import WorkloadError
+from tunefleet.compiler.driver import build_workload, lower_workload
+from tunefleet.compiler.ops import WorkloadError, transpose_pack
 from tunefleet.compiler.ops.common import knob_choices
 from tunefleet.compiler.ops.matmul import b_panels, pack_panels_np, unpack_panels_np
 from tunefleet.compiler.ops.prepacked import pack, packed_arguments, prepacked_layout, with_prepacked_weights
@@ -54,7 +54,7 @@ def test_transposed_b_panels_are_packed_by_register_transposes(target):
              for p in knob_choices(space, "pack_b") if p]
     bmm = ops.make_workload("batch_matmul", dict(batch=2, M=5, N=192, K=21, transpose_b=True))
     cases += [c for c in sample(bmm, 16, seed=1, target=target) if c[1]["pack_b"].val]
-    by_transposes = ["tf_pack_transposed_f32(" in build_workload(*c, target).source for c in cases]
+    by_transposes = [transpose_pack.SOURCE in lower_workload(*c, target)[0].extern_sources for c in cases]
     assert all(by_transposes[:2]) and sum(by_transposes) >= 6
     assert not failures(cases, target=target)
 

@@ -116,16 +116,15 @@ static void {FUNC}(int64_t K, int64_t nr, const float* B, int64_t ldb, float* P,
 """
 
 
-def tensorize_transposed_pack(sch, packed: te.Tensor, B: te.Tensor, N: int, nr: int) -> bool:
+def tensorize_transposed_pack(sch, packed: te.Tensor, B: te.Tensor, N: int, nr: int) -> None:
     """Compute the panels `packed` [*outer, K, nr] of the transposed B [*batch, N, K] by
     :data:`FUNC`, one call per panel (tensorized at its K loop), where that is what its
     body is: float32 and no zero-padded panel (N a multiple of nr, as many panels as N
-    needs). Returns whether it did; otherwise the stage keeps its loops."""
+    needs); otherwise the stage keeps its loops."""
     if B.dtype != "float32" or N % nr or packed.shape[0] * nr != N:
-        return False
+        return
     sp = sch[packed]
     k, ni = sp.op.axis[-2:]
     sp.tensorize(k, TensorIntrin(FUNC, SOURCE, (f"extent:{k.name}", f"extent:{ni.name}", B.name,
                                                 f"{B.name}.stride{len(B.shape) - 2}", packed.name,
                                                 f"{packed.name}.stride{len(packed.shape) - 2}")))
-    return True
