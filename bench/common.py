@@ -78,11 +78,13 @@ def host_target(text: str) -> Target:
     return target
 
 
-def peak_code(threads: int, **kwargs) -> str:
-    """Python source printing 1 / peak_gflops(threads, **kwargs) (seconds per GFLOP at the
-    peak), for a child process: the smaller the better, like the timings it is interleaved with."""
+def peak_code(threads: int, target: Target | None = None, **kwargs) -> str:
+    """Python source printing 1 / peak_gflops(threads, target, **kwargs) (seconds per GFLOP at
+    the peak, with `target`'s vectors; the host's by default), for a child process: the smaller
+    the better, like the timings it is interleaved with."""
     return (f"import sys; sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})\n"
-            f"from common import peak_gflops; print(1 / peak_gflops({threads}, **{kwargs!r}))")
+            "from common import peak_gflops; from tunefleet.compiler.target import Target\n"
+            f"print(1 / peak_gflops({threads}, Target.parse({str(target or Target.host())!r}), **{kwargs!r}))")
 
 
 def numpy_env(coretype: bool) -> dict:

@@ -18,6 +18,12 @@ them); each ratio is the median over the rounds of the peer's time over ours in 
 moments.
 
     python bench/ops_cpu.py [--only conv5 dw] [--configs 32] [--threads N] [--protocol min-call]
+                            [--target "cpu -isa=avx2"]
+
+`--target` builds for another ISA that this host runs (AVX2 code on an AVX-512 host) and limits
+PyTorch to it (oneDNN's ONEDNN_MAX_CPU_ISA, MKL's MKL_ENABLE_INSTRUCTIONS: `TORCH_ISA_ENV`); the
+peak is measured with that ISA's vectors. onnxruntime (MLAS), which has no such switch, is then
+left out; numpy's columns name their ISA already.
 
 Measured on an Intel Xeon (model 167, AVX-512, 2 vCPUs, quiet), 16 configs, GFLOP/s of our
 best, (PyTorch / onnxruntime), peer ÷ ours: 7² layers before -> after they became im2col GEMMs:
@@ -105,8 +111,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import (PROCESSES, export, interleaved_seconds, kernel_code, numpy_env, peak_code,  # noqa: E402
-                    quick_seconds, round_ratio, scratch_dir)
+from common import (PROCESSES, export, host_target, interleaved_seconds, kernel_code, numpy_env,  # noqa: E402
+                    peak_code, quick_seconds, round_ratio, scratch_dir)
 
 from tunefleet.compiler import ops  # noqa: E402
 from tunefleet.compiler.driver import build_workload  # noqa: E402
@@ -163,6 +169,18 @@ def torch_available() -> bool:
 PROTOCOLS = {"repeats": {"repeat": 10, "min_repeat_ms": 100}, "min-call": {"repeat": 200, "min_repeat_ms": 0}}
 #: The peak measurement that goes with each protocol: long runs, or many short ones.
 PEAK_RUNS = {"repeats": {}, "min-call": {"iters": 200_000, "runs": 200}}
+
+
+#: PyTorch's environment that keeps oneDNN's and MKL's kernels to a target ISA (none: the host's best).
+TORCH_ISA_ENV = {"avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"},
+                 "generic": {"ONEDNN_MAX_CPU_ISA": "SSE41", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2"}}
+
+
+def torch_env(target: Target) -> dict | None:
+    """The environment of a PyTorch child limited to `target`'s ISA; None on the host's own."""
+    if target == Target.host() or target.isa not in TORCH_ISA_ENV:
+        return None
+    return {**os.environ, **TORCH_ISA_ENV[target.isa]}
 
 
 def timed_code(setup: str, protocol: str) -> str:
@@ -291,14 +309,20 @@ def main() -> None:
     p.add_argument("--processes", type=int, default=PROCESSES, help="rounds of fresh processes per timing")
     p.add_argument("--protocol", choices=list(PROTOCOLS), default="repeats",
                    help="repeats: tunefleet's timer protocol; min-call: fastest single call (for busy machines)")
+    p.add_argument("--target", type=host_target, default=Target.host(),
+                   help="CPU target to build for (default: this host's best), e.g. 'cpu -isa=avx2'; PyTorch is "
+                        "limited to its ISA, onnxruntime left out unless it is the host's")
     args = p.parse_args()
     os.environ["TUNEFLEET_NUM_THREADS"] = str(args.threads)
-    target = Target.host()
+    target = args.target
+    own_isa = target == Target.host()
     have_torch = torch_available()
-    print(f"target {target}, {args.threads} threads; PyTorch {'installed' if have_torch else 'not installed'}; "
+    torch_isa = "host's" if own_isa else TORCH_ISA_ENV.get(target.isa, {}).get("ONEDNN_MAX_CPU_ISA", "host's")
+    print(f"target {target}, {args.threads} threads; PyTorch {'installed' if have_torch else 'not installed'}"
+          f" ({torch_isa} ISA); onnxruntime {'one-node model' if own_isa else 'left out (host ISA only)'}; "
           f"protocol {args.protocol}; peak: the fp32 FMA peak measured in the same rounds as the row's timings; "
-          f"ort: onnxruntime, one-node model; numpy: OpenBLAS (dense only), np-AVX2 with OPENBLAS_CORETYPE=Haswell; "
-          f"GFLOP/s (best over the rounds); ratios: median over the rounds of peer time / our best time in the same round")
+          f"numpy: OpenBLAS (dense only), np-AVX2 with OPENBLAS_CORETYPE=Haswell; GFLOP/s (best over the rounds); "
+          f"ratios: median over the rounds of peer time / our best time in the same round")
     peers = ["torch", "ort", "numpy", "np-AVX2"]
     print(f"{'workload':>14} {'GFLOP':>6} {'default':>8} {'best':>8} " + " ".join(f"{p:>8}" for p in peers)
           + f" {'peak':>6} " + " ".join(f"{'/' + p:>8}" for p in peers) + f" {'%peak def/best':>14}  best config")
@@ -310,12 +334,13 @@ def main() -> None:
         w = ops.make_workload(op, a)
         w = with_prepacked_weights(w, target) if name in PREPACKED else w
         default_built, best_built, best_cfg = search(w, target, min(args.configs, 32), rng)
-        codes = [(peak_code(args.threads, **PEAK_RUNS[args.protocol]), None)]
+        codes = [(peak_code(args.threads, target, **PEAK_RUNS[args.protocol]), None)]
         codes += [(kernel_code(export(b, w, scratch_dir("tf-bench-")), **PROTOCOLS[args.protocol]), None)
                   for b in (default_built, best_built)]
         np_code = numpy_code(op, w.args, args.protocol)
-        peer_codes = [(torch_code(op, w.args, args.threads, args.protocol) if have_torch else None, None),
-                      (ort_code(op, w.args, args.threads, args.protocol), None),
+        torch_peer = torch_code(op, w.args, args.threads, args.protocol) if have_torch else None
+        peer_codes = [(torch_peer, torch_env(target)),
+                      (ort_code(op, w.args, args.threads, args.protocol) if own_isa else None, None),
                       (np_code, numpy_env(False)), (np_code, numpy_env(True))]
         present = [c for c in peer_codes if c[0] is not None]
         s_peak, s_default, s_best, *s_present = interleaved_seconds(
