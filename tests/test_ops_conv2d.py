@@ -233,11 +233,35 @@ def test_nchwc_register_tile_stays_in_the_registers(args):
     tile, which then ran at half its speed."""
     target = Target("cpu", "avx512")
     w = _workload("conv2d_nchw", {**args, "bias": True, "epilogue": "relu"})
-    built = build_workload(w, ops.default_config(w, target), target)
-    asm = subprocess.run(["objdump", "-d", "--no-show-raw-insn", built.so_path], capture_output=True, text=True,
-                         check=True).stdout
-    fmas = [line for line in asm.splitlines() if "vfmadd" in line]
+    fmas = _fmas(build_workload(w, ops.default_config(w, target), target).so_path)
     assert fmas and not [line for line in fmas if "(%rsp)" in line]
+
+
+def _fmas(so_path) -> list[str]:
+    """The FMA instructions of a built kernel, as objdump disassembles them."""
+    asm = subprocess.run(["objdump", "-d", "--no-show-raw-insn", so_path], capture_output=True, text=True,
+                         check=True).stdout
+    return [line for line in asm.splitlines() if "vfmadd" in line]
+
+
+@pytest.mark.skipif(shutil.which("objdump") is None, reason="objdump (GNU binutils) is not installed")
+@pytest.mark.parametrize("args", [
+    dict(CI=16, CO=64, H=13, W=13, KH=3, KW=3, padding=1),  # 13 columns: 4 tiles of 3, the last guarded
+    dict(N=2, CI=8, CO=40, H=27, W=28, KH=3, KW=3, padding=1, stride=2),  # CO: a block and a padded one
+])
+def test_avx2_default_tile_is_three_columns_by_four_vectors_in_the_registers(args):
+    """Built for AVX2, a 3×3 layer of at least NARROW_TILE_MIN_OW output columns takes the
+    default tile of 3 columns × 4 vectors of output channels (oneDNN's AVX2 blocking): 12
+    accumulators and the broadcast in the 16 registers, no FMA reading the stack, the weights
+    FMA memory operands; the kernel matches numpy where this host runs AVX2."""
+    target = Target("cpu", "avx2")
+    w = _workload("conv2d_nchw", {**args, "bias": True, "epilogue": "relu"})
+    config = ops.default_config(w, target)
+    assert (config["reg_n"].val, config["oc_bn"].val // target.lanes("float32")) == (3, 4)
+    fmas = _fmas(build_workload(w, config, target).so_path)
+    assert fmas and not [line for line in fmas if "(%rsp)" in line]
+    assert [line for line in fmas if "(%r" in line]
+    assert not failures([(w, config)], target=target)
 
 
 @pytest.mark.parametrize("layout", ["OIHW8i8o", "OIHW8i16o", "OIHW16i16o", "OIHW16i32o"])
