@@ -98,6 +98,16 @@ defaults, 7 interleaved rounds, median ratio within a round: 1.17-1.34× and 1.1
 (0.94 -> 1.12 / 0.89 -> 0.99; OpenBLAS 1.61), now faster than with W pre-packed (192: 0.94 /
 0.86, which reads the panels from memory in the micro-kernel); the other 3×3 layers 1.15-1.96 /
 0.88-1.15, 1×1 layers 1.00-7.2 / 0.77-1.48, dense 1×512 -> 1000 1.77 / 1.73 (OpenBLAS 1.07).
+
+On an AMD EPYC Zen 5 (family 26 model 2, 2 vCPUs) with `--target "cpu -isa=avx2"`: AVX2 code
+against PyTorch limited to AVX2 (AVX2 peak 270-285 GFLOP/s for 2 threads), 8 configs, 3 -> 5
+rounds, GFLOP/s of our best (PyTorch) before -> after the 3 × 4-vector NCHWc tile (its own A/B,
+defaults, 5 rounds: 1.03-1.10×): 3×3 64@56² 234 -> 242 (1.57 -> 1.75), 128@28² 234 -> 239 (0.96
+-> 1.05), 256@14² 236 -> 238 (1.00 -> 1.07), stride 2 128@56² 227 -> 220 (0.99 -> 1.15; the
+host slower in the later run, PyTorch 231 -> 192), stride 2 256@28² 233 -> 237 (1.02 -> 1.06);
+unchanged: 7² 3×3 (im2col GEMM) 194 (1.05), pre-packed 209 (1.14), stride 2 512@14² 195 (1.16),
+1×1 layers 197-259 (1.12-5.27), depthwise 1.3-14, dense 1×512 -> 1000 106 (2.90; OpenBLAS's
+AVX2 kernels 1.21), 1×768 -> 3072 91 (2.23; 0.95), 128×768 -> 3072 246 (1.21; 1.05).
 """
 
 from __future__ import annotations
