@@ -396,12 +396,13 @@ def cpu_template(cfg, workload, target):
     return gemm_template(cfg.branch("method", "gemm"), workload, target)
 
 
-#: The default's tile with 16 vector registers (AVX2, SSE) for OW of at least NARROW_TILE_MIN_OW:
-#: AVX2_TILE_COLUMNS output columns × 4 vectors of output channels, 12 accumulators and a broadcast
-#: in the registers, the weight vectors read as FMA memory operands — the blocking of oneDNN's AVX2
-#: direct convolution (ur_w 3 × 4 blocks of 8 output channels) and of Bolt's 3×32 AVX2 kernel.
-#: Where CO is too small for 4 vectors, two vectors × one of NARROW_TILES columns (at most 6: 12
-#: accumulators, 2 weight vectors and a broadcast).
+#: The default's tile with 16 vector registers (AVX2, SSE), where 4 vectors of output channels are
+#: a choice (or the pre-packed layout's block): AVX2_TILE_COLUMNS output columns × 4 vectors, 12
+#: accumulators and a broadcast in the registers, the weight vectors read as FMA memory operands —
+#: the blocking of oneDNN's AVX2 direct convolution (ur_w 3 × 4 blocks of 8 output channels) and of
+#: Bolt's 3×32 AVX2 kernel. Where CO is too small for 4 vectors and OW is at least
+#: NARROW_TILE_MIN_OW, two vectors × one of NARROW_TILES columns (at most 6: 12 accumulators, 2
+#: weight vectors and a broadcast).
 AVX2_TILE_COLUMNS = 3
 NARROW_TILES = (4, 5, 6)
 NARROW_TILE_MIN_OW = 12
@@ -423,16 +424,17 @@ def direct_default(space, a: dict, target) -> dict:
     few to cover the FMA latency: Zen 3, one thread, 256@28² → 512 3×3 stride 2 reg_n 7 → 14,
     39 → 68 GF/s; 3×3 stride 1 at 14², 28², 56² about 69 → 75); where OW has no divisor of at
     least half that many, the width of `tile_columns` with the fewest padded columns (73 columns:
-    25, not 1). On AVX2 with OW >=
-    NARROW_TILE_MIN_OW, oc_bn is four vectors and reg_n AVX2_TILE_COLUMNS, or, where CO has no
-    room for four, two vectors and one of NARROW_TILES (the least padding, then the widest): a
-    tile of reg_n × 1 vector takes one broadcast load per FMA, which Zen 3's load ports cannot
-    sustain at 2 FMAs a cycle; 2 vectors halve that (one thread, 128@28² 3×3 75 → 88, 256@28² →
-    512 stride 2 63 → 70 GF/s; at OW 7 it lost), 3 × 4 take 7 loads per 12 FMAs (AMD Zen 5 built
+    25, not 1). On AVX2 oc_bn is four vectors and reg_n AVX2_TILE_COLUMNS (OW >= 3), or, where
+    CO has no room for four and OW >= NARROW_TILE_MIN_OW, two vectors and one of NARROW_TILES
+    (the least padding, then the widest): a tile of reg_n × 1 vector takes one broadcast load per
+    FMA, which Zen 3's load ports cannot sustain at 2 FMAs a cycle; 2 vectors halve that (one
+    thread, 128@28² 3×3 75 → 88, 256@28² → 512 stride 2 63 → 70 GF/s; at OW 7 it lost to one
+    vector × 7 columns), 3 × 4 take 7 loads per 12 FMAs (AMD Zen 5 built
     for AVX2, 2 threads, 3×3 layers against the 2-vector tiles, 5 rounds: 64@56² 1.10×, 128@28²
     1.07×, 256@14² 1.03×, stride 2 128@56² 1.07×, 256@28² 1.04×; 6 × 2 vectors won at 28² and 56²
-    but lost 4-10% at 14²; built for SSE ("generic", 16 registers too): 128@28² 1.21×, 256@14²
-    1.56×). With 32 registers (AVX-512) likewise, where
+    but lost 4-10% at 14²; 512@7², 9 columns computed for 7: 1.04× per call, 1.10× with
+    pre-packed weights (OIHW8i32o against OIHW8i8o × 7 columns); built for SSE ("generic", 16
+    registers too): 128@28² 1.21×, 256@14² 1.56×). With 32 registers (AVX-512) likewise, where
     OW has a divisor of at least WIDE_TILE_MIN_COLUMNS up to 14: two vectors × that many
     columns, input-channel blocks of half a vector (Xeon model 167, 2 threads, 3×3 layers,
     GFLOP/s: 64@56² 310 → 345, 128@28² 342 → 379, 128@56² stride 2 247 → 273, 256@14² 313 →
@@ -455,7 +457,7 @@ def direct_default(space, a: dict, target) -> dict:
     budget = regs if regs == 28 else regs + 1 - vectors
     limit = max(1, min(32, OW, budget // vectors))
     reg_n = tile_columns(OW, limit)
-    if regs == 14 and 4 * lanes in choices["oc_bn"] and OW >= NARROW_TILE_MIN_OW:
+    if regs == 14 and 4 * lanes in choices["oc_bn"] and OW >= AVX2_TILE_COLUMNS:
         oc_bn, reg_n = 4 * lanes, AVX2_TILE_COLUMNS
     elif regs == 14 and 2 * lanes in choices["oc_bn"] and OW >= NARROW_TILE_MIN_OW:
         oc_bn, reg_n = 2 * lanes, min(NARROW_TILES, key=lambda r: (tile_overhang(OW, r), -r))
