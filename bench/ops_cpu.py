@@ -105,7 +105,8 @@ rounds, GFLOP/s of our best (PyTorch) before -> after the 3 × 4-vector NCHWc ti
 defaults, 5 rounds: 1.03-1.10×): 3×3 64@56² 234 -> 242 (1.57 -> 1.75), 128@28² 234 -> 239 (0.96
 -> 1.05), 256@14² 236 -> 238 (1.00 -> 1.07), stride 2 128@56² 227 -> 220 (0.99 -> 1.15; the
 host slower in the later run, PyTorch 231 -> 192), stride 2 256@28² 233 -> 237 (1.02 -> 1.06);
-unchanged: 7² 3×3 (im2col GEMM) 194 (1.05), pre-packed 209 (1.14), stride 2 512@14² 195 (1.16),
+7² 3×3 pre-packed 209 -> 230 (1.14 -> 1.26; OIHW8i32o and the same tile instead of 7 columns ×
+one vector); unchanged: 7² 3×3 (im2col GEMM) 194 (1.05), stride 2 512@14² 195 (1.16),
 1×1 layers 197-259 (1.12-5.27), depthwise 1.3-14, dense 1×512 -> 1000 106 (2.90; OpenBLAS's
 AVX2 kernels 1.21), 1×768 -> 3072 91 (2.23; 0.95), 128×768 -> 3072 246 (1.21; 1.05).
 """
