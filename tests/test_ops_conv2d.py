@@ -252,9 +252,9 @@ def _fmas(so_path) -> list[str]:
 ])
 def test_avx2_default_tile_is_three_columns_by_four_vectors_in_the_registers(args):
     """Built for AVX2, a 3×3 layer with room for 4 vectors of output channels takes the default
-    tile of 3 columns × 4 vectors (oneDNN's AVX2 blocking): 12
-    accumulators and the broadcast in the 16 registers, no FMA reading the stack, the weights
-    FMA memory operands; the kernel matches numpy where this host runs AVX2."""
+    tile of 3 columns × 4 vectors (oneDNN's AVX2 blocking): 12 accumulators and the broadcast in
+    the 16 registers, no FMA reading the stack, the weights FMA memory operands; the kernel
+    matches numpy where this host runs AVX2."""
     target = Target("cpu", "avx2")
     w = _workload("conv2d_nchw", {**args, "bias": True, "epilogue": "relu"})
     config = ops.default_config(w, target)
