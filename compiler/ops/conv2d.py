@@ -429,12 +429,12 @@ def direct_default(space, a: dict, target) -> dict:
     (the least padding, then the widest): a tile of reg_n × 1 vector takes one broadcast load per
     FMA, which Zen 3's load ports cannot sustain at 2 FMAs a cycle; 2 vectors halve that (one
     thread, 128@28² 3×3 75 → 88, 256@28² → 512 stride 2 63 → 70 GF/s; at OW 7 it lost to one
-    vector × 7 columns), 3 × 4 take 7 loads per 12 FMAs (AMD Zen 5 built
-    for AVX2, 2 threads, 3×3 layers against the 2-vector tiles, 5 rounds: 64@56² 1.10×, 128@28²
-    1.07×, 256@14² 1.03×, stride 2 128@56² 1.07×, 256@28² 1.04×; 6 × 2 vectors won at 28² and 56²
-    but lost 4-10% at 14²; 512@7², 9 columns computed for 7: 1.04× per call, 1.10× with
-    pre-packed weights (OIHW8i32o against OIHW8i8o × 7 columns); built for SSE ("generic", 16
-    registers too): 128@28² 1.21×, 256@14² 1.56×). With 32 registers (AVX-512) likewise, where
+    vector × 7 columns), 3 × 4 take 7 loads per 12 FMAs (AMD Zen 5 built for AVX2, 2 threads,
+    3×3 layers against the 2-vector tiles, 5 rounds: 64@56² 1.10×, 128@28² 1.07×, 256@14² 1.03×,
+    stride 2 128@56² 1.07×, 256@28² 1.04×; 6 × 2 vectors won at 28² and 56² but lost 4-10% at
+    14²; 512@7², 9 columns computed for 7: 1.04× per call, 1.10× with pre-packed weights
+    (OIHW8i32o against OIHW8i8o × 7 columns); built for SSE ("generic", 16 registers too):
+    128@28² 1.21×, 256@14² 1.56×). With 32 registers (AVX-512) likewise, where
     OW has a divisor of at least WIDE_TILE_MIN_COLUMNS up to 14: two vectors × that many
     columns, input-channel blocks of half a vector (Xeon model 167, 2 threads, 3×3 layers,
     GFLOP/s: 64@56² 310 → 345, 128@28² 342 → 379, 128@56² stride 2 247 → 273, 256@14² 313 →
