@@ -21,6 +21,8 @@ ranges of whole rows of W, each streamed once. Knobs nr, pack_a and pack_b do no
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from .. import te
 from ..schedule import create_schedule
 from .common import apply_epilogue, kernel_args, knob_choices
@@ -42,35 +44,37 @@ def pairwise_sum(terms: list[te.Expr]) -> te.Expr:
     return terms[0]
 
 
-def dot_expr(X: te.Tensor, W: te.Tensor, bias: te.Tensor | None, epilogue: str, lanes: int, name: str = "Y"
-             ) -> tuple[te.Tensor, te.Tensor]:
-    """(part, out) for out = epilogue(X · Wᵀ + bias): X [M, K], W [N, K], bias [N] or None,
-    K >= `lanes`; part [M, N, lanes] the lane-wise partial sums over the first K - K % lanes
-    elements, out [M, N] their pairwise sum (the horizontal add) and the K % lanes products of
-    the tail, with bias and epilogue."""
+def dot_expr(X: te.Tensor, W: te.Tensor, lanes: int, finish: Callable[[te.Expr, te.Expr, te.Expr], te.Expr],
+             name: str = "Y") -> tuple[te.Tensor, te.Tensor]:
+    """(part, out) for out[i, j] = finish(Σ_k X[i, k] · W[j, k], i, j): X [M, K]; W [N, K], or
+    [B, N, K] with out [B, M, N] (B: e.g. a convolution's images, X its weights); K >= `lanes`;
+    ``finish(x, i, j)`` adds the bias and applies the epilogue. part [(B,) M, N, lanes] holds the
+    lane-wise partial sums over the first K - K % lanes elements; out is their pairwise sum
+    (the horizontal add) and the K % lanes products of the tail."""
     M, K = X.shape
-    N = W.shape[0]
+    *batch, N, _ = W.shape
     ko = te.reduce_axis(K // lanes, "ko")
-    part = te.compute((M, N, lanes), lambda i, j, l: te.sum(X[i, ko * lanes + l] * W[j, ko * lanes + l], axis=ko),
-                      name=f"{name}_part", axis_names=["i", "j", "l"])
+    names = ["b"] * len(batch)
+    part = te.compute((*batch, M, N, lanes), lambda *ix: te.sum(
+        X[ix[-3], ko * lanes + ix[-1]] * W[(*ix[:-3], ix[-2], ko * lanes + ix[-1])], axis=ko),
+        name=f"{name}_part", axis_names=[*names, "i", "j", "l"])
     tail = range(K - K % lanes, K)
 
-    def body(i, j):
-        x = pairwise_sum([part[i, j, lane] for lane in range(lanes)] + [X[i, k] * W[j, k] for k in tail])
-        return apply_epilogue(x + bias[j] if bias is not None else x, epilogue)
+    def body(*ix):
+        *b, i, j = ix
+        x = pairwise_sum([part[(*b, i, j, lane)] for lane in range(lanes)] + [X[i, k] * W[(*b, j, k)] for k in tail])
+        return finish(x, i, j)
 
-    return part, te.compute((M, N), body, name=name, axis_names=["i", "j"])
+    return part, te.compute((*batch, M, N), body, name=name, axis_names=[*names, "i", "j"])
 
 
-def dot_template(cfg, lanes: int, X: te.Tensor, W: te.Tensor, bias: te.Tensor | None, epilogue: str, name: str = "Y"):
-    """(schedule, kernel arguments) of dense's dot-product form (module docstring) with the knobs
-    mr, dot_rows, ku, bm, bn, order and parallel of a space that defines them."""
-    part, out = dot_expr(X, W, bias, epilogue, lanes, name)
-    M, N = out.shape
+def schedule_dot(sch, cfg, part: te.Tensor, out: te.Tensor) -> None:
+    """Schedule `dot_expr`'s stages in `sch` with the knobs mr, dot_rows, ku, bm, bn, order and
+    parallel (module docstring); a batch axis of out runs outermost, in the parallel loop."""
+    *batch, M, N = out.shape
     mr, rows, ku = cfg["mr"].val, cfg["dot_rows"].val, cfg["ku"].val
-    sch = create_schedule(out)
     so = sch[out]
-    i, j = so.op.axis
+    *b, i, j = so.op.axis
     io, ii = so.split(i, factor=mr)
     jo, ji = so.split(j, factor=rows)
     ioo, ioi = so.split(io, factor=min(cfg["bm"].val, -(-M // mr)))
@@ -78,20 +82,29 @@ def dot_template(cfg, lanes: int, X: te.Tensor, W: te.Tensor, bias: te.Tensor | 
     order = cfg["order"].val
     outer = [joo, ioo] if order.startswith("nm") else [ioo, joo]
     inner = [joi, ioi] if order.endswith("nm") else [ioi, joi]
-    so.reorder(*outer, *inner, ii, ji)
-    so.parallel(so.fuse(*outer) if cfg["parallel"].val == "fused" else outer[0])
+    so.reorder(*b, *outer, *inner, ii, ji)
+    so.parallel(so.fuse(*b, *outer) if cfg["parallel"].val == "fused" else so.fuse(*b, outer[0]))
     so.unroll(ii)
     so.unroll(ji)
     sa = sch[part]
     sa.compute_at(so, inner[-1])
-    ai, aj, al = sa.op.axis
+    *ab, ai, aj, al = sa.op.axis
     (ak,) = sa.op.reduce_axis
     kko, kki = sa.split(ak, factor=min(ku, ak.extent))
-    sa.reorder(kko, kki, ai, aj, al)
+    sa.reorder(*ab, kko, kki, ai, aj, al)
     sa.unroll(kki)
     sa.unroll(ai)
     sa.unroll(aj)
     sa.vectorize(al)
+
+
+def dot_template(cfg, lanes: int, X: te.Tensor, W: te.Tensor, bias: te.Tensor | None, epilogue: str, name: str = "Y"):
+    """(schedule, kernel arguments) of dense's dot-product form (module docstring), out = epilogue(X ·
+    Wᵀ + bias[N]), with the knobs of `schedule_dot` in a space that defines them."""
+    part, out = dot_expr(X, W, lanes, lambda x, i, j: apply_epilogue(x + bias[j] if bias is not None else x, epilogue),
+                         name)
+    sch = create_schedule(out)
+    schedule_dot(sch, cfg, part, out)
     return sch, kernel_args(X, W, bias, out)
 
 
