@@ -96,10 +96,11 @@ def test_float64():
 
 
 def test_pointwise_convolution_is_a_gemm_over_views_of_its_arguments():
-    """A 1×1, stride-1, unpadded NCHW convolution runs the matmul template (its knobs) on
-    [CO, CI] · [CI, H·W] per image; the kernel's arguments keep the operator's shapes."""
+    """A 1×1, stride-1, unpadded NCHW convolution runs the matmul template (its knobs; with at
+    most IM2COL_MAX_PIXELS pixels also `dot_rows`) on [CO, CI] · [CI, H·W] per image; the
+    kernel's arguments keep the operator's shapes."""
     w = _workload("conv2d_nchw", dict(N=2, CI=40, CO=24, H=6, W=9, KH=1, KW=1, bias=True, epilogue="relu"))
-    assert set(ops.config_space(w, TARGET).knobs) == set(ops.config_space(
+    assert set(ops.config_space(w, TARGET).knobs) == {"dot_rows"} | set(ops.config_space(
         ops.make_workload("matmul", {"M": 24, "N": 54, "K": 40}), TARGET).knobs)
     built = build_workload(w, ops.default_config(w, TARGET), TARGET)
     assert [a.shape for a in built.args] == [(2, 40, 6, 9), (24, 40, 1, 1), (24,), (2, 24, 6, 9)]
@@ -112,9 +113,9 @@ def test_pointwise_convolution_is_a_gemm_over_views_of_its_arguments():
 @pytest.mark.parametrize("target", params(FAMILY))
 def test_convolution_with_few_output_pixels_is_an_im2col_gemm_or_nchwc(target):
     """A convolution with at most IM2COL_MAX_PIXELS output pixels per image has both methods in
-    its space: "gemm" runs the matmul template (its knobs) on weight [CO, CI·KH·KW] · pixels
-    [CI·KH·KW, OH·OW] per image, the pixels gathered from NCHW data into a stage of their
-    own, then packed into B's panels;
+    its space: "gemm" runs the matmul template (its knobs, and `dot_rows` for its dot-product
+    form) on weight [CO, CI·KH·KW] · pixels [CI·KH·KW, OH·OW] per image, the pixels gathered
+    from NCHW data into a stage of their own, then packed into B's panels;
     "nchwc" the direct NCHWc schedule (its knobs prefixed). The search measures both defaults
     first; their random configs (padding, stride, dilation, a non-square kernel, batch > 1)
     match numpy on each ISA of the host's family, and the kernel's arguments keep the
@@ -124,7 +125,7 @@ def test_convolution_with_few_output_pixels_is_an_im2col_gemm_or_nchwc(target):
     space = ops.config_space(w, target)
     gemm_knobs = set(ops.config_space(ops.make_workload("matmul", {"M": 20, "N": 30, "K": 72}), target).knobs)
     direct_knobs = {k for k in space.knobs if k.startswith("nchwc_")}
-    assert set(space.knobs) == {"method"} | gemm_knobs | direct_knobs
+    assert set(space.knobs) == {"method", "dot_rows"} | gemm_knobs | direct_knobs
     assert {k[len("nchwc_"):] for k in direct_knobs} == {"ic_bn", "oc_bn", "reg_n", "order", "unroll_kw", "parallel"}
     preferred = ops.preferred_configs(w, target)
     assert [c["method"].val for c in preferred] == ["gemm", "nchwc"]
@@ -136,6 +137,57 @@ def test_convolution_with_few_output_pixels_is_an_im2col_gemm_or_nchwc(target):
         assert [a.shape for a in build_workload(*case, target).args] == [(2, 12, 9, 8), (20, 12, 3, 2), (20,),
                                                                           (2, 20, 5, 6)]
     assert not failures(cases, target=target)
+
+
+# Convolutions with at most IM2COL_MAX_PIXELS output pixels: 3×3 padded, stride 2 from odd
+# sizes with batch 2, 1×1 over data in place, a strided 1×1; CI·KH·KW not a multiple of any
+# vector (tails) in all but the last.
+FEW_PIXELS = [
+    dict(CI=13, CO=9, H=7, W=7, KH=3, KW=3, padding=1, bias=True, epilogue="relu"),
+    dict(N=2, CI=7, CO=10, H=11, W=9, KH=3, KW=2, padding=[1, 0], stride=2, bias=True, epilogue="gelu"),
+    dict(N=2, CI=37, CO=11, H=5, W=7, KH=1, KW=1),
+    dict(CI=32, CO=6, H=12, W=10, KH=1, KW=1, stride=[2, 3], bias=True, epilogue="relu"),
+]
+
+
+@pytest.mark.parametrize("target", params(FAMILY))
+def test_dot_products_of_few_pixel_convolutions_match_numpy(target):
+    """The GEMM of a convolution with few output pixels has a dot-product form (`dot_rows` > 0:
+    weight rows · rows of the transposed pixels, both along CI·KH·KW): random configs of it,
+    with K tails, batch 2, stride, padding and every tile shape, match numpy on each ISA of
+    the host's family, through the operator's NCHW / OIHW arguments."""
+    cases = []
+    for n, args in enumerate(FEW_PIXELS):
+        w = _workload("conv2d_nchw", args)
+        space = ops.config_space(w, target)
+        dots = [c for c in space.random(np.random.default_rng(300 + n), 60) if c["dot_rows"].val > 0]
+        assert len({c["dot_rows"].val for c in dots}) > 1
+        cases += [(w, c) for c in dots[:6]]
+    assert len(cases) == 6 * len(FEW_PIXELS)
+    assert not failures(cases, target=target)
+
+
+def test_dot_products_are_the_default_of_long_few_pixel_gemms_with_32_vector_registers():
+    """Where 32 vector registers hold 6 × 4 accumulators and CI·KH·KW at least DOT_MIN_K_VECTORS
+    vectors, the dot products come first among the configs a search measures first (then the
+    GEMM's tiles, then NCHWc's), in one block of tiles over all the pixels, so the weights are
+    read once per call; with AVX2's 16 registers or a short reduction the GEMM's tiles stay
+    the default. (The rule, for targets of every ISA, whatever this host runs.)"""
+    avx512, avx2 = Target("cpu", "avx512"), Target("cpu", "avx2")
+    resnet_3x3 = _workload("conv2d_nchw", RESNET[1])
+    resnet_1x1 = _workload("conv2d_nchw", dict(CI=2048, CO=512, H=7, W=7, KH=1, KW=1))
+    short = _workload("conv2d_nchw", dict(CI=512, CO=2048, H=7, W=7, KH=1, KW=1))
+
+    def firsts(w, target):
+        return [(c.to_json()["knobs"].get("method", "gemm"), c["dot_rows"].val)
+                for c in ops.preferred_configs(w, target)]
+
+    assert firsts(resnet_3x3, avx512) == [("gemm", 4), ("gemm", 0), ("nchwc", 0)]
+    assert firsts(resnet_1x1, avx512) == [("gemm", 4), ("gemm", 0)]
+    dot = ops.default_config(resnet_3x3, avx512)
+    assert dot["mr"].val * dot["dot_rows"].val == 24 and dot["bn"].val * dot["dot_rows"].val >= 49
+    assert firsts(resnet_3x3, avx2) == [("gemm", 0), ("nchwc", 0)]
+    assert firsts(resnet_1x1, avx2) == firsts(short, avx512) == [("gemm", 0)]
 
 
 def test_im2col_gemm_configs_written_before_the_method_knob_keep_their_meaning():
@@ -191,12 +243,19 @@ def test_im2col_pixels_are_gathered_without_a_division_per_element(args):
     """The GEMM's gathered pixels are a stage whose loops run over (ci, kh, kw) and (oh, ow), so
     no store of it divides (each element of B's panels, packed straight from data, took a
     division and a modulo by OW, KH·KW, KW and KH: 18% of a 512@14² 3×3 stride-2 call), and the
-    panels copy whole vectors of it."""
+    panels copy whole vectors of it; so do the transposed pixels of the dot-product form."""
     w = _workload("conv2d_nchw", {**args, "bias": True, "epilogue": "relu"})
-    source = build_workload(w, ops.default_config(w, TARGET), TARGET).source
-    stores = [line for line in source.splitlines() if line.strip().startswith("pixels[")]
-    assert stores and not [line for line in stores if "/" in line or "%" in line]
-    assert any(line.strip().startswith("*(") and "pixels_packed" in line for line in source.splitlines())
+    space = ops.config_space(w, TARGET)
+    gemm = {**ops.default_config(w, TARGET).to_json()["knobs"], "dot_rows": 0}
+    configs = {"pixels[": {k: v for k, v in gemm.items() if k in space.knobs}}
+    if "dot_rows" in space.knobs:
+        configs["pixels_t["] = {**gemm, "dot_rows": 4}
+    for stage, knobs in configs.items():
+        source = build_workload(w, space.from_json({"knobs": knobs}), TARGET).source
+        stores = [line for line in source.splitlines() if line.strip().startswith(stage)]
+        assert stores and not [line for line in stores if "/" in line or "%" in line]
+        panels = any(line.strip().startswith("*(") and "pixels_packed" in line for line in source.splitlines())
+        assert panels == (stage == "pixels[")  # the dot products read the pixels in place
 
 
 def test_tile_columns_pads_a_prime_width_instead_of_taking_one_column():

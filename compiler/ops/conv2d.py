@@ -39,7 +39,10 @@ methods in its space, switched by the knob "method"
 (METHODS; `compiler.space` on switches): the GEMM weight[CO, CI·KH·KW] · im2col(data[n]),
 which reads the weights in place, and NCHWc, whose tiles are at most OW columns wide and
 whose weight packing per call takes about 15% of it (AMD Zen 4, 512@7²) — which wins depends
-on the host, and the search measures both defaults first.
+on the host, and the search measures both defaults first. With so few pixels the GEMM also has
+a dot-product form (knob `dot_rows`, `dot_gemm_template`): rows of weights times rows of the
+transposed im2col, vectorized along CI·KH·KW, so no lane idles on a pixel count like 49 and no
+weight is packed; on targets with 32 vector registers and long reductions it is the default.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ import numpy as np
 
 from .. import te
 from ..schedule import create_schedule
+from . import dot
 from . import matmul as gemm
 from .common import kernel_args, knob_choices
 from .conv_common import (MAX_DIM, check_conv, conv_args, conv_flop, finish, has_epilogue, load_or_zero,
@@ -325,25 +329,30 @@ def gemm_template(cfg, workload, target):
     padding), a stage of its own whose loops run over (ci, kh, kw) and (oh, ow) — no division
     per element — and run in parallel over (n, ci); the packing of B into panels then copies
     whole vectors of it (pack_b is always on: the micro-kernel streams whole vectors of B,
-    which a gathered view does not have)."""
+    which a gathered view does not have).
+
+    With at most IM2COL_MAX_PIXELS output pixels the knob `dot_rows` > 0 selects its dot-product form
+    instead (`dot_gemm_template`)."""
     a = workload.args
     N, CI, CO, KH, KW = a["N"], a["CI"], a["CO"], a["KH"], a["KW"]
     OH, OW = out_size(a)
-    (sh, sw), (ph, pw), (dh, dw) = a["stride"], a["padding"], a["dilation"]
-    gathered = (sh, sw) != (1, 1) or KH * KW > 1 or (ph, pw) != (0, 0)
+    gathered = is_gathered(a)
     K = CI * KH * KW
-    gemm.define_gemm_knobs(cfg, CO, OH * OW, K, target.lanes(a["dtype"]), pack_b=(True,) if gathered else (True, False))
+    lanes = target.lanes(a["dtype"])
+    gemm.define_gemm_knobs(cfg, CO, OH * OW, K, lanes, pack_b=(True,) if gathered else (True, False))
+    few_pixels = OH * OW <= IM2COL_MAX_PIXELS
+    if few_pixels:
+        cfg.define_knob("dot_rows", dot.dot_rows_choices(K, lanes), absent=0)
     cfg.add_flop(flop(a))
     dt = a["dtype"]
     data = te.placeholder((N, CI, a["H"], a["W"]) if gathered else (N, CI, OH * OW), dt, "data")
-    pixels = data
-    if gathered:
-        guard = tuple(d for d, p in ((2, ph), (3, pw)) if p)
-        pixels = te.compute((N, K, OH * OW), lambda n, k, q: load_or_zero(
-            data, (n, k // (KH * KW), q // OW * sh + k // KW % KH * dh - ph, q % OW * sw + k % KW * dw - pw), guard),
-            name="pixels")
     weight = te.placeholder((CO, K), dt, "weight")
     bias = te.placeholder((CO,), dt, "bias") if a["bias"] else None
+    if few_pixels and cfg["dot_rows"].val:
+        return dot_gemm_template(cfg, a, data, weight, bias, lanes)
+    pixels = data
+    if gathered:
+        pixels = te.compute((N, K, OH * OW), lambda n, k, q: pixel(a, data, n, k, q), name="pixels")
     ap, bp, packs = gemm.packed_panels(cfg, weight, pixels)
     prod, _ = gemm.matmul_expr(weight, pixels, None, "none", b_panel=bp, nr=cfg["nr"].val, a_panel=ap,
                                mr=cfg["mr"].val, name="out_acc" if has_epilogue(a) else "out", kc=cfg["kc"].val)
@@ -360,10 +369,59 @@ def gemm_template(cfg, workload, target):
         # defaults by 7 rounds: that layer 1.17×, 512@7² 3×3 1.27×, 1×1 s2 256 -> 512@56² 1.34×).
         sp = sch[pixels]
         n, k, q = sp.op.axis
-        k_o, kw = sp.split(k, factor=KW)
-        ci, kh = sp.split(k_o, factor=KH)
-        oh, ow = sp.split(q, factor=OW)
+        ci, _, _ = split_reduction(sp, k, a)
+        sp.split(q, factor=OW)
         sp.parallel(sp.fuse(n, ci))
+    return sch, kernel_args(data, weight, bias, out)
+
+
+def is_gathered(a: dict) -> bool:
+    """Whether the GEMM's pixels are a gathered stage (im2col) rather than data itself: a
+    stride, a kernel larger than 1×1 or padding."""
+    return tuple(a["stride"]) != (1, 1) or a["KH"] * a["KW"] > 1 or tuple(a["padding"]) != (0, 0)
+
+
+def pixel(a: dict, data: te.Tensor, n, k, q) -> te.Expr:
+    """The input element that output pixel q (oh·OW + ow) of image n multiplies with weight
+    column k ((ci·KH + kh)·KW + kw): data[n, ci, oh·sh + kh·dh - ph, ow·sw + kw·dw - pw], 0 in
+    the padding; data[n, k, q] where data is the [N, CI, OH·OW] view of an ungathered GEMM."""
+    if not is_gathered(a):
+        return data[n, k, q]
+    KH, KW = a["KH"], a["KW"]
+    OW = out_size(a)[1]
+    (sh, sw), (ph, pw), (dh, dw) = a["stride"], a["padding"], a["dilation"]
+    guard = tuple(d for d, p in ((2, ph), (3, pw)) if p)
+    return load_or_zero(data, (n, k // (KH * KW), q // OW * sh + k // KW % KH * dh - ph,
+                               q % OW * sw + k % KW * dw - pw), guard)
+
+
+def split_reduction(stage, k, a: dict) -> tuple:
+    """Split a stage's im2col column axis k into (ci, kh, kw) loops (no division per element)."""
+    k_o, kw = stage.split(k, factor=a["KW"])
+    ci, kh = stage.split(k_o, factor=a["KH"])
+    return ci, kh, kw
+
+
+def dot_gemm_template(cfg, a: dict, data: te.Tensor, weight: te.Tensor, bias: te.Tensor | None, lanes: int):
+    """The dot-product form of the "gemm" method (`compiler.ops.dot`, knob dot_rows > 0):
+    out[n, co, q] = Σ_k weight[co, k] · pixels_t[n, q, k], both operands contiguous along k =
+    (ci, kh, kw) and vectorized over it, so neither is packed into panels and no lane idles: a
+    GEMM vectorized over pixels pads 49 of them to 64 (4 vectors of 16), one vectorized over
+    output channels packs the weights per call. pixels_t [N, OH·OW, CI·KH·KW] (the transposed
+    im2col, `pixel`) is a stage of its own, run in parallel over (n, oh) with its (ow, ci, kh,
+    kw) loops inside (no division per element)."""
+    N, OH, OW = a["N"], *out_size(a)
+    K = weight.shape[1]
+    pixels_t = te.compute((N, OH * OW, K), lambda n, q, k: pixel(a, data, n, k, q), name="pixels_t")
+    part, out = dot.dot_expr(weight, pixels_t, lanes, lambda x, co, q: finish(x, bias, co, a["epilogue"]), "out")
+    sch = create_schedule(out)
+    dot.schedule_dot(sch, cfg, part, out)
+    sp = sch[pixels_t]
+    n, q, k = sp.op.axis
+    if is_gathered(a):
+        split_reduction(sp, k, a)
+        q, _ = sp.split(q, factor=OW)
+    sp.parallel(sp.fuse(n, q))
     return sch, kernel_args(data, weight, bias, out)
 
 
@@ -482,15 +540,20 @@ def direct_default(space, a: dict, target) -> dict:
 
 def default_config(space, workload, target) -> list[dict]:
     """The default (`direct_default`, or `gemm_conv_default` for a GEMM); for a space with a
-    method choice the GEMM's default, then NCHWc's (the search measures both first)."""
+    method choice the GEMM's default, then NCHWc's (the search measures both first). Where
+    `dot_conv_default` applies, its dot products come first, the GEMM's tiles second."""
     a = workload.args
+    if not is_pointwise(a) and not has_method_choice(a):
+        return [direct_default(space, a, target)]
+    lanes = target.lanes(a["dtype"])
+    gemms = [gemm_conv_default(space, a, lanes, target.vector_bytes)]
+    if (dot := dot_conv_default(space, a, lanes, target.vector_bytes)) is not None:
+        gemms.insert(0, {**gemms[0], **dot})
     if is_pointwise(a):
-        return [gemm_conv_default(space, a, target.lanes(a["dtype"]), target.vector_bytes)]
+        return gemms
     direct = direct_default(direct_view(space, a), a, target)
-    if not has_method_choice(a):
-        return [direct]
-    return [{"method": "gemm", **gemm_conv_default(space, a, target.lanes(a["dtype"]), target.vector_bytes)},
-            {"method": "nchwc", **{DIRECT_PREFIX + k: v for k, v in direct.items()}}]
+    nchwc = {"method": "nchwc", **{DIRECT_PREFIX + k: v for k, v in direct.items()}}
+    return [{"method": "gemm", **g} for g in gemms] + [nchwc]
 
 
 def tile_columns(OW: int, limit: int) -> int:
@@ -524,6 +587,36 @@ def gemm_conv_default(space, a: dict, lanes: int, vector_bytes: int) -> dict:
     if OH * OW <= IM2COL_MAX_PIXELS and 2 * lanes in knob_choices(space, "nr") and rows in knob_choices(space, "mr"):
         config.update(nr=2 * lanes, mr=rows, bm=1, bn=1, parallel="fused", pack_b=True)
     return config
+
+
+#: The dot products (`dot_gemm_template`) are the default of a GEMM over at most
+#: IM2COL_MAX_PIXELS pixels where CI·KH·KW holds at least this many vectors: each register tile
+#: ends in a horizontal sum per accumulator, which a shorter reduction does not amortize (AMD
+#: Zen 4, AVX-512, 2 threads, 1×1 512 -> 2048 at 7², 32 vectors: 0.97× the GEMM's default).
+DOT_MIN_K_VECTORS = 64
+#: Rows of pixels per register tile of the default dot products (with 24 // DOT_ROWS rows of weights).
+DOT_ROWS = 4
+
+
+def dot_conv_default(space, a: dict, lanes: int, vector_bytes: int) -> dict | None:
+    """The default dot products of `dot_gemm_template`, or None where the GEMM's tiles stay the
+    default: more than IM2COL_MAX_PIXELS output pixels, fewer than 32 vector registers (AVX2's
+    16 hold 3 × 4 accumulators, whose operands then come from L2 faster than its bandwidth:
+    Zen 4 built for AVX2, 512@7² 3×3, 145 GFLOP/s against the GEMM's 161), or a reduction
+    shorter than DOT_MIN_K_VECTORS vectors. Tiles of DOT_ROWS rows of pixels × 6 rows of
+    weights (24 accumulators), one block of tiles covering all the pixels of an image (bn), so
+    each row of weights — the large operand, 9.4 MB at 512@7² 3×3 — is read once per call
+    while the pixels stay in L2 (blocks of 4 or 8 of its 13 tiles: 113 GFLOP/s instead of
+    193). AMD Zen 4 (AVX-512 on 256-bit units), 2 threads, against the GEMM's default (49
+    pixels in 4 vectors of 16: at most 77% of the FMA peak): 512@7² 3×3 1.15-1.18×, its
+    stride-2 layer from 14² 1.20×, 1×1 2048 -> 512 at 7² 1.09×, 1×1 stride 2 1024 -> 2048 1.19×."""
+    OH, OW = out_size(a)
+    if (vector_bytes < 64 or OH * OW > IM2COL_MAX_PIXELS or a["CI"] * a["KH"] * a["KW"] < DOT_MIN_K_VECTORS * lanes
+            or DOT_ROWS not in knob_choices(space, "dot_rows")):
+        return None
+    tiles = -(-OH * OW // DOT_ROWS)
+    return {"dot_rows": DOT_ROWS, "mr": 24 // DOT_ROWS, "bm": 1, "order": "nm_nm", "parallel": "fused",
+            "bn": min((b for b in knob_choices(space, "bn") if b >= tiles), default=max(knob_choices(space, "bn")))}
 
 
 #: A convolution with at most this many output pixels whose weights are constants of a model
