@@ -72,7 +72,11 @@ NCHWc default not faster here per call), pre-packed OIHW8i32o 212 (1.56 / 1.01),
 / 0.83-1.23; dense 1×512 -> 1000 70 (3.29 / 1.47, OpenBLAS 1.14 / 1.16), 128×768 -> 3072
 pre-packed 223 (1.41 / 1.09, OpenBLAS 1.43 / 1.29). Then the NCHWc input packing stored whole
 vectors (gathered from ic_bn rows): the 3×3 defaults 1.03× (56²), 1.01× (28²), 1.01× (14²)
-by 7 rounds, AVX2 builds 1.02× and 1.01×.
+by 7 rounds, AVX2 builds 1.02× and 1.01×. Later (8 configs, 3 rounds; the host busier, load
+1.2-1.7) the 7² layers per call were level with PyTorch again: 3×3 164 (1.00 / 0.73), s2 512@14²
+163 (0.99 / 0.76), 1×1 2048 -> 512 171 (1.05 / 0.83); their GEMM pads 49 pixels to 64 lanes.
+With the GEMM's dot-product form as their default (8 configs, 5 rounds): 193 (1.09 / 0.83), 194
+(1.23 / 0.87), 179 (1.09 / 0.86); pre-packed 224 (1.39 / 0.98).
 
 On an Intel Xeon (model 207, AVX-512, 2 vCPUs; a noisy host: the measured peak 214-361, kernel
 medians up to 30% below their bests, so ratios of single rows swing), 8 configs, 3 rounds, after

@@ -44,7 +44,10 @@ whose 49 pixels fill 64 lanes, run at 0.81-0.88 × PyTorch's speed here (bench/o
 The same host later (load 1.3-2.0), with the 7² layers' union space and the constant weights of
 the ≤ 14² 3×3 layers pre-packed: 44.65 ms against onnxruntime's 54.58 ms (0.82) and PyTorch's
 44.24 ms (1.01), tuned in 182 s; every 3×3 layer 0.68-0.89 × onnxruntime's time, the 1×1
-stride-2 256 -> 512 at 56² 1.35.
+stride-2 256 -> 512 at 56² 1.35. Later (load 1.5-1.7), with the dot products as the default of
+the 7² 1×1 GEMMs: 41.79 ms against onnxruntime's 51.15 ms (0.82) and PyTorch's 45.25 ms (0.92),
+tuned in 194 s (2 trials a task); every layer 0.62-1.01 × onnxruntime's time but the 1×1 2048 ->
+512 at 7² (1.10: its validation, disturbed, kept the GEMM's tiles).
 
 Intel Xeon (model 207, AVX-512, 2 vCPUs, a noisy host: load 1.3-1.9), with the constant weights
 of the ≤ 14² 3×3 layers pre-packed (tuner.model.prepack): ResNet-50, 48 trials, tuned in 255 s:
