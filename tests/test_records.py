@@ -140,6 +140,22 @@ def test_a_disturbed_fast_outlier_is_neither_first_finalist_nor_winner():
     assert validation.best([outlier]) == "c"  # a disturbed measurement still beats none
 
 
+def test_the_winner_is_the_fastest_median_unless_a_far_more_disturbed_one_is_faster_without_it():
+    """The validated finalists shared their rounds' load: the probes' noise between them (0.09-0.58 on a
+    quiet Zen 4) must not re-rank them; a lasting load on one CPU (an even split about 1.0, an uneven 0)
+    does."""
+    dot = ("dot", "dot", MeasureResult("ok", [1.0] * 15, disturbance=0.37))
+    gemm = ("gemm", "gemm", MeasureResult("ok", [1.12] * 15, disturbance=0.58))
+    assert gemm[2].own_throughput() > dot[2].own_throughput()
+    assert validation.best([dot, gemm]) == validation.best([gemm, dot]) == "dot"
+    uneven = ("uneven", "uneven", MeasureResult("ok", [1.0] * 15, disturbance=0.0))
+    even = ("even", "even", MeasureResult("ok", [1.3] * 15, disturbance=1.0))
+    assert validation.best([uneven, even, dot]) == "even"
+    slow = ("slow", "slow", MeasureResult("ok", [2.2] * 15, disturbance=1.0))  # disturbed, not faster without it
+    assert validation.best([uneven, slow]) == "uneven"
+    assert validation.best([dot, ("short", "short", MeasureResult("ok", [0.5] * 5))]) == "dot"  # most repeats only
+
+
 def test_the_fastest_median_is_a_finalist_whatever_the_others_disturbance():
     """Own throughput multiplies by the measured disturbance: on a quiet host its noise can put
     slower configs above the fastest. The fastest by median time alone is re-measured too."""

@@ -273,7 +273,8 @@ class MeasureResult(_JsonDataclass):
 
     def own_throughput(self) -> float:
         """``(1 + disturbance)`` / median seconds: the throughput with the slowdown the
-        interference probes saw taken out, what ranks candidates (cost model, finalists, winner);
+        interference probes saw taken out, what ranks candidates (cost model, finalists; the
+        winner where disturbances differ by more than the probes' noise, `validation.best`);
         0.0 for a failed trial. Under a load that lasts on some of the measuring CPUs a
         candidate whose parallel split gives the busy CPU less work runs faster than an even
         split, and slower on a quiet host; its critical path was not slowed (disturbance about
