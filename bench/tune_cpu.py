@@ -89,7 +89,11 @@ winners 182.0 -> 179.4 (PyTorch 179.2 / 185.3 in the same runs: 1.12 / 1.02 by r
 (1.09 / 1.03 -> 1.09 / 1.08); 90% of each run's best after 1-3 trials in both. Trials 3-64 below
 half the run's best 11 -> 13, 5 -> 6, 4 -> 10 (1024³ again, quiet: 12, search 6 s, winner 218.8,
 1.14 / 1.09), within the 7-18 of the Xeon runs above: one run each does not tell whether
-re-scoring costs trials.
+re-scoring costs trials. Later, with the dot products as the default of conv2d 512@7² (xgb, 64
+trials, 5 rounds): in-search best 184.4, but the validation kept a GEMM of median 156 GFLOP/s
+(disturbance 0.58) over the dot products' 175 (0.37) by own throughput: re-timed 161.7 vs
+PyTorch 175.7 (1.00). With the fastest validated median winning unless a far more disturbed
+finalist is faster without its disturbance (validation.best): 192.8 vs 176.6 (1.14), tuned in 39 s.
 """
 
 from __future__ import annotations
