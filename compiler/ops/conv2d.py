@@ -592,8 +592,9 @@ def gemm_conv_default(space, a: dict, lanes: int, vector_bytes: int) -> dict:
 #: The dot products (`dot_gemm_template`) are the default of a GEMM over at most
 #: IM2COL_MAX_PIXELS pixels where CI·KH·KW holds at least this many vectors: each register tile
 #: ends in a horizontal sum per accumulator, which a shorter reduction does not amortize (AMD
-#: Zen 4, AVX-512, 2 threads, 1×1 512 -> 2048 at 7², 32 vectors: 0.97× the GEMM's default).
-DOT_MIN_K_VECTORS = 64
+#: Zen 4, AVX-512, 2 threads, 1×1 convolutions at 7² against the GEMM's default, 5 rounds: CI
+#: 512 = 32 vectors 1.11×, 256 1.21×, 128 0.89×).
+DOT_MIN_K_VECTORS = 16
 #: Rows of pixels per register tile of the default dot products (with 24 // DOT_ROWS rows of weights).
 DOT_ROWS = 4
 
@@ -609,7 +610,8 @@ def dot_conv_default(space, a: dict, lanes: int, vector_bytes: int) -> dict | No
     while the pixels stay in L2 (blocks of 4 or 8 of its 13 tiles: 113 GFLOP/s instead of
     193). AMD Zen 4 (AVX-512 on 256-bit units), 2 threads, against the GEMM's default (49
     pixels in 4 vectors of 16: at most 77% of the FMA peak): 512@7² 3×3 1.15-1.18×, its
-    stride-2 layer from 14² 1.20×, 1×1 2048 -> 512 at 7² 1.09×, 1×1 stride 2 1024 -> 2048 1.19×."""
+    stride-2 layer from 14² 1.20×, 1×1 2048 -> 512 at 7² 1.09× (1.19-1.23× once the horizontal
+    sums took a shuffle tree: `tf_hsum_*`), 1×1 stride 2 1024 -> 2048 1.19×."""
     OH, OW = out_size(a)
     if (vector_bytes < 64 or OH * OW > IM2COL_MAX_PIXELS or a["CI"] * a["KH"] * a["KW"] < DOT_MIN_K_VECTORS * lanes
             or DOT_ROWS not in knob_choices(space, "dot_rows")):
