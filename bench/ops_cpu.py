@@ -76,7 +76,11 @@ by 7 rounds, AVX2 builds 1.02× and 1.01×. Later (8 configs, 3 rounds; the host
 1.2-1.7) the 7² layers per call were level with PyTorch again: 3×3 164 (1.00 / 0.73), s2 512@14²
 163 (0.99 / 0.76), 1×1 2048 -> 512 171 (1.05 / 0.83); their GEMM pads 49 pixels to 64 lanes.
 With the GEMM's dot-product form as their default (8 configs, 5 rounds): 193 (1.09 / 0.83), 194
-(1.23 / 0.87), 179 (1.09 / 0.86); pre-packed 224 (1.39 / 0.98).
+(1.23 / 0.87), 179 (1.09 / 0.86); pre-packed 224 (1.39 / 0.98). Then the dot products' horizontal
+sums became one shuffle tree each (tf_hsum_*; 8 configs, 5 rounds, PyTorch slower in this run):
+186 (1.11 / 0.78), 197 (1.49 / 0.93), 185 (1.21 / 0.91); dense 1×512 -> 1000 (dot products by
+default) 70 -> 83 (3.98 / 1.77, OpenBLAS 1.29), 1×768 -> 3072 75 -> 77 (3.08 / 1.19, OpenBLAS
+1.12); built for AVX2 the dot products still trail the GEMM's tiles at 7² (3×3 0.94×, 1×1 0.98×).
 
 On an Intel Xeon (model 207, AVX-512, 2 vCPUs; a noisy host: the measured peak 214-361, kernel
 medians up to 30% below their bests, so ratios of single rows swing), 8 configs, 3 rounds, after
