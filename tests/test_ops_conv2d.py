@@ -188,6 +188,9 @@ def test_dot_products_are_the_default_of_long_few_pixel_gemms_with_32_vector_reg
     assert dot["mr"].val * dot["dot_rows"].val == 24 and dot["bn"].val * dot["dot_rows"].val >= 49
     assert firsts(resnet_3x3, avx2) == [("gemm", 0), ("nchwc", 0)]
     assert firsts(resnet_1x1, avx2) == firsts(short, avx512) == [("gemm", 0)]
+    narrow = _workload("conv2d_nchw", dict(N=2, CI=512, CO=4, H=7, W=5, KH=3, KW=3, padding=1, bias=True))
+    assert firsts(narrow, avx512)[0] == ("gemm", 4) and ops.default_config(narrow, avx512)["mr"].val == 4
+    assert not failures([(narrow, ops.default_config(narrow, avx512))], target=avx512)
 
 
 def test_im2col_gemm_configs_written_before_the_method_knob_keep_their_meaning():

@@ -603,9 +603,9 @@ def dot_conv_default(space, a: dict, lanes: int, vector_bytes: int) -> dict | No
     """The default dot products of `dot_gemm_template`, or None where the GEMM's tiles stay the
     default: more than IM2COL_MAX_PIXELS output pixels, fewer than 32 vector registers (AVX2's
     16 hold 3 × 4 accumulators, whose operands then come from L2 faster than its bandwidth:
-    Zen 4 built for AVX2, 512@7² 3×3, 145 GFLOP/s against the GEMM's 161), or a reduction
+    Zen 4 built for AVX2, 512@7² 3×3, 150 GFLOP/s against the GEMM's 162), or a reduction
     shorter than DOT_MIN_K_VECTORS vectors. Tiles of DOT_ROWS rows of pixels × 6 rows of
-    weights (24 accumulators), one block of tiles covering all the pixels of an image (bn), so
+    weights (24 accumulators; fewer where CO is smaller), one block of tiles covering all the pixels of an image (bn), so
     each row of weights — the large operand, 9.4 MB at 512@7² 3×3 — is read once per call
     while the pixels stay in L2 (blocks of 4 or 8 of its 13 tiles: 113 GFLOP/s instead of
     193). AMD Zen 4 (AVX-512 on 256-bit units), 2 threads, against the GEMM's default (49
@@ -617,7 +617,8 @@ def dot_conv_default(space, a: dict, lanes: int, vector_bytes: int) -> dict | No
             or DOT_ROWS not in knob_choices(space, "dot_rows")):
         return None
     tiles = -(-OH * OW // DOT_ROWS)
-    return {"dot_rows": DOT_ROWS, "mr": 24 // DOT_ROWS, "bm": 1, "order": "nm_nm", "parallel": "fused",
+    return {"dot_rows": DOT_ROWS, "mr": max(m for m in knob_choices(space, "mr") if m <= 24 // DOT_ROWS), "bm": 1,
+            "order": "nm_nm", "parallel": "fused",
             "bn": min((b for b in knob_choices(space, "bn") if b >= tiles), default=max(knob_choices(space, "bn")))}
 
 
