@@ -47,7 +47,11 @@ the ≤ 14² 3×3 layers pre-packed: 44.65 ms against onnxruntime's 54.58 ms (0.
 stride-2 256 -> 512 at 56² 1.35. Later (load 1.5-1.7), with the dot products as the default of
 the 7² 1×1 GEMMs: 41.79 ms against onnxruntime's 51.15 ms (0.82) and PyTorch's 45.25 ms (0.92),
 tuned in 194 s (2 trials a task); every layer 0.62-1.01 × onnxruntime's time but the 1×1 2048 ->
-512 at 7² (1.10: its validation, disturbed, kept the GEMM's tiles).
+512 at 7² (1.10: its validation, disturbed, kept the GEMM's tiles). After the validated winner
+became the fastest median and the horizontal sums shuffle trees: 41.29 ms against 48.29 ms (0.85)
+and 44.71 ms (0.92), tuned in 173 s; that layer 0.78, the others 0.23-1.04 × onnxruntime's time
+but the 1×1 stride-2 512 -> 1024 at 28² (1.27); BERT-base layer, 20 trials: 8.55 ms against
+onnxruntime's 9.46 ms (0.90).
 
 Intel Xeon (model 207, AVX-512, 2 vCPUs, a noisy host: load 1.3-1.9), with the constant weights
 of the ≤ 14² 3×3 layers pre-packed (tuner.model.prepack): ResNet-50, 48 trials, tuned in 255 s:
