@@ -126,7 +126,8 @@ def test_convolution_with_few_output_pixels_is_an_im2col_gemm_or_nchwc(target):
     gemm_knobs = set(ops.config_space(ops.make_workload("matmul", {"M": 20, "N": 30, "K": 72}), target).knobs)
     direct_knobs = {k for k in space.knobs if k.startswith("nchwc_")}
     assert set(space.knobs) == {"method", "dot_rows"} | gemm_knobs | direct_knobs
-    assert {k[len("nchwc_"):] for k in direct_knobs} == {"ic_bn", "oc_bn", "reg_n", "order", "unroll_kw", "parallel"}
+    assert {k[len("nchwc_"):] for k in direct_knobs} == {"ic_bn", "oc_bn", "reg_n", "order", "unroll_kw", "parallel",
+                                                         "accumulate"}
     preferred = ops.preferred_configs(w, target)
     assert [c["method"].val for c in preferred] == ["gemm", "nchwc"]
     assert preferred[0].to_json() == ops.default_config(w, target).to_json()
@@ -208,6 +209,33 @@ def test_grouped_convolutions_random_configs(target):
     """Random configs of the grouped space against numpy, built for each ISA of the host's family."""
     cases = [c for n, args in enumerate(GROUPED)
              for c in sample(_workload("conv2d_nchw", args), 5, seed=200 + n, target=target)]
+    assert not failures(cases, target=target)
+
+
+# NCHWc shapes for the row accumulation: tails of the row's tiles, stride and padding, batch 2,
+# groups, pre-packed weights, a 1×1 NCHWc kernel (grouped), several input-channel blocks.
+ROW_ACCUMULATION = [
+    dict(N=2, CI=24, CO=40, H=13, W=11, KH=3, KW=3, padding=1, bias=True, epilogue="relu"),
+    dict(CI=16, CO=16, H=15, W=17, KH=3, KW=2, stride=[2, 1], padding=[1, 0], dilation=[1, 2]),
+    dict(CI=12, CO=8, H=9, W=7, KH=3, KW=3, padding=1, groups=4, bias=True, epilogue="gelu"),
+    dict(CI=16, CO=32, H=8, W=9, KH=1, KW=1, groups=2, bias=True),
+    dict(CI=16, CO=32, H=7, W=7, KH=3, KW=3, padding=1, weight_layout="OIHW8i16o", bias=True),
+]
+
+
+@pytest.mark.parametrize("target", params(FAMILY))
+def test_row_accumulation_matches_numpy(target):
+    """NCHWc configs with accumulate = "row" (each register tile sums one block of input channels
+    into the output row's buffer, the blocks outermost) in every parallel mode, random otherwise,
+    match numpy on each ISA of the host's family."""
+    cases = []
+    for n, args in enumerate(ROW_ACCUMULATION):
+        w = _workload("conv2d_nchw", args)
+        space = ops.config_space(w, target)
+        rows = [c for c in space.random(np.random.default_rng(400 + n), 80) if c["accumulate"].val == "row"]
+        by_parallel = {c["parallel"].val: c for c in rows}
+        assert len(by_parallel) >= 3
+        cases += [(w, c) for c in by_parallel.values()]
     assert not failures(cases, target=target)
 
 
@@ -325,6 +353,24 @@ def test_avx2_default_tile_is_three_columns_by_four_vectors_in_the_registers(arg
     assert fmas and not [line for line in fmas if "(%rsp)" in line]
     assert [line for line in fmas if "(%r" in line]
     assert not failures([(w, config)], target=target)
+
+
+def test_avx2_three_by_four_vector_tiles_accumulate_by_rows():
+    """The rule, for targets of every ISA whatever this host runs: built for AVX2, the default 3 ×
+    4-vector tile sums one block of input channels at a time into the output row (accumulate
+    "row") at stride 1 and where the tasks pack their weights themselves; a strided layer whose
+    weights are packed beforehand, AVX-512 and SSE keep the tile's whole reduction."""
+    avx2, avx512, generic = Target("cpu", "avx2"), Target("cpu", "avx512"), Target("cpu", "generic")
+
+    def default(args, target):
+        knobs = ops.default_config(_workload("conv2d_nchw", args), target).to_json()["knobs"]
+        return knobs["parallel"], knobs["accumulate"]
+
+    strided_packw = dict(CI=256, CO=512, H=28, W=28, KH=3, KW=3, padding=1, stride=2)
+    assert default(RESNET[0], avx2) == ("n_oc_oh", "row")
+    assert default(strided_packw, avx2) == ("n_oc_packw", "row")
+    assert default(RESNET[2], avx2) == ("n_oc_oh", "tile")
+    assert default(RESNET[0], avx512)[1] == default(RESNET[0], generic)[1] == "tile"
 
 
 @pytest.mark.skipif(shutil.which("objdump") is None, reason="objdump (GNU binutils) is not installed")
