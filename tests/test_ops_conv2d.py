@@ -16,6 +16,7 @@ from tunefleet.compiler.driver import build_workload
 from tunefleet.compiler.ops import WorkloadError
 from tunefleet.compiler.ops.common import knob_choices
 from tunefleet.compiler.ops.conv2d import pack_weight_np, tile_columns
+from tunefleet.compiler.ops.prepacked import with_prepacked_weights
 from tunefleet.compiler.target import Target
 
 # ResNet-50 layers (batch 1): 3×3 pad 1 at 56×56 and 7×7, the stride-2 3×3 and the 1×1 layers.
@@ -355,11 +356,12 @@ def test_avx2_default_tile_is_three_columns_by_four_vectors_in_the_registers(arg
     assert not failures([(w, config)], target=target)
 
 
-def test_avx2_three_by_four_vector_tiles_accumulate_by_rows():
+def test_avx2_nchwc_defaults_accumulate_by_rows():
     """The rule, for targets of every ISA whatever this host runs: built for AVX2, the default 3 ×
     4-vector tile sums one block of input channels at a time into the output row (accumulate
     "row") at stride 1 and where the tasks pack their weights themselves; a strided layer whose
-    weights are packed beforehand, AVX-512 and SSE keep the tile's whole reduction."""
+    weights are packed beforehand, AVX-512 and SSE keep the tile's whole reduction. At 7 output
+    columns AVX2 takes 2 vectors × 4 columns by rows instead."""
     avx2, avx512, generic = Target("cpu", "avx2"), Target("cpu", "avx512"), Target("cpu", "generic")
 
     def default(args, target):
@@ -371,6 +373,17 @@ def test_avx2_three_by_four_vector_tiles_accumulate_by_rows():
     assert default(strided_packw, avx2) == ("n_oc_packw", "row")
     assert default(RESNET[2], avx2) == ("n_oc_oh", "tile")
     assert default(RESNET[0], avx512)[1] == default(RESNET[0], generic)[1] == "tile"
+    # 7 output columns: 3-column tiles would compute 9, so 2 vectors × 4 columns (4 + 3), by rows
+    # (per call, and as the layout a model bundle pre-packs the weights to), also at stride 2
+    seven = _workload("conv2d_nchw", dict(RESNET[1], stride=1))
+    nchwc = ops.preferred_configs(seven, avx2)[-1].to_json()["knobs"]
+    assert (nchwc["nchwc_oc_bn"], nchwc["nchwc_reg_n"], nchwc["nchwc_accumulate"]) == (16, 4, "row")
+    for args in (RESNET[1], dict(CI=512, CO=512, H=14, W=14, KH=3, KW=3, padding=1, stride=2)):
+        packed = with_prepacked_weights(_workload("conv2d_nchw", args), avx2)
+        knobs = ops.default_config(packed, avx2).to_json()["knobs"]
+        assert (packed.args["weight_layout"], knobs["reg_n"], knobs["accumulate"]) == ("OIHW8i16o", 4, "row")
+    assert ops.default_config(seven, generic)["method"].val == "gemm"
+    assert ops.preferred_configs(seven, generic)[-1]["nchwc_reg_n"].val == 3
 
 
 @pytest.mark.skipif(shutil.which("objdump") is None, reason="objdump (GNU binutils) is not installed")

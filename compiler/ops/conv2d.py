@@ -492,6 +492,9 @@ def cpu_template(cfg, workload, target):
 #: NARROW_TILE_MIN_OW, two vectors × one of NARROW_TILES columns (at most 6: 12 accumulators, 2
 #: weight vectors and a broadcast).
 AVX2_TILE_COLUMNS = 3
+#: Where AVX2_TILE_COLUMNS-column tiles put less than this fraction of the columns they compute to
+#: use (7 columns in 9 at 7²), the default takes two vectors × one of NARROW_TILES columns instead.
+AVX2_TILE_MIN_USE = 0.8
 NARROW_TILES = (4, 5, 6)
 NARROW_TILE_MIN_OW = 12
 
@@ -537,7 +540,13 @@ def direct_default(space, a: dict, target) -> dict:
     tasks pack their weights: AMD Zen 3, 2 threads, against "tile", medians of 21 alternating
     timings: 64@56² 1.13×, 128@28² 1.06×, 256@14² 1.02×, 512@14² 1.06×, 64@28² 1.03×, stride 2
     256@28² 1.07×; stride 2 128@56² (weights packed beforehand) 0.96×, so it keeps "tile"; SSE
-    ("generic") 0.96-1.08× and AVX-512 (not measured) keep "tile".
+    ("generic") 0.96-1.08× and AVX-512 (not measured) keep "tile". Where 3-column tiles compute
+    fewer than AVX2_TILE_MIN_USE of their columns for the output (OW 7: 9 columns for 7), 2
+    vectors × NARROW_TILES columns (7 = 4 + 3), also by rows: 512@7², weights pre-packed
+    (OIHW8i16o against OIHW8i32o, both by rows) 1.10×, packed per call (NCHWc method) 1.36×;
+    stride 2 from 14², pre-packed, against 3 × 4 vectors by tiles: 1.11× by tiles, 1.32× by rows
+    (so these accumulate by rows at any stride); at 14² (15 columns for 14) they lost (2 × 4:
+    0.78-0.91×).
     """
     lanes = target.lanes(a["dtype"])
     choices = {k: knob_choices(space, k) for k in ("ic_bn", "oc_bn", "parallel")}
@@ -553,9 +562,12 @@ def direct_default(space, a: dict, target) -> dict:
     budget = regs if regs == 28 else regs + 1 - vectors
     limit = max(1, min(32, OW, budget // vectors))
     reg_n = tile_columns(OW, limit)
-    if regs == 14 and 4 * lanes in choices["oc_bn"] and OW >= AVX2_TILE_COLUMNS:
+    wasteful = (target.vector_bytes == 32 and OW >= AVX2_TILE_COLUMNS
+                and OW < AVX2_TILE_MIN_USE * -(-OW // AVX2_TILE_COLUMNS) * AVX2_TILE_COLUMNS)
+    narrow = regs == 14 and 2 * lanes in choices["oc_bn"] and (OW >= NARROW_TILE_MIN_OW or wasteful)
+    if regs == 14 and 4 * lanes in choices["oc_bn"] and OW >= AVX2_TILE_COLUMNS and not (wasteful and narrow):
         oc_bn, reg_n = 4 * lanes, AVX2_TILE_COLUMNS
-    elif regs == 14 and 2 * lanes in choices["oc_bn"] and OW >= NARROW_TILE_MIN_OW:
+    elif narrow:
         oc_bn, reg_n = 2 * lanes, min(NARROW_TILES, key=lambda r: (tile_overhang(OW, r), -r))
     wide_n = max(d for d in range(1, min(OW, regs // 2) + 1) if OW % d == 0)
     if regs == 28 and 2 * lanes in choices["oc_bn"] and wide_n >= WIDE_TILE_MIN_COLUMNS:
@@ -572,10 +584,10 @@ def direct_default(space, a: dict, target) -> dict:
         parallel = "n_oh_packd"
     else:
         parallel = "n_oc_oh"
-    # AVX2's 3 × 4-vector tile streams 4 vectors of weights per 3 broadcasts: summing one block of
-    # input channels at a time keeps the block's weights in the L1 for the row (see the docstring)
-    by_row = (target.vector_bytes == 32 and (oc_bn, reg_n) == (4 * lanes, AVX2_TILE_COLUMNS)
-              and (tuple(a["stride"]) == (1, 1) or parallel == "n_oc_packw"))
+    # AVX2's tiles stream 4 (2) vectors of weights per 3 (4) broadcasts: summing one block of input
+    # channels at a time keeps the block's weights in the L1 for the row (see the docstring)
+    by_row = target.vector_bytes == 32 and (wasteful or (oc_bn, reg_n) == (4 * lanes, AVX2_TILE_COLUMNS)
+                                            and (tuple(a["stride"]) == (1, 1) or parallel == "n_oc_packw"))
     return {"ic_bn": ic_bn, "oc_bn": oc_bn, "reg_n": reg_n, "order": "ic_kh_kw_icb", "unroll_kw": False,
             "parallel": parallel, "accumulate": "row" if by_row else "tile"}
 
