@@ -117,6 +117,21 @@ host slower in the later run, PyTorch 231 -> 192), stride 2 256@28² 233 -> 237 
 one vector); unchanged: 7² 3×3 (im2col GEMM) 194 (1.05), stride 2 512@14² 195 (1.16),
 1×1 layers 197-259 (1.12-5.27), depthwise 1.3-14, dense 1×512 -> 1000 106 (2.90; OpenBLAS's
 AVX2 kernels 1.21), 1×768 -> 3072 91 (2.23; 0.95), 128×768 -> 3072 246 (1.21; 1.05).
+
+On an AMD EPYC Zen 3 (family 25 model 1, AVX2 only, 2 vCPUs, measured peak 178-198 GFLOP/s;
+a very noisy host: one kernel's in-process GFLOP/s swung 40-84 between seconds, whole runs
+by up to 1.4×), 8 configs, 3 rounds, GFLOP/s of our best (PyTorch / onnxruntime), before ->
+after the NCHWc AVX2 defaults accumulated by rows (the input-channel blocks outside the row's
+tiles) and took 2 vectors × 4 columns at 7 output columns (two runs after, the host quieter in
+the first): 3×3 64@56² 121 -> 160-161 (1.95 -> 2.42-2.84 / 0.83 -> 1.00-1.14), 128@28² 129 ->
+139-160 (1.36 -> 1.18-1.48 / 0.98 -> 0.86-1.03), 256@14² 111 -> 114-154 (1.03 -> 1.15-1.19 /
+0.74 -> 0.75-1.26), 7² pre-packed 91 -> 100-104 (1.21 -> 1.35-1.81 / 0.68 -> 0.72-0.80), s2
+256@28² 106 -> 113-120 (1.17 -> 1.29-1.36 / 0.79 -> 0.97-1.05); unchanged: 7² 3×3 (im2col
+GEMM) 107-108 (1.64-1.74 / 0.91-0.97), s2 128@56² 120-150 (1.11-1.54 / 0.83-1.31), 1×1 layers
+108-151 (1.32-8.5 / 0.88-3.0), dense 1×512 -> 1000 49-53 (4.17-4.24 / 1.89-2.03, OpenBLAS
+1.33-1.34), 1×768 -> 3072 50-58 (2.87-4.30 / 1.49-1.53, OpenBLAS 1.13-1.14), 128×768 -> 3072
+105-108 (1.26-1.33 / 0.82-0.91, OpenBLAS 1.02-1.39), pre-packed 117 (1.62 / 0.96). Every row at
+or above PyTorch (MKL / oneDNN) on this AVX2 host.
 """
 
 from __future__ import annotations
