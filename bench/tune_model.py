@@ -58,6 +58,14 @@ of the ≤ 14² 3×3 layers pre-packed (tuner.model.prepack): ResNet-50, 48 tria
 44.38 ms against onnxruntime's 50.68 ms (0.88) and PyTorch's 43.87 ms (1.01) in the same run;
 512@7² 3×3 0.76 × onnxruntime's time, 256@14² 0.88, s2 512@14² 1.07. Run again with
 `--no-prepack` (the host slower by then: onnxruntime 74.66 ms, PyTorch 62.11) 50.71 ms.
+
+AMD EPYC Zen 3 (family 25 model 1, AVX2 only, 2 vCPUs, a very noisy host: the same bundle's
+kernels re-timed 1.2-1.9× apart between runs, onnxruntime's total 79-101 ms), after the NCHWc
+AVX2 defaults accumulated by rows: ResNet-50, 48 trials (2 a task), tuned in 413-417 s, two
+tuning runs and one re-run on the second's records: 80.13 / 85.78 / 89.70 ms against
+onnxruntime's 79.04 / 81.16 / 101.32 ms (1.01 / 1.06 / 0.89) and PyTorch's 90.88 / 99.32 /
+135.68 ms (0.88 / 0.86 / 0.66) for the same nodes. A bundle kernel that compare_tasks timed at
+1.6 ms (256 -> 64 1×1 at 56²) ran at 0.88 ms in a fresh process, also after an onnxruntime run.
 Later, with the linear layers' constant B pre-packed too (KN64n panels): BERT-base layer, 20
 trials, tuned in 74 s: 8.52 ms against onnxruntime's 9.69 ms (0.88); per task against
 onnxruntime in the same run, pre-packed / `--no-prepack` run: Q/K/V/output projections 0.80 /

@@ -63,6 +63,12 @@ Measured (2-vCPU Intel Xeon, AVX-512, KVM; each phase under the shared CPU lock,
   213.0 vs 225.3, **94.5%** (95.8%); the busy run's finalists all at disturbance 0.68-1.29, so
   it took the fastest median (112.9 under the load) where own throughput had taken a config of
   106.4 at 1.29.
+* on an AMD EPYC Zen 3 (family 25 model 1, AVX2 only, 2 vCPUs, a noisy host; main at a33dc0c,
+  5 rounds, 5.4 min): quiet run disturbance median 0.84, max 1.10, winner validated 116.9
+  GFLOP/s; busy run median 2.21, max 3.12 (43 trials above 2, 1 counted disturbed), winner
+  validated 54.2 under the load. Re-timed quietly: busy winner 141.8 vs quiet 125.8 GFLOP/s
+  best, **112.7%** (106.8% by median), different configs (both 6 × 16 tiles, parallel outer; busy:
+  A packed, bm 8; quiet: A in place, bm 16, order nm_mn).
 """
 
 from __future__ import annotations
