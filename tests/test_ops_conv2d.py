@@ -356,6 +356,18 @@ def test_avx2_default_tile_is_three_columns_by_four_vectors_in_the_registers(arg
     assert not failures([(w, config)], target=target)
 
 
+def test_nchwc_configs_written_before_the_accumulate_knob_keep_their_meaning():
+    """A record of an NCHWc config written before the knob "accumulate" existed parses as the
+    tile accumulation it was, and builds the same kernel source."""
+    w = _workload("conv2d_nchw", dict(CI=16, CO=32, H=9, W=9, KH=3, KW=3, padding=1, bias=True))
+    target = Target("cpu", "avx2")
+    space = ops.config_space(w, target)
+    tile = space.from_json({"knobs": {**ops.default_config(w, target).to_json()["knobs"], "accumulate": "tile"}})
+    old = {"knobs": {k: v for k, v in tile.to_json()["knobs"].items() if k != "accumulate"}}
+    assert space.from_json(old).to_json() == tile.to_json()
+    assert build_workload(w, space.from_json(old), target).source == build_workload(w, tile, target).source
+
+
 def test_avx2_nchwc_defaults_accumulate_by_rows():
     """The rule, for targets of every ISA whatever this host runs: built for AVX2, the default 3 ×
     4-vector tile sums one block of input channels at a time into the output row (accumulate
