@@ -586,8 +586,8 @@ def direct_default(space, a: dict, target) -> dict:
         parallel = "n_oc_oh"
     # AVX2's tiles stream 4 (2) vectors of weights per 3 (4) broadcasts: summing one block of input
     # channels at a time keeps the block's weights in the L1 for the row (see the docstring)
-    by_row = target.vector_bytes == 32 and (wasteful or (oc_bn, reg_n) == (4 * lanes, AVX2_TILE_COLUMNS)
-                                            and (tuple(a["stride"]) == (1, 1) or parallel == "n_oc_packw"))
+    four = target.vector_bytes == 32 and (oc_bn, reg_n) == (4 * lanes, AVX2_TILE_COLUMNS)
+    by_row = wasteful and (narrow or four) or four and (tuple(a["stride"]) == (1, 1) or parallel == "n_oc_packw")
     return {"ic_bn": ic_bn, "oc_bn": oc_bn, "reg_n": reg_n, "order": "ic_kh_kw_icb", "unroll_kw": False,
             "parallel": parallel, "accumulate": "row" if by_row else "tile"}
 
