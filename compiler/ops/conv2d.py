@@ -21,8 +21,8 @@ public signature stays NCHW / OIHW:
   channels (`conv`, an NCHW[oc_bn]c tile computed at the output's column-block loop),
   vectorized over the output-channel block, accumulated over the reduction in the order
   the `order` knob picks (kw optionally unrolled) — or, with accumulate "row", over one
-  block of input channels, the blocks outermost, each tile's sums added into a buffer of the
-  output row (`conv_part`) — then written out to NCHW: the bias and
+  block of input channels, the blocks outermost, each tile (`conv_part`) adding its sums into
+  a buffer of the output row (`conv`) — then written out to NCHW: the bias and
   activation applied to whole vectors of the tile, each lane stored to its channel's plane
   (applied per lane, the epilogue's hundreds of scalar max(x, 0.0f) had GCC hoist 0.0f into
   vector registers for the whole loop nest, and a 7 × 2-vector tile spilled an accumulator:
