@@ -15,7 +15,7 @@ from tunefleet.compiler.abi import header_text
 from tunefleet.compiler.driver import build_workload
 from tunefleet.compiler.ops import WorkloadError
 from tunefleet.compiler.ops.common import knob_choices
-from tunefleet.compiler.ops.conv2d import pack_weight_np, tile_columns
+from tunefleet.compiler.ops.conv2d import pack_weight_np, packed_blocks, tile_columns
 from tunefleet.compiler.ops.prepacked import with_prepacked_weights
 from tunefleet.compiler.target import Target
 
@@ -47,6 +47,13 @@ GROUPED = [
 
 def _workload(op, args):
     return ops.make_workload(op, {"N": 1, **args})
+
+
+def _nchwc_default(workload, target):
+    """The NCHWc default of a conv2d_nchw workload (where its space has several methods, the
+    preferred config whose method is "nchwc")."""
+    return next(c for c in ops.preferred_configs(workload, target)
+                if c.to_json()["knobs"].get("method", "nchwc") == "nchwc")
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -348,7 +355,7 @@ def test_avx2_default_tile_is_three_columns_by_four_vectors_in_the_registers(arg
     matches numpy where this host runs AVX2."""
     target = Target("cpu", "avx2")
     w = _workload("conv2d_nchw", {**args, "bias": True, "epilogue": "relu"})
-    config = ops.default_config(w, target)
+    config = _nchwc_default(w, target)
     assert (config["reg_n"].val, config["oc_bn"].val // target.lanes("float32")) == (3, 4)
     fmas = _fmas(build_workload(w, config, target).so_path)
     assert fmas and not [line for line in fmas if "(%rsp)" in line]
@@ -392,7 +399,7 @@ def test_avx2_nchwc_defaults_accumulate_by_rows():
     assert (nchwc["nchwc_oc_bn"], nchwc["nchwc_reg_n"], nchwc["nchwc_accumulate"]) == (16, 4, "row")
     for args in (RESNET[1], dict(CI=512, CO=512, H=14, W=14, KH=3, KW=3, padding=1, stride=2)):
         packed = with_prepacked_weights(_workload("conv2d_nchw", args), avx2)
-        knobs = ops.default_config(packed, avx2).to_json()["knobs"]
+        knobs = _nchwc_default(packed, avx2).to_json()["knobs"]
         assert (packed.args["weight_layout"], knobs["reg_n"], knobs["accumulate"]) == ("OIHW8i16o", 4, "row")
     assert ops.default_config(seven, generic)["method"].val == "gemm"
     assert ops.preferred_configs(seven, generic)[-1]["nchwc_reg_n"].val == 3
@@ -407,7 +414,68 @@ def test_avx2_default_tile_for_pre_packed_weights_fits_the_registers(layout):
     FMA memory operands, left 1 column)."""
     target = Target("cpu", "avx2")
     w = _workload("conv2d_nchw", dict(CI=512, CO=512, H=7, W=7, KH=3, KW=3, padding=1, weight_layout=layout))
-    config = ops.default_config(w, target)
-    assert config["reg_n"].val >= 3
-    fmas = _fmas(build_workload(w, config, target).so_path)
-    assert fmas and not [line for line in fmas if "(%rsp)" in line]
+    configs = ops.preferred_configs(w, target)  # the panel GEMM's default, then NCHWc's
+    assert [c["method"].val for c in configs] == ["gemm", "nchwc"]
+    assert configs[1]["reg_n"].val >= 3
+    for config in configs:
+        fmas = _fmas(build_workload(w, config, target).so_path)
+        assert fmas and not [line for line in fmas if "(%rsp)" in line]
+
+
+# Pre-packed weights over few output pixels (the panel GEMM's space): channel counts that leave
+# a partly padded block of output channels, stride / padding / dilation, batch 2, a 1×1 kernel.
+PANEL_GEMM = [
+    dict(CI=16, CO=32, H=7, W=7, KH=3, KW=3, padding=1, weight_layout="OIHW8i16o", bias=True, epilogue="relu"),
+    dict(N=2, CI=12, CO=20, H=7, W=5, KH=3, KW=2, stride=[2, 1], padding=[1, 0], dilation=[1, 2],
+         weight_layout="OIHW4i8o", epilogue="gelu"),
+    dict(CI=8, CO=24, H=5, W=6, KH=1, KW=1, weight_layout="OIHW8i16o", bias=True),
+]
+
+
+@pytest.mark.parametrize("target", params(FAMILY))
+def test_panel_gemm_of_pre_packed_weights_matches_numpy(target):
+    """Random configs of the "gemm" method of convolutions whose weights come pre-packed (the
+    OIHW<i>i<o>o array read in place as the panels of B, the pixels gathered in its k order)
+    match numpy on each ISA of the host's family; the kernel's weight argument keeps the
+    pre-packed shape."""
+    cases = []
+    for n, args in enumerate(PANEL_GEMM):
+        w = _workload("conv2d_nchw", args)
+        space = ops.config_space(w, target)
+        gemms = [c for c in space.random(np.random.default_rng(500 + n), 40) if c["method"].val == "gemm"][:4]
+        assert len(gemms) == 4 and {c["gemm_nr"].val for c in gemms} == {packed_blocks(w.args)[1]}
+        cases += [(w, c) for c in gemms]
+    built = build_workload(*cases[0], target)
+    assert {a.name: a.shape for a in built.args}["weight"] == (2, 2, 3, 3, 8, 16)
+    assert not failures(cases, target=target)
+
+
+def test_pre_packed_configs_written_before_the_panel_gemm_keep_their_meaning():
+    """A record of a pre-packed 7² convolution written when its space was NCHWc's alone (no
+    "method" knob) parses as that NCHWc config and builds the same kernel source."""
+    w = _workload("conv2d_nchw", PANEL_GEMM[0])
+    target = Target("cpu", "avx2")
+    space = ops.config_space(w, target)
+    nchwc = _nchwc_default(w, target)
+    old = {"index": 3, "knobs": {k: v for k, v in nchwc.to_json()["knobs"].items() if k != "method"}}
+    assert space.from_json(old).to_json() == nchwc.to_json()
+    assert build_workload(w, space.from_json(old), target).source == build_workload(w, nchwc, target).source
+
+
+def test_pre_packed_few_pixel_defaults_by_isa():
+    """The rule, for targets of every ISA whatever this host runs: built for AVX2 a pre-packed 7²
+    layer's first default is the panel GEMM, 5 rows of pixels per tile (50 computed for 49; 6
+    would compute 54) and one block of rows holding all of them (each panel of weights read once);
+    AVX-512 and SSE keep NCHWc first. At 14² (more than IM2COL_MAX_PIXELS pixels) the space
+    is NCHWc's alone."""
+    args = dict(RESNET[1], bias=True, epilogue="relu")
+    for target, first in ((Target("cpu", "avx2"), "gemm"), (Target("cpu", "avx512"), "nchwc"),
+                          (Target("cpu", "generic"), "nchwc")):
+        packed = with_prepacked_weights(_workload("conv2d_nchw", args), target)
+        configs = ops.preferred_configs(packed, target)
+        assert [c["method"].val for c in configs] == [first, {"gemm": "nchwc", "nchwc": "gemm"}[first]]
+    packed = with_prepacked_weights(_workload("conv2d_nchw", args), Target("cpu", "avx2"))
+    knobs = ops.default_config(packed, Target("cpu", "avx2")).to_json()["knobs"]
+    assert (knobs["gemm_mr"], knobs["gemm_nr"], knobs["gemm_bm"] >= 10, knobs["gemm_pack_b"]) == (5, 16, True, False)
+    fourteen = with_prepacked_weights(_workload("conv2d_nchw", dict(args, H=14, W=14)), Target("cpu", "avx2"))
+    assert "method" not in ops.config_space(fourteen, Target("cpu", "avx2")).knobs
