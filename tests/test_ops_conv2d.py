@@ -467,7 +467,7 @@ def test_pre_packed_few_pixel_defaults_by_isa():
     layer's first default is the panel GEMM, 5 rows of pixels per tile (50 computed for 49; 6
     would compute 54) and one block of rows holding all of them (each panel of weights read once);
     AVX-512 and SSE keep NCHWc first. At 14² (more than IM2COL_MAX_PIXELS pixels) the space
-    is NCHWc's alone."""
+    is NCHWc's alone. Model bundles pre-pack 1×1 layers at 7² for AVX2 only."""
     args = dict(RESNET[1], bias=True, epilogue="relu")
     for target, first in ((Target("cpu", "avx2"), "gemm"), (Target("cpu", "avx512"), "nchwc"),
                           (Target("cpu", "generic"), "nchwc")):
@@ -479,3 +479,14 @@ def test_pre_packed_few_pixel_defaults_by_isa():
     assert (knobs["gemm_mr"], knobs["gemm_nr"], knobs["gemm_bm"] >= 10, knobs["gemm_pack_b"]) == (5, 16, True, False)
     fourteen = with_prepacked_weights(_workload("conv2d_nchw", dict(args, H=14, W=14)), Target("cpu", "avx2"))
     assert "method" not in ops.config_space(fourteen, Target("cpu", "avx2")).knobs
+    # 1×1 layers at 7² (also strided from 14²) pre-pack for the panel GEMM on AVX2 only
+    for pointwise in (dict(CI=2048, CO=512, H=7, W=7, KH=1, KW=1), dict(CI=1024, CO=2048, H=14, W=14, KH=1, KW=1,
+                                                                           stride=2)):
+        w = _workload("conv2d_nchw", pointwise)
+        packed = with_prepacked_weights(w, Target("cpu", "avx2"))
+        assert packed.args["weight_layout"] == "OIHW8i16o"
+        assert ops.default_config(packed, Target("cpu", "avx2"))["method"].val == "gemm"
+        assert with_prepacked_weights(w, Target("cpu", "avx512")) is w
+        assert with_prepacked_weights(w, Target("cpu", "generic")) is w
+    assert with_prepacked_weights(_workload("conv2d_nchw", RESNET[3]), Target("cpu", "avx2")).args == \
+        _workload("conv2d_nchw", RESNET[3]).args  # 1×1 at 56²: read in place
