@@ -131,7 +131,12 @@ GEMM) 107-108 (1.64-1.74 / 0.91-0.97), s2 128@56² 120-150 (1.11-1.54 / 0.83-1.3
 108-151 (1.32-8.5 / 0.88-3.0), dense 1×512 -> 1000 49-53 (4.17-4.24 / 1.89-2.03, OpenBLAS
 1.33-1.34), 1×768 -> 3072 50-58 (2.87-4.30 / 1.49-1.53, OpenBLAS 1.13-1.14), 128×768 -> 3072
 105-108 (1.26-1.33 / 0.82-0.91, OpenBLAS 1.02-1.39), pre-packed 117 (1.62 / 0.96). Every row at
-or above PyTorch (MKL / oneDNN) on this AVX2 host.
+or above PyTorch (MKL / oneDNN) on this AVX2 host. Later (peak 195-203), after pre-packed weights
+over at most 64 pixels became the panels of a GEMM of the pixels (its AVX2 default; the
+bundles pre-pack the 7² 1×1 layers too): 512@7² 3×3 pre-packed 100-104 -> 152-172 (1.60-1.98 /
+0.97-1.03; 79-85% of the peak), s2 512@14² pre-packed 168 (2.03 / 0.90), 1×1 2048 -> 512 at 7²
+per call 118, pre-packed 158 (2.03 / 0.97); onnxruntime's one-node models hold the weights as
+initializers, packed once per session like ours pre-packed (512@7² per call 132-136: 0.76-0.89).
 """
 
 from __future__ import annotations
@@ -171,6 +176,9 @@ WORKLOADS = {
     "conv4 1x1 up": ("conv2d_nchw", {**_CONV, "CI": 256, "CO": 1024, "H": 14, "W": 14, "KH": 1, "KW": 1}),
     "conv4 1x1": ("conv2d_nchw", {**_CONV, "CI": 1024, "CO": 256, "H": 14, "W": 14, "KH": 1, "KW": 1}),
     "conv5 1x1": ("conv2d_nchw", {**_CONV, "CI": 2048, "CO": 512, "H": 7, "W": 7, "KH": 1, "KW": 1}),
+    "conv5 1x1 packed": ("conv2d_nchw", {**_CONV, "CI": 2048, "CO": 512, "H": 7, "W": 7, "KH": 1, "KW": 1}),
+    "conv5 3x3 s2 packed": ("conv2d_nchw", {**_CONV, "CI": 512, "CO": 512, "H": 14, "W": 14, "KH": 3, "KW": 3,
+                                            "padding": 1, "stride": 2}),
     "dw 32x112": ("depthwise_conv2d_nchw", {**_DW, "C": 32, "H": 112, "W": 112}),
     "dw 64x112 s2": ("depthwise_conv2d_nchw", {**_DW, "C": 64, "H": 112, "W": 112, "stride": 2}),
     "dw 512x14": ("depthwise_conv2d_nchw", {**_DW, "C": 512, "H": 14, "W": 14}),
@@ -185,8 +193,9 @@ WORKLOADS = {
 
 
 #: Rows whose weights are pre-packed as a model bundle's constant weights are
-#: (compiler.ops.prepacked.prepacked_layout for the target).
-PREPACKED = ("conv5 packed", "dense 128 packed")
+#: (compiler.ops.prepacked.prepacked_layout for the target; a layer the target's bundles take
+#: in place, such as a 1×1 convolution on AVX-512, runs as its row without "packed").
+PREPACKED = ("conv5 packed", "conv5 1x1 packed", "conv5 3x3 s2 packed", "dense 128 packed")
 
 
 def torch_available() -> bool:
