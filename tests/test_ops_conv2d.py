@@ -414,21 +414,23 @@ def test_avx2_default_tile_for_pre_packed_weights_fits_the_registers(layout):
     FMA memory operands, left 1 column)."""
     target = Target("cpu", "avx2")
     w = _workload("conv2d_nchw", dict(CI=512, CO=512, H=7, W=7, KH=3, KW=3, padding=1, weight_layout=layout))
-    configs = ops.preferred_configs(w, target)  # the panel GEMM's default, then NCHWc's
-    assert [c["method"].val for c in configs] == ["gemm", "nchwc"]
-    assert configs[1]["reg_n"].val >= 3
+    configs = ops.preferred_configs(w, target)  # with blocks of 2 vectors the panel GEMM's default first
+    assert [c["method"].val for c in configs] == (["gemm", "nchwc"] if layout.endswith("i16o") else ["nchwc", "gemm"])
+    assert _nchwc_default(w, target)["reg_n"].val >= 3
     for config in configs:
         fmas = _fmas(build_workload(w, config, target).so_path)
         assert fmas and not [line for line in fmas if "(%rsp)" in line]
 
 
 # Pre-packed weights over few output pixels (the panel GEMM's space): channel counts that leave
-# a partly padded block of output channels, stride / padding / dilation, batch 2, a 1×1 kernel.
+# a partly padded block of output channels, stride / padding / dilation, batch 2, a 1×1 kernel,
+# more pixels than IM2COL_MAX_PIXELS.
 PANEL_GEMM = [
     dict(CI=16, CO=32, H=7, W=7, KH=3, KW=3, padding=1, weight_layout="OIHW8i16o", bias=True, epilogue="relu"),
     dict(N=2, CI=12, CO=20, H=7, W=5, KH=3, KW=2, stride=[2, 1], padding=[1, 0], dilation=[1, 2],
          weight_layout="OIHW4i8o", epilogue="gelu"),
     dict(CI=8, CO=24, H=5, W=6, KH=1, KW=1, weight_layout="OIHW8i16o", bias=True),
+    dict(CI=8, CO=16, H=10, W=11, KH=3, KW=3, padding=1, weight_layout="OIHW8i16o", epilogue="relu"),  # 110 pixels
 ]
 
 
@@ -466,8 +468,9 @@ def test_pre_packed_few_pixel_defaults_by_isa():
     """The rule, for targets of every ISA whatever this host runs: built for AVX2 a pre-packed 7²
     layer's first default is the panel GEMM, 5 rows of pixels per tile (50 computed for 49; 6
     would compute 54) and one block of rows holding all of them (each panel of weights read once);
-    AVX-512 and SSE keep NCHWc first. At 14² (more than IM2COL_MAX_PIXELS pixels) the space
-    is NCHWc's alone. Model bundles pre-pack 1×1 layers at 7² for AVX2 only."""
+    AVX-512 and SSE keep NCHWc first; so do AVX2 blocks of 4 vectors (OIHW8i32o). Built for AVX2
+    model bundles pre-pack to blocks of 2 vectors (OIHW8i16o) at 14² too, and 1×1 layers at 7²
+    (at most IM2COL_MAX_PIXELS pixels), for AVX2 only."""
     args = dict(RESNET[1], bias=True, epilogue="relu")
     for target, first in ((Target("cpu", "avx2"), "gemm"), (Target("cpu", "avx512"), "nchwc"),
                           (Target("cpu", "generic"), "nchwc")):
@@ -478,7 +481,10 @@ def test_pre_packed_few_pixel_defaults_by_isa():
     knobs = ops.default_config(packed, Target("cpu", "avx2")).to_json()["knobs"]
     assert (knobs["gemm_mr"], knobs["gemm_nr"], knobs["gemm_bm"] >= 10, knobs["gemm_pack_b"]) == (5, 16, True, False)
     fourteen = with_prepacked_weights(_workload("conv2d_nchw", dict(args, H=14, W=14)), Target("cpu", "avx2"))
-    assert "method" not in ops.config_space(fourteen, Target("cpu", "avx2")).knobs
+    assert fourteen.args["weight_layout"] == "OIHW8i16o"
+    assert ops.default_config(fourteen, Target("cpu", "avx2"))["method"].val == "gemm"
+    four_vectors = _workload("conv2d_nchw", dict(args, weight_layout="OIHW8i32o"))
+    assert ops.default_config(four_vectors, Target("cpu", "avx2"))["method"].val == "nchwc"
     # 1×1 layers at 7² (also strided from 14²) pre-pack for the panel GEMM on AVX2 only
     for pointwise in (dict(CI=2048, CO=512, H=7, W=7, KH=1, KW=1), dict(CI=1024, CO=2048, H=14, W=14, KH=1, KW=1,
                                                                            stride=2)):

@@ -46,7 +46,7 @@ a dot-product form (knob `dot_rows`, `dot_gemm_template`): rows of weights times
 transposed im2col, vectorized along CI·KH·KW, so no lane idles on a pixel count like 49 and no
 weight is packed; on targets with 32 vector registers and long reductions it is the default.
 Weights that come pre-packed (OIHW<i>i<o>o, as model bundles pass the constant weights of
-layers with few pixels) are the panels of a GEMM's B already: with at most IM2COL_MAX_PIXELS
+layers with few pixels) are the panels of a GEMM's B already: with at most PREPACK_MAX_PIXELS
 output pixels the space also holds that GEMM, pixels (transposed im2col) × panels
 (`panel_gemm_template`, knob "method" = "gemm"), the default on AVX2 (`panel_gemm_first`).
 """
@@ -471,11 +471,10 @@ PANEL_PREFIX = "gemm_"
 def has_panel_gemm(a: dict) -> bool:
     """Whether a convolution whose weights come pre-packed (OIHW<i>i<o>o) has the panel GEMM
     (`panel_gemm_template`) beside NCHWc in its space, switched by the knob "method" (absent:
-    "nchwc", what its configs meant before): ungrouped, at most IM2COL_MAX_PIXELS output pixels
-    per image (at 14², 256 3×3, 2 threads, AMD Zen 3, AVX2, with OIHW8i32o weights: 3 rows × 4
-    vectors, 68-74 GFLOP/s against NCHWc's 110-114)."""
+    "nchwc", what its configs meant before): ungrouped, at most PREPACK_MAX_PIXELS output pixels
+    per image (the layers model bundles pre-pack)."""
     OH, OW = out_size(a)
-    return packed_blocks(a) is not None and groups(a) == 1 and OH * OW <= IM2COL_MAX_PIXELS
+    return packed_blocks(a) is not None and groups(a) == 1 and OH * OW <= PREPACK_MAX_PIXELS
 
 
 def panel_gemm_template(cfg, a: dict, target):
@@ -673,7 +672,7 @@ def default_config(space, workload, target) -> list[dict]:
         nchwc = {"method": "nchwc", **direct_default(space, a, target)}
         panel = {"method": "gemm", **{PANEL_PREFIX + k: v for k, v in panel_gemm_default(
             space.branch("method", "gemm", prefix=PANEL_PREFIX), a, target).items()}}
-        return [panel, nchwc] if panel_gemm_first(target) else [nchwc, panel]
+        return [panel, nchwc] if panel_gemm_first(a, target) else [nchwc, panel]
     if not is_pointwise(a) and not has_method_choice(a):
         return [direct_default(space, a, target)]
     lanes = target.lanes(a["dtype"])
@@ -709,14 +708,17 @@ def panel_gemm_default(space, a: dict, target) -> dict:
     return config
 
 
-def panel_gemm_first(target) -> bool:
+def panel_gemm_first(a: dict, target) -> bool:
     """Whether the panel GEMM, not NCHWc, is the first default of a convolution that has both
-    (`has_panel_gemm`): on AVX2, whose 16 registers limit NCHWc's tiles at 7 columns to 2 vectors
-    × 4 + 3 columns while the GEMM's take 5 rows of pixels × 2 vectors. AMD Zen 3, 2 threads,
-    medians of 11 alternating timings against NCHWc's default: 512@7² 3×3 (OIHW8i16o) 1.13×,
-    stride 2 from 14² 1.26×. Built for SSE ("generic": 3 rows × 4 vectors) it lost (0.92×);
-    AVX-512's NCHWc default reaches about 95% of the FMA peak there (AMD Zen 5, OIHW16i32o)."""
-    return target.vector_bytes == 32
+    (`has_panel_gemm`): on AVX2 with blocks of 2 vectors of output channels (OIHW<i>i16o), whose
+    tiles of 5-6 rows of pixels × 2 vectors load each vector of weights for 5-6 pixels, where
+    NCHWc's 16 registers hold 2 vectors × 4-5 columns (a row's width bounds its tiles). AMD Zen 3,
+    2 threads, medians of 11 alternating timings against NCHWc's default: 512@7² 3×3 1.13×,
+    stride 2 from 14² 1.26×, 256@14² 1.15-1.17× (against OIHW8i32o's 3 × 4-vector tiles), stride
+    2 256@28² 1.23×; with OIHW8i32o the GEMM's 3 rows × 4 vectors lost at 14² (0.6×). Built for
+    SSE ("generic": 3 rows × 4 vectors) it lost (0.92×); AVX-512's NCHWc default reaches about
+    95% of the FMA peak at 7² (AMD Zen 5, OIHW16i32o)."""
+    return target.vector_bytes == 32 and packed_blocks(a)[1] == 2 * target.lanes(a["dtype"])
 
 
 def tile_columns(OW: int, limit: int) -> int:
@@ -795,24 +797,26 @@ PREPACK_MAX_PIXELS = 14 * 14
 
 def prepacked_layout(workload: Workload, target) -> str | None:
     """The OIHW<i>i<o>o layout (`weight_layout`) that a model bundle pre-packs the constant
-    weights of `workload` (conv2d_nchw, OIHW weights) to for `target`: the channel blocks of the
-    NCHWc default (`direct_default`); for a 1×1 GEMM (is_pointwise) with at most
-    IM2COL_MAX_PIXELS output pixels where the panel GEMM is the first default
-    (`panel_gemm_first`: AVX2), blocks of a vector of input channels and 2 vectors of output
-    channels, the panels of its default tile (AMD Zen 3, 2 threads, against the 1×1 GEMM over
-    OIHW weights, medians of 21 alternating timings: 2048 -> 512 at 7² 1.24×, 512 -> 2048 1.05×,
-    stride 2 1024 -> 2048 from 14² 1.10×). None where the weights are better read in place or
+    weights of `workload` (conv2d_nchw, OIHW weights) to for `target`: built for AVX2, blocks of a
+    vector of input channels and 2 vectors of output channels, the panels of the panel GEMM's
+    default tile (`panel_gemm_first`), also for a 1×1 GEMM (is_pointwise) with at most
+    IM2COL_MAX_PIXELS output pixels (AMD Zen 3, 2 threads, against the 1×1 GEMM over OIHW
+    weights, medians of 21 alternating timings: 2048 -> 512 at 7² 1.24×, 512 -> 2048 1.05×,
+    stride 2 1024 -> 2048 from 14² 1.10×; 1024 -> 256 at 14² 0.93×); otherwise the channel blocks
+    of the NCHWc default (`direct_default`). None where the weights are better read in place or
     packed per call: another 1×1 GEMM, a grouped convolution, more than PREPACK_MAX_PIXELS output
     pixels per image, or weights already pre-packed."""
     a = workload.args
     OH, OW = out_size(a)
     if groups(a) > 1 or packed_blocks(a) is not None or OH * OW > PREPACK_MAX_PIXELS:
         return None
+    lanes = target.lanes(a["dtype"])
+    panels = f"OIHW{max(d for d in range(1, lanes + 1) if a['CI'] % d == 0)}i{2 * lanes}o"
+    first = panel_gemm_first({**a, "weight_layout": panels}, target)
     if is_pointwise(a):
-        if OH * OW > IM2COL_MAX_PIXELS or not panel_gemm_first(target):
-            return None
-        lanes = target.lanes(a["dtype"])
-        return f"OIHW{max(d for d in range(1, lanes + 1) if a['CI'] % d == 0)}i{2 * lanes}o"
+        return panels if first and OH * OW <= IM2COL_MAX_PIXELS else None
+    if first:
+        return panels
     direct = direct_default(direct_view(config_space(workload, target), a), a, target)
     return f"OIHW{direct['ic_bn']}i{direct['oc_bn']}o"
 
