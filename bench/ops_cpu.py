@@ -137,6 +137,10 @@ bundles pre-pack the 7² 1×1 layers too): 512@7² 3×3 pre-packed 100-104 -> 15
 0.97-1.03; 79-85% of the peak), s2 512@14² pre-packed 168 (2.03 / 0.90), 1×1 2048 -> 512 at 7²
 per call 118, pre-packed 158 (2.03 / 0.97); onnxruntime's one-node models hold the weights as
 initializers, packed once per session like ours pre-packed (512@7² per call 132-136: 0.76-0.89).
+Then the bundles pre-packed the 14² layers to 2-vector blocks for that GEMM as well: 256@14²
+pre-packed 138 (1.06 / 0.92; the quick ranking picked NCHWc's default, level with the GEMM in
+this run); in-process, 21 alternating timings, medians: the GEMM over OIHW8i16o 137, NCHWc over
+OIHW8i32o (the layout before) 110, NCHWc per call 117.
 """
 
 from __future__ import annotations
@@ -164,6 +168,7 @@ WORKLOADS = {
     "conv2 3x3": ("conv2d_nchw", {**_CONV, "CI": 64, "CO": 64, "H": 56, "W": 56, "KH": 3, "KW": 3, "padding": 1}),
     "conv3 3x3": ("conv2d_nchw", {**_CONV, "CI": 128, "CO": 128, "H": 28, "W": 28, "KH": 3, "KW": 3, "padding": 1}),
     "conv4 3x3": ("conv2d_nchw", {**_CONV, "CI": 256, "CO": 256, "H": 14, "W": 14, "KH": 3, "KW": 3, "padding": 1}),
+    "conv4 packed": ("conv2d_nchw", {**_CONV, "CI": 256, "CO": 256, "H": 14, "W": 14, "KH": 3, "KW": 3, "padding": 1}),
     "conv5 3x3": ("conv2d_nchw", {**_CONV, "CI": 512, "CO": 512, "H": 7, "W": 7, "KH": 3, "KW": 3, "padding": 1}),
     "conv5 packed": ("conv2d_nchw", {**_CONV, "CI": 512, "CO": 512, "H": 7, "W": 7, "KH": 3, "KW": 3, "padding": 1}),
     "conv5 3x3 s2": ("conv2d_nchw", {**_CONV, "CI": 512, "CO": 512, "H": 14, "W": 14, "KH": 3, "KW": 3,
@@ -195,7 +200,7 @@ WORKLOADS = {
 #: Rows whose weights are pre-packed as a model bundle's constant weights are
 #: (compiler.ops.prepacked.prepacked_layout for the target; a layer the target's bundles take
 #: in place, such as a 1×1 convolution on AVX-512, runs as its row without "packed").
-PREPACKED = ("conv5 packed", "conv5 1x1 packed", "conv5 3x3 s2 packed", "dense 128 packed")
+PREPACKED = ("conv4 packed", "conv5 packed", "conv5 1x1 packed", "conv5 3x3 s2 packed", "dense 128 packed")
 
 
 def torch_available() -> bool:
