@@ -472,13 +472,11 @@ def test_pre_packed_few_pixel_defaults_by_isa():
     model bundles pre-pack to blocks of 2 vectors (OIHW8i16o) at 14² too, and 1×1 layers at 7²
     (at most IM2COL_MAX_PIXELS pixels), for AVX2 only."""
     args = dict(RESNET[1], bias=True, epilogue="relu")
-    for target, first in ((Target("cpu", "avx2"), "gemm"), (Target("cpu", "avx512"), "nchwc"),
-                          (Target("cpu", "generic"), "nchwc")):
-        packed = with_prepacked_weights(_workload("conv2d_nchw", args), target)
-        configs = ops.preferred_configs(packed, target)
-        assert [c["method"].val for c in configs] == [first, {"gemm": "nchwc", "nchwc": "gemm"}[first]]
-    packed = with_prepacked_weights(_workload("conv2d_nchw", args), Target("cpu", "avx2"))
-    knobs = ops.default_config(packed, Target("cpu", "avx2")).to_json()["knobs"]
+    preferred = {isa: ops.preferred_configs(with_prepacked_weights(_workload("conv2d_nchw", args), Target("cpu", isa)),
+                                            Target("cpu", isa)) for isa in ("avx2", "avx512", "generic")}
+    assert {isa: [c["method"].val for c in configs] for isa, configs in preferred.items()} == {
+        "avx2": ["gemm", "nchwc"], "avx512": ["nchwc", "gemm"], "generic": ["nchwc", "gemm"]}
+    knobs = preferred["avx2"][0].to_json()["knobs"]
     assert (knobs["gemm_mr"], knobs["gemm_nr"], knobs["gemm_bm"] >= 10, knobs["gemm_pack_b"]) == (5, 16, True, False)
     fourteen = with_prepacked_weights(_workload("conv2d_nchw", dict(args, H=14, W=14)), Target("cpu", "avx2"))
     assert fourteen.args["weight_layout"] == "OIHW8i16o"

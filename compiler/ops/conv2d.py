@@ -811,7 +811,7 @@ def prepacked_layout(workload: Workload, target) -> str | None:
     if groups(a) > 1 or packed_blocks(a) is not None or OH * OW > PREPACK_MAX_PIXELS:
         return None
     lanes = target.lanes(a["dtype"])
-    panels = f"OIHW{max(d for d in range(1, lanes + 1) if a['CI'] % d == 0)}i{2 * lanes}o"
+    panels = f"OIHW{max(_divisors(a['CI'], lanes))}i{2 * lanes}o"
     first = panel_gemm_first({**a, "weight_layout": panels}, target)
     if is_pointwise(a):
         return panels if first and OH * OW <= IM2COL_MAX_PIXELS else None
