@@ -470,7 +470,8 @@ def test_pre_packed_few_pixel_defaults_by_isa():
     would compute 54) and one block of rows holding all of them (each panel of weights read once);
     AVX-512 and SSE keep NCHWc first; so do AVX2 blocks of 4 vectors (OIHW8i32o). Built for AVX2
     model bundles pre-pack to blocks of 2 vectors (OIHW8i16o) at 14² too, and 1×1 layers at 7²
-    (at most IM2COL_MAX_PIXELS pixels), for AVX2 only."""
+    (at most IM2COL_MAX_PIXELS pixels) on AVX2 for the panel GEMM and on AVX-512 to the NCHWc
+    default's blocks; SSE reads them in place."""
     args = dict(RESNET[1], bias=True, epilogue="relu")
     preferred = {isa: ops.preferred_configs(with_prepacked_weights(_workload("conv2d_nchw", args), Target("cpu", isa)),
                                             Target("cpu", isa)) for isa in ("avx2", "avx512", "generic")}
@@ -483,14 +484,16 @@ def test_pre_packed_few_pixel_defaults_by_isa():
     assert ops.default_config(fourteen, Target("cpu", "avx2"))["method"].val == "gemm"
     four_vectors = _workload("conv2d_nchw", dict(args, weight_layout="OIHW8i32o"))
     assert ops.default_config(four_vectors, Target("cpu", "avx2"))["method"].val == "nchwc"
-    # 1×1 layers at 7² (also strided from 14²) pre-pack for the panel GEMM on AVX2 only
+    # 1×1 layers at 7² (also strided from 14²) pre-pack for the panel GEMM on AVX2, for NCHWc on AVX-512
     for pointwise in (dict(CI=2048, CO=512, H=7, W=7, KH=1, KW=1), dict(CI=1024, CO=2048, H=14, W=14, KH=1, KW=1,
                                                                            stride=2)):
         w = _workload("conv2d_nchw", pointwise)
         packed = with_prepacked_weights(w, Target("cpu", "avx2"))
         assert packed.args["weight_layout"] == "OIHW8i16o"
         assert ops.default_config(packed, Target("cpu", "avx2"))["method"].val == "gemm"
-        assert with_prepacked_weights(w, Target("cpu", "avx512")) is w
+        wide = with_prepacked_weights(w, Target("cpu", "avx512"))
+        assert wide.args["weight_layout"] == "OIHW8i32o"  # NCHWc's 7 columns × 2 vectors, half-vector input blocks
+        assert ops.default_config(wide, Target("cpu", "avx512"))["method"].val == "nchwc"
         assert with_prepacked_weights(w, Target("cpu", "generic")) is w
     assert with_prepacked_weights(_workload("conv2d_nchw", RESNET[3]), Target("cpu", "avx2")).args == \
         _workload("conv2d_nchw", RESNET[3]).args  # 1×1 at 56²: read in place

@@ -59,12 +59,13 @@ import numpy as np
 
 from .. import te
 from ..schedule import create_schedule
+from ..space import ConfigSpace
 from . import dot
 from . import matmul as gemm
 from .common import kernel_args, knob_choices
 from .conv_common import (MAX_DIM, check_conv, conv_args, conv_flop, finish, has_epilogue, load_or_zero,
                           np_conv2d_nchw, np_finish, out_size, tile_overhang)
-from .registry import ArgDef, OpDef, Workload, WorkloadError, config_space, register
+from .registry import ArgDef, OpDef, Workload, WorkloadError, register
 
 _PACKED_LAYOUT = re.compile(r"OIHW([1-9][0-9]*)i([1-9][0-9]*)o")
 
@@ -799,25 +800,30 @@ def prepacked_layout(workload: Workload, target) -> str | None:
     """The OIHW<i>i<o>o layout (`weight_layout`) that a model bundle pre-packs the constant
     weights of `workload` (conv2d_nchw, OIHW weights) to for `target`: built for AVX2, blocks of a
     vector of input channels and 2 vectors of output channels, the panels of the panel GEMM's
-    default tile (`panel_gemm_first`), also for a 1×1 GEMM (is_pointwise) with at most
-    IM2COL_MAX_PIXELS output pixels (AMD Zen 3, 2 threads, against the 1×1 GEMM over OIHW
-    weights, medians of 21 alternating timings: 2048 -> 512 at 7² 1.24×, 512 -> 2048 1.05×,
-    stride 2 1024 -> 2048 from 14² 1.10×; 1024 -> 256 at 14² 0.93×); otherwise the channel blocks
-    of the NCHWc default (`direct_default`). None where the weights are better read in place or
-    packed per call: another 1×1 GEMM, a grouped convolution, more than PREPACK_MAX_PIXELS output
-    pixels per image, or weights already pre-packed."""
+    default tile (`panel_gemm_first`); otherwise the channel blocks of the NCHWc default
+    (`direct_default`). A 1×1 GEMM (is_pointwise) is pre-packed only with at most
+    IM2COL_MAX_PIXELS output pixels and vectors of at least 32 bytes, where its per-call GEMM
+    leaves lanes idle or packs the weights on every call (AMD Zen 3, AVX2, 2 threads, the panel
+    GEMM against the 1×1 GEMM over OIHW weights, medians of 21 alternating timings: 2048 -> 512
+    at 7² 1.24×, 512 -> 2048 1.05×, stride 2 1024 -> 2048 from 14² 1.10×, 1024 -> 256 at 14²
+    0.93×; AMD Zen 5, AVX-512, NCHWc over OIHW8i32o against the best per-call default, 11
+    timings: 2048 -> 512 1.25×, 512 -> 2048 1.23×, the stride-2 one 1.17×, at 14² 1024 -> 256
+    1.09×, 256 -> 1024 0.99×). None where the weights are better read in place or packed per
+    call: another 1×1 GEMM, a grouped convolution, more than PREPACK_MAX_PIXELS output pixels
+    per image, or weights already pre-packed."""
     a = workload.args
     OH, OW = out_size(a)
     if groups(a) > 1 or packed_blocks(a) is not None or OH * OW > PREPACK_MAX_PIXELS:
         return None
+    if is_pointwise(a) and (OH * OW > IM2COL_MAX_PIXELS or target.vector_bytes < 32):
+        return None
     lanes = target.lanes(a["dtype"])
     panels = f"OIHW{max(_divisors(a['CI'], lanes))}i{2 * lanes}o"
-    first = panel_gemm_first({**a, "weight_layout": panels}, target)
-    if is_pointwise(a):
-        return panels if first and OH * OW <= IM2COL_MAX_PIXELS else None
-    if first:
+    if panel_gemm_first({**a, "weight_layout": panels}, target):
         return panels
-    direct = direct_default(direct_view(config_space(workload, target), a), a, target)
+    knobs = ConfigSpace()
+    define_knobs(knobs, a, lanes)
+    direct = direct_default(knobs, a, target)
     return f"OIHW{direct['ic_bn']}i{direct['oc_bn']}o"
 
 

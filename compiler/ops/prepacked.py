@@ -6,7 +6,7 @@ Which workloads take which argument so, for a target, and how to pack it in nump
 
 * conv2d_nchw, `weight` OIHW → `weight_layout` OIHW<i>i<o>o (conv2d.prepacked_layout: up to
   PREPACK_MAX_PIXELS output pixels, ungrouped; 1×1 kernels only with at most IM2COL_MAX_PIXELS
-  output pixels on AVX2, where the panel GEMM reads them);
+  output pixels on AVX2 and AVX-512, where the panel GEMM or NCHWc reads them);
 * matmul, `B` [K, N] → `b_layout` KN<nr>n, and dense, `W` [N, K] → `weight_layout` NK<nr>n:
   the column panels [ceil(N/nr), K, nr] that the GEMM micro-kernel streams (matmul.pack_panels_np),
   nr the default config's register-tile width, for at least SKINNY_ROWS rows (fewer rows read B
