@@ -119,30 +119,36 @@ def test_pointwise_convolution_is_a_gemm_over_views_of_its_arguments():
 
 
 @pytest.mark.parametrize("target", params(FAMILY))
-def test_convolution_with_few_output_pixels_is_an_im2col_gemm_or_nchwc(target):
-    """A convolution with at most IM2COL_MAX_PIXELS output pixels per image has both methods in
+def test_convolution_with_few_output_pixels_is_an_im2col_gemm_or_nchwc_or_a_panel_gemm(target):
+    """A convolution with at most IM2COL_MAX_PIXELS output pixels per image has three methods in
     its space: "gemm" runs the matmul template (its knobs, and `dot_rows` for its dot-product
     form) on weight [CO, CI·KH·KW] · pixels [CI·KH·KW, OH·OW] per image, the pixels gathered
     from NCHW data into a stage of their own, then packed into B's panels;
-    "nchwc" the direct NCHWc schedule (its knobs prefixed). The search measures both defaults
-    first; their random configs (padding, stride, dilation, a non-square kernel, batch > 1)
-    match numpy on each ISA of the host's family, and the kernel's arguments keep the
-    operator's shapes whichever method built it."""
+    "nchwc" the direct NCHWc schedule (its knobs prefixed); "panel" the pixels × the weights
+    packed per call into panels (matmul's knobs, prefixed). The search measures every default
+    first, the panel GEMM's first with vectors of at least 32 bytes; their random configs
+    (padding, stride, dilation, a non-square kernel, batch > 1) match numpy on each ISA of the
+    host's family, and the kernel's arguments keep the operator's shapes whichever method built it."""
     w = _workload("conv2d_nchw", dict(N=2, CI=12, CO=20, H=9, W=8, KH=3, KW=2, padding=[1, 0], stride=[2, 1],
                                       dilation=[1, 2], bias=True, epilogue="relu"))
     space = ops.config_space(w, target)
     gemm_knobs = set(ops.config_space(ops.make_workload("matmul", {"M": 20, "N": 30, "K": 72}), target).knobs)
     direct_knobs = {k for k in space.knobs if k.startswith("nchwc_")}
-    assert set(space.knobs) == {"method", "dot_rows"} | gemm_knobs | direct_knobs
+    panel_knobs = {k for k in space.knobs if k.startswith("panel_")}
+    assert set(space.knobs) == {"method", "dot_rows"} | gemm_knobs | direct_knobs | panel_knobs
     assert {k[len("nchwc_"):] for k in direct_knobs} == {"ic_bn", "oc_bn", "reg_n", "order", "unroll_kw", "parallel",
                                                          "accumulate"}
+    assert {k[len("panel_"):] for k in panel_knobs} == gemm_knobs
     preferred = ops.preferred_configs(w, target)
-    assert [c["method"].val for c in preferred] == ["gemm", "nchwc"]
+    others = ["gemm", "nchwc"]
+    assert [c["method"].val for c in preferred] == (["panel", *others] if target.vector_bytes >= 32 else
+                                                    [*others, "panel"])
     assert preferred[0].to_json() == ops.default_config(w, target).to_json()
-    assert set(preferred[1].to_json()["knobs"]) == {"method"} | direct_knobs
-    cases = sample(w, 10, seed=11, target=target) + [(w, preferred[1])]
-    assert {c["method"].val for _, c in cases[1:-1]} == {"gemm", "nchwc"}
-    for case in (cases[0], cases[-1]):
+    nchwc = next(c for c in preferred if c["method"].val == "nchwc")
+    assert set(nchwc.to_json()["knobs"]) == {"method"} | direct_knobs
+    cases = sample(w, 12, seed=11, target=target) + [(w, c) for c in preferred]
+    assert {c["method"].val for _, c in cases[1:-3]} == {"gemm", "nchwc", "panel"}
+    for case in cases[-3:]:
         assert [a.shape for a in build_workload(*case, target).args] == [(2, 12, 9, 8), (20, 12, 3, 2), (20,),
                                                                           (2, 20, 5, 6)]
     assert not failures(cases, target=target)
@@ -191,15 +197,16 @@ def test_dot_products_are_the_default_of_long_few_pixel_gemms_with_32_vector_reg
         return [(c.to_json()["knobs"].get("method", "gemm"), c["dot_rows"].val)
                 for c in ops.preferred_configs(w, target)]
 
-    assert firsts(resnet_3x3, avx512) == [("gemm", 4), ("gemm", 0), ("nchwc", 0)]
+    assert firsts(resnet_3x3, avx512) == [("panel", 0), ("gemm", 4), ("gemm", 0), ("nchwc", 0)]
     assert firsts(resnet_1x1, avx512) == [("gemm", 4), ("gemm", 0)]
-    dot = ops.default_config(resnet_3x3, avx512)
+    dot = ops.preferred_configs(resnet_3x3, avx512)[1]
     assert dot["mr"].val * dot["dot_rows"].val == 24 and dot["bn"].val * dot["dot_rows"].val >= 49
-    assert firsts(resnet_3x3, avx2) == [("gemm", 0), ("nchwc", 0)]
+    assert firsts(resnet_3x3, avx2) == [("panel", 0), ("gemm", 0), ("nchwc", 0)]
     assert firsts(resnet_1x1, avx2) == firsts(short, avx512) == [("gemm", 0)]
     narrow = _workload("conv2d_nchw", dict(N=2, CI=512, CO=4, H=7, W=5, KH=3, KW=3, padding=1, bias=True))
-    assert firsts(narrow, avx512)[0] == ("gemm", 4) and ops.default_config(narrow, avx512)["mr"].val == 4
-    assert not failures([(narrow, ops.default_config(narrow, avx512))], target=avx512)
+    narrow_dot = ops.preferred_configs(narrow, avx512)[1]
+    assert firsts(narrow, avx512)[1] == ("gemm", 4) and narrow_dot["mr"].val == 4
+    assert not failures([(narrow, narrow_dot)], target=avx512)
 
 
 def test_im2col_gemm_configs_written_before_the_method_knob_keep_their_meaning():
@@ -207,7 +214,7 @@ def test_im2col_gemm_configs_written_before_the_method_knob_keep_their_meaning()
     knob) still parses, as the GEMM config it was."""
     w = _workload("conv2d_nchw", dict(CI=16, CO=8, H=7, W=7, KH=3, KW=3, padding=1))
     space = ops.config_space(w, TARGET)
-    gemm_config = ops.default_config(w, TARGET).to_json()
+    gemm_config = next(c for c in ops.preferred_configs(w, TARGET) if c["method"].val == "gemm").to_json()
     old = {"index": 5, "knobs": {k: v for k, v in gemm_config["knobs"].items() if k != "method"}}
     assert space.from_json(old).to_json() == gemm_config
 
@@ -282,19 +289,22 @@ def test_im2col_pixels_are_gathered_without_a_division_per_element(args):
     """The GEMM's gathered pixels are a stage whose loops run over (ci, kh, kw) and (oh, ow), so
     no store of it divides (each element of B's panels, packed straight from data, took a
     division and a modulo by OW, KH·KW, KW and KH: 18% of a 512@14² 3×3 stride-2 call), and the
-    panels copy whole vectors of it; so do the transposed pixels of the dot-product form."""
+    panels copy whole vectors of it; so do the transposed pixels of the dot-product form and of
+    the panel GEMM."""
     w = _workload("conv2d_nchw", {**args, "bias": True, "epilogue": "relu"})
     space = ops.config_space(w, TARGET)
-    gemm = {**ops.default_config(w, TARGET).to_json()["knobs"], "dot_rows": 0}
-    configs = {"pixels[": {k: v for k, v in gemm.items() if k in space.knobs}}
+    preferred = [c.to_json()["knobs"] for c in ops.preferred_configs(w, TARGET)]
+    gemm = {**next(c for c in preferred if c.get("method", "gemm") == "gemm"), "dot_rows": 0}
+    configs = [("pixels[", {k: v for k, v in gemm.items() if k in space.knobs})]
     if "dot_rows" in space.knobs:
-        configs["pixels_t["] = {**gemm, "dot_rows": 4}
-    for stage, knobs in configs.items():
+        configs += [("pixels_t[", {**gemm, "dot_rows": 4})]
+        configs += [("pixels_t[", c) for c in preferred if c["method"] == "panel"]
+    for stage, knobs in configs:
         source = build_workload(w, space.from_json({"knobs": knobs}), TARGET).source
         stores = [line for line in source.splitlines() if line.strip().startswith(stage)]
         assert stores and not [line for line in stores if "/" in line or "%" in line]
         panels = any(line.strip().startswith("*(") and "pixels_packed" in line for line in source.splitlines())
-        assert panels == (stage == "pixels[")  # the dot products read the pixels in place
+        assert panels == (stage == "pixels[")  # the dot products and the panel GEMM read the pixels in place
 
 
 def test_tile_columns_pads_a_prime_width_instead_of_taking_one_column():
@@ -395,14 +405,14 @@ def test_avx2_nchwc_defaults_accumulate_by_rows():
     # 7 output columns: 3-column tiles would compute 9, so 2 vectors × 4 columns (4 + 3), by rows
     # (per call, and as the layout a model bundle pre-packs the weights to), also at stride 2
     seven = _workload("conv2d_nchw", dict(RESNET[1], stride=1))
-    nchwc = ops.preferred_configs(seven, avx2)[-1].to_json()["knobs"]
+    nchwc = _nchwc_default(seven, avx2).to_json()["knobs"]
     assert (nchwc["nchwc_oc_bn"], nchwc["nchwc_reg_n"], nchwc["nchwc_accumulate"]) == (16, 4, "row")
     for args in (RESNET[1], dict(CI=512, CO=512, H=14, W=14, KH=3, KW=3, padding=1, stride=2)):
         packed = with_prepacked_weights(_workload("conv2d_nchw", args), avx2)
         knobs = _nchwc_default(packed, avx2).to_json()["knobs"]
         assert (packed.args["weight_layout"], knobs["reg_n"], knobs["accumulate"]) == ("OIHW8i16o", 4, "row")
     assert ops.default_config(seven, generic)["method"].val == "gemm"
-    assert ops.preferred_configs(seven, generic)[-1]["nchwc_reg_n"].val == 3
+    assert _nchwc_default(seven, generic)["nchwc_reg_n"].val == 3
 
 
 @pytest.mark.skipif(shutil.which("objdump") is None, reason="objdump (GNU binutils) is not installed")
@@ -420,6 +430,44 @@ def test_avx2_default_tile_for_pre_packed_weights_fits_the_registers(layout):
     for config in configs:
         fmas = _fmas(build_workload(w, config, target).so_path)
         assert fmas and not [line for line in fmas if "(%rsp)" in line]
+
+
+def test_configs_written_before_the_panel_method_keep_their_indices():
+    """The panel GEMM is the third choice of "method", so the im2col GEMM's and NCHWc's configs
+    of a 7² convolution keep the indices they had before it (written down then, for AVX2 and
+    AVX-512), and records holding them parse as what they were."""
+    w = _workload("conv2d_nchw", dict(CI=16, CO=8, H=7, W=7, KH=3, KW=3, padding=1))
+    written = {"avx2": [{"index": 21581, "knobs": {
+        "method": "gemm", "mr": 6, "nr": 16, "ku": 4, "bm": 1, "bn": 1, "order": "nm_nm", "parallel": "fused",
+        "pack_b": True, "pack_a": False, "kc": 144, "dot_rows": 0}}, {"index": 1290378, "knobs": {
+        "method": "nchwc", "nchwc_ic_bn": 8, "nchwc_oc_bn": 8, "nchwc_reg_n": 7, "nchwc_order": "ic_kh_kw_icb",
+        "nchwc_unroll_kw": False, "nchwc_parallel": "n_oc_oh", "nchwc_accumulate": "tile"}}],
+        "avx512": [{"index": 21591, "knobs": {
+            "method": "gemm", "mr": 8, "nr": 48, "ku": 4, "bm": 1, "bn": 1, "order": "nm_nm", "parallel": "fused",
+            "pack_b": True, "pack_a": False, "kc": 144, "dot_rows": 0}}, {"index": 1290379, "knobs": {
+                "method": "nchwc", "nchwc_ic_bn": 16, "nchwc_oc_bn": 8, "nchwc_reg_n": 7, "nchwc_order": "ic_kh_kw_icb",
+                "nchwc_unroll_kw": False, "nchwc_parallel": "n_oc_oh", "nchwc_accumulate": "tile"}}]}
+    for isa, records in written.items():
+        space = ops.config_space(w, Target("cpu", isa))
+        assert [space.from_json(r).to_json() for r in records] == records
+        assert [space.get(r["index"]).to_json() for r in records] == records
+
+
+@pytest.mark.parametrize("target", params(FAMILY))
+def test_panel_gemm_of_oihw_weights_matches_numpy(target):
+    """Random configs of the "panel" method (the pixels × OIHW weights packed into panels per
+    call, by register transposes where no panel is padded) of convolutions with few output
+    pixels match numpy on each ISA of the host's family; the weight argument keeps its OIHW shape."""
+    cases = []
+    for n, args in enumerate([FEW_PIXELS[0], FEW_PIXELS[1], dict(CI=8, CO=32, H=8, W=8, KH=3, KW=3, padding=1)]):
+        w = _workload("conv2d_nchw", args)
+        space = ops.config_space(w, target)
+        panels = [c for c in space.random(np.random.default_rng(700 + n), 60) if c["method"].val == "panel"][:5]
+        assert len(panels) == 5 and {c["panel_pack_b"].val for c in panels} <= {True, "block"}
+        cases += [(w, c) for c in panels]
+    built = build_workload(*cases[0], target)
+    assert {a.name: a.shape for a in built.args}["weight"] == (9, 13, 3, 3)
+    assert not failures(cases, target=target)
 
 
 # Pre-packed weights over few output pixels (the panel GEMM's space): channel counts that leave

@@ -66,6 +66,7 @@ from .common import kernel_args, knob_choices
 from .conv_common import (MAX_DIM, check_conv, conv_args, conv_flop, finish, has_epilogue, load_or_zero,
                           np_conv2d_nchw, np_finish, out_size, tile_overhang)
 from .registry import ArgDef, OpDef, Workload, WorkloadError, register
+from .transpose_pack import tensorize_transposed_pack
 
 _PACKED_LAYOUT = re.compile(r"OIHW([1-9][0-9]*)i([1-9][0-9]*)o")
 
@@ -467,6 +468,11 @@ def dot_gemm_template(cfg, a: dict, data: te.Tensor, weight: te.Tensor, bias: te
 #: The prefix of the panel GEMM's knobs (`panel_gemm_template`) in the space of a convolution
 #: with pre-packed weights, whose NCHWc knobs keep the names they had before it had a method choice.
 PANEL_PREFIX = "gemm_"
+#: The third choice of the "method" knob of a convolution with OIHW weights and a method choice
+#: (`has_method_choice`): the panel GEMM with the weights packed into panels on every call; its
+#: knobs are prefixed PANEL_METHOD + "_". Appended after METHODS, so the configs of the other two
+#: keep their indices.
+PANEL_METHOD = "panel"
 
 
 def has_panel_gemm(a: dict) -> bool:
@@ -478,36 +484,66 @@ def has_panel_gemm(a: dict) -> bool:
     return packed_blocks(a) is not None and groups(a) == 1 and OH * OW <= PREPACK_MAX_PIXELS
 
 
-def panel_gemm_template(cfg, a: dict, target):
-    """The "gemm" method of a convolution whose weights come pre-packed: the array OIHW<i>i<o>o,
+def panel_view(cfg, a: dict):
+    """The branch of `cfg` that the panel GEMM's knobs are defined on and read from, or None where
+    the convolution's space has no panel GEMM: "gemm" (prefixed PANEL_PREFIX) with pre-packed
+    weights (`has_panel_gemm`), PANEL_METHOD with OIHW weights (`has_method_choice`)."""
+    if has_panel_gemm(a):
+        return cfg.branch("method", "gemm", prefix=PANEL_PREFIX)
+    if has_method_choice(a):
+        return cfg.branch("method", PANEL_METHOD, prefix=PANEL_METHOD + "_")
+    return None
+
+
+def define_panel_knobs(cfg, a: dict, target) -> None:
+    """The panel GEMM's knobs: matmul's (`gemm.define_gemm_knobs`) for N·OH·OW × CO × CI·KH·KW,
+    nr the pre-packed weights' block of output channels, or for OIHW weights any width with the
+    weights packed into panels (all before the product, or per block of them inside the
+    parallel loop: read in place they would be gathered along output channels)."""
+    OH, OW = out_size(a)
+    blocks = packed_blocks(a)
+    gemm.define_gemm_knobs(cfg, a["N"] * OH * OW, a["CO"], a["CI"] * a["KH"] * a["KW"], target.lanes(a["dtype"]),
+                           pack_b=(True, "block"), b_panels=None if blocks is None else blocks[1])
+
+
+def panel_gemm_template(cfg, a: dict):
+    """The GEMM of the pixels × the weights, for weights pre-packed (OIHW<i>i<o>o) or packed per
+    call (OIHW), in a config with `define_panel_knobs`' knobs. A pre-packed weight array,
     [ceil(CO/o), CI/i, KH, KW, i, o], is the column panels [ceil(CO/o), K, o] of a GEMM's B[K, CO]
     with k = ((icc·KH + kh)·KW + kw)·i + icb (matmul's b_layout KN<o>n), so
 
         res[n·OH·OW + q, co] = Σ_k pixels_t[n·OH·OW + q, k] · B[k, co] (+ bias[co], epilogue)
 
-    runs matmul's CPU schedule (`gemm.schedule_gemm`, knobs named PANEL_PREFIX + matmul's) with
-    B read in place, A = pixels_t the transposed im2col in that k order (a stage of its own, in
-    parallel over rows of output pixels, no division per element) and out[n, co, oh, ow] =
-    res[n·OH·OW + oh·OW + ow, co]. The pixels are the tiles' rows and the output channels their
-    vectors, so no lane idles on a pixel count like 49, and each vector of weights loaded
-    serves mr pixels (NCHWc's tiles at 7², 2 vectors × 4 + 3 columns, serve 4 or 3)."""
+    runs matmul's CPU schedule (`gemm.schedule_gemm`) with B read in place; OIHW weights are
+    B transposed, [CO, K] with k = (ci·KH + kh)·KW + kw (i = 1), packed into panels of nr output
+    channels by register transposes (`tensorize_transposed_pack`, as dense packs W), once per
+    call or per block of panels (knob pack_b). A = pixels_t, the transposed im2col in that k
+    order (a stage of its own, in parallel over rows of output pixels, no division per
+    element), and out[n, co, oh, ow] = res[n·OH·OW + oh·OW + ow, co]. The pixels are the tiles'
+    rows and the output channels their vectors, so no lane idles on a pixel count like 49, and
+    each vector of weights loaded serves mr pixels (NCHWc's tiles at 7², 2 vectors × 4 + 3
+    columns with AVX2, serve 4 or 3; the im2col GEMM's vectors of 16 pixels compute 64 for 49)."""
     N, CI, CO, KH, KW, dt = a["N"], a["CI"], a["CO"], a["KH"], a["KW"], a["dtype"]
     OH, OW = out_size(a)
-    ib, ob = packed_blocks(a)
-    Q, K = OH * OW, CI * KH * KW
-    gemm.define_gemm_knobs(cfg, N * Q, CO, K, target.lanes(dt), b_panels=ob)
+    blocks = packed_blocks(a)
+    ib = 1 if blocks is None else blocks[0]
+    Q, K, nr = OH * OW, CI * KH * KW, cfg["nr"].val
     cfg.add_flop(flop(a))
     data = te.placeholder((N, CI, a["H"], a["W"]), dt, "data")
-    weight = te.placeholder((-(-CO // ob), K, ob), dt, "weight")  # a view of the OIHW<i>i<o>o array
+    # a view of the OIHW<i>i<o>o array, or of the OIHW one
+    weight = te.placeholder((CO, K) if blocks is None else (-(-CO // nr), K, nr), dt, "weight")
     bias = te.placeholder((CO,), dt, "bias") if a["bias"] else None
     pixels_t = te.compute((N * Q, K), lambda m, k: tap(a, data, m // Q, k // (KH * KW * ib) * ib + k % ib,
                                                        k // (KW * ib) % KH, k // ib % KW, m % Q), name="pixels_t")
-    ap, _, packs = gemm.packed_panels(cfg, pixels_t, weight)
-    prod, res = gemm.matmul_expr(pixels_t, weight, bias, a["epilogue"], b_panel=weight, nr=ob, a_panel=ap,
-                                 mr=cfg["mr"].val, name="res", kc=cfg["kc"].val, n=CO)
+    ap, bp, packs = gemm.packed_panels(cfg, pixels_t, weight, transpose_b=blocks is None)
+    prod, res = gemm.matmul_expr(pixels_t, weight, bias, a["epilogue"], b_panel=weight if blocks else bp, nr=nr,
+                                 a_panel=ap, mr=cfg["mr"].val, name="res", kc=cfg["kc"].val,
+                                 n=CO if blocks else None, transpose_b=blocks is None)
     out = te.compute((N, CO, OH, OW), lambda n, co, h, w: res[n * Q + h * OW + w, co], name="out")
     sch = create_schedule(out)
-    gemm.schedule_gemm(sch, cfg, prod, res, packs, K)
+    gemm.schedule_gemm(sch, cfg, prod, res, packs, K, bp)
+    if bp is not None:
+        tensorize_transposed_pack(sch, bp, weight, CO, nr)
     sp = sch[pixels_t]
     m, k = sp.op.axis
     k, _ = sp.split(k, factor=ib)
@@ -545,15 +581,20 @@ def cpu_template(cfg, workload, target):
     a = workload.args
     if is_pointwise(a):
         return gemm_template(cfg, workload, target)
-    if has_method_choice(a) or has_panel_gemm(a):
-        cfg.define_knob("method", list(METHODS), absent="gemm" if has_method_choice(a) else "nchwc")
+    if has_method_choice(a):
+        cfg.define_knob("method", [*METHODS, PANEL_METHOD], absent="gemm")
+    elif has_panel_gemm(a):
+        cfg.define_knob("method", list(METHODS), absent="nchwc")
     direct = direct_view(cfg, a)
     define_knobs(direct, a, target.lanes(a["dtype"]))
+    panel = panel_view(cfg, a)
+    if panel is not None:
+        define_panel_knobs(panel, a, target)
     if direct is cfg or cfg["method"].val == "nchwc":
         return direct_template(direct, a, target)
-    if has_panel_gemm(a):
-        return panel_gemm_template(cfg.branch("method", "gemm", prefix=PANEL_PREFIX), a, target)
-    return gemm_template(cfg.branch("method", "gemm"), workload, target)
+    if cfg["method"].val == "gemm" and not has_panel_gemm(a):
+        return gemm_template(cfg.branch("method", "gemm"), workload, target)
+    return panel_gemm_template(panel, a)
 
 
 #: The default's tile with 16 vector registers (AVX2, SSE), where 4 vectors of output channels are
@@ -666,14 +707,22 @@ def direct_default(space, a: dict, target) -> dict:
 
 def default_config(space, workload, target) -> list[dict]:
     """The default (`direct_default`, or `gemm_conv_default` for a GEMM); for a space with a
-    method choice the GEMM's default, then NCHWc's (the search measures both first). Where
-    `dot_conv_default` applies, its dot products come first, the GEMM's tiles second."""
+    method choice every method's default (the search measures them first): with pre-packed
+    weights the panel GEMM's and NCHWc's, `panel_gemm_first` deciding which comes first; with
+    OIHW weights the im2col GEMM's (where `dot_conv_default` applies, its dot products first,
+    the GEMM's tiles second), NCHWc's and the panel GEMM's, which comes first with vectors of
+    at least 32 bytes (AVX2, AVX-512): packing the weights per call into panels of 2 vectors
+    costs less than the lanes the other two leave idle at 7² (AMD Zen 5, 2 threads, medians of
+    11 alternating timings against the best of the others' defaults: 512@7² 3×3 1.10×, its
+    stride-2 layer from 14² 1.20×, 512@7² built for AVX2 1.10×)."""
     a = workload.args
+    panel = panel_view(space, a)
+    if panel is not None:
+        panel_config = {"method": PANEL_METHOD if has_method_choice(a) else "gemm",
+                        **{panel.prefix + k: v for k, v in panel_gemm_default(panel, a, target).items()}}
     if has_panel_gemm(a):
         nchwc = {"method": "nchwc", **direct_default(space, a, target)}
-        panel = {"method": "gemm", **{PANEL_PREFIX + k: v for k, v in panel_gemm_default(
-            space.branch("method", "gemm", prefix=PANEL_PREFIX), a, target).items()}}
-        return [panel, nchwc] if panel_gemm_first(a, target) else [nchwc, panel]
+        return [panel_config, nchwc] if panel_gemm_first(a, target) else [nchwc, panel_config]
     if not is_pointwise(a) and not has_method_choice(a):
         return [direct_default(space, a, target)]
     lanes = target.lanes(a["dtype"])
@@ -684,27 +733,34 @@ def default_config(space, workload, target) -> list[dict]:
         return gemms
     direct = direct_default(direct_view(space, a), a, target)
     nchwc = {"method": "nchwc", **{DIRECT_PREFIX + k: v for k, v in direct.items()}}
-    return [{"method": "gemm", **g} for g in gemms] + [nchwc]
+    others = [{"method": "gemm", **g} for g in gemms] + [nchwc]
+    return [panel_config, *others] if target.vector_bytes >= 32 else [*others, panel_config]
 
 
 def panel_gemm_default(space, a: dict, target) -> dict:
     """The default of `panel_gemm_template` (`space` its branch): matmul's rule
-    (`gemm.gemm_default`) for N·OH·OW × CO × CI·KH·KW with B the pre-packed panels, read in
-    place; rows per tile from the rule's down to half of them, the fewest rows computed beyond
-    the pixels (`gemm.least_padding_width`: 49 pixels in tiles of 5 rows compute 50, of 6
-    rows 54); where the weights outnumber the pixels (CO > N·OH·OW), one block of rows holding
-    every row tile (bm), so each panel of weights is read from memory once per call, then from
-    the L2 by each row tile, the blocks of panels running in parallel (the rule's blocks of 2
-    row tiles read every panel 5 times at 7²: AMD Zen 3, AVX2, 2 threads, 512@7² 3×3 1.35×)."""
+    (`gemm.gemm_default`) for N·OH·OW × CO × CI·KH·KW, with B the pre-packed panels read in
+    place, or OIHW weights packed per call in one parallel pass into panels of 2 vectors (as
+    model bundles pre-pack them for AVX2: 4 vectors × 6 rows compute 54 rows for 49 pixels;
+    AMD Zen 5, AVX-512, 2 threads, 512@7² 3×3, 7 × 2 vectors 1.11× over 5 × 4); rows per tile
+    from the rule's down to half of them, the fewest rows computed beyond the pixels
+    (`gemm.least_padding_width`: 49 pixels in tiles of 5 rows compute 50, of 6 rows 54; with 32
+    registers 7 rows compute 49); where the weights outnumber the pixels (CO > N·OH·OW), one
+    block of rows holding every row tile (bm), so each panel of weights is read from memory once
+    per call, then from the L2 by each row tile, the blocks of panels running in parallel (the
+    rule's blocks of 2 row tiles read every panel 5 times at 7²: AMD Zen 3, AVX2, 2 threads,
+    512@7² 3×3 1.35×)."""
     OH, OW = out_size(a)
-    M = a["N"] * OH * OW
-    config = gemm.gemm_default(space, M, a["CO"], a["CI"] * a["KH"] * a["KW"], target.lanes(a["dtype"]),
-                               4 if a["dtype"] == "float32" else 8)
+    M, lanes, item = a["N"] * OH * OW, target.lanes(a["dtype"]), 4 if a["dtype"] == "float32" else 8
+    config = gemm.gemm_default(space, M, a["CO"], a["CI"] * a["KH"] * a["KW"], lanes, item)
+    config["pack_b"] = packed_blocks(a) is None
+    if packed_blocks(a) is None and 2 * lanes in knob_choices(space, "nr"):
+        nr = 2 * lanes
+        config.update(nr=nr, mr=gemm.tile_rows(knob_choices(space, "mr"), nr, lanes, item), bn=1, parallel="fused")
     rows = [m for m in knob_choices(space, "mr") if config["mr"] // 2 < m <= config["mr"]]
-    mr = gemm.least_padding_width(M, rows, config["mr"])
-    config.update(pack_b=False, mr=mr)
+    config["mr"] = gemm.least_padding_width(M, rows, config["mr"])
     if a["CO"] > M:
-        tiles = -(-M // mr)
+        tiles = -(-M // config["mr"])
         config["bm"] = min((b for b in knob_choices(space, "bm") if b >= tiles), default=max(knob_choices(space, "bm")))
     return config
 

@@ -548,8 +548,7 @@ def gemm_default(space, M: int, N: int, K: int, lanes: int, dtype_bytes: int = 4
         nr = least_padding_width(N, [n for n in wide if n >= 2 * lanes], nr)
     if regs == 12 and not skinny and N % (3 * lanes) == 0 and 3 * lanes in choices["nr"]:
         nr = 3 * lanes  # and so 4 rows: see the docstring
-    vecs = max(1, nr // lanes)
-    mr = max(m for m in choices["mr"] if m <= max(1, min(14, regs // vecs)))
+    mr = tile_rows(choices["mr"], nr, lanes, dtype_bytes)
     l2 = 1 << 20
     bn = pick_at_most(choices["bn"], (l2 // 2) // max(1, K * nr * dtype_bytes))
     if N % nr == 0:  # blocks that divide N: no block straddles its edge, so no lane is guarded
@@ -567,6 +566,14 @@ def gemm_default(space, M: int, N: int, K: int, lanes: int, dtype_bytes: int = 4
             config.update(bn=block_bn, bm=pick_at_most(choices["bm"], (l2 // 4) // max(1, K * mr * dtype_bytes)),
                           parallel="outer", pack_b="block")
     return config
+
+
+def tile_rows(mr_choices: list[int], nr: int, lanes: int, dtype_bytes: int = 4) -> int:
+    """Rows of a register tile nr columns wide (`gemm_default`): as many as keep its
+    accumulators within 24 vector registers of 32 (vectors of lanes · dtype_bytes >= 64 bytes:
+    AVX-512) or 12 of 16, at most 14."""
+    regs = 24 if lanes * dtype_bytes >= 64 else 12
+    return max(m for m in mr_choices if m <= max(1, min(14, regs // max(1, nr // lanes))))
 
 
 #: How much more of the computed columns (a fraction) a narrower register tile must put to use
