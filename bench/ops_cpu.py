@@ -55,7 +55,11 @@ rounds, GFLOP/s of our default -> best, peer ÷ ours (PyTorch / onnxruntime): 3�
 1000 110 (2.96 / 1.45, numpy 1.29), 128×768 -> 3072 432 -> 436 (2.05 / 0.86, numpy 1.25). At
 the session's start (before even_blocks, the vectorized NCHWc epilogue and narrower tiles at
 14²) the 1×1 layers at 28² ran at 288-354 by default (s2 256 -> 512: 288, its best of 8 381) and
-1024 -> 256 at 14² at 375 (0.82 × onnxruntime, now 422: 0.91).
+1024 -> 256 at 14² at 375 (0.82 × onnxruntime, now 422: 0.91). Later (peak 517-574): the 7²
+layers per call 314 (1.17 / 0.65) and s2 354 (1.44 / 0.75) -> 364 (1.34 / 0.77) and 367 (1.48 /
+0.86) with the per-call panel GEMM as their default; 1×1 2048 -> 512 at 7² pre-packed (AVX-512
+bundles now pre-pack it, OIHW8i32o) 372 (1.13 / 0.81) -> 445 (1.52 / 1.13); pre-packed 3×3 7²
+478-493 (1.76-1.84 / 1.01-1.03), s2 492-505 (1.96 / 1.01-1.02).
 
 On an AMD EPYC Zen 4 (family 25 model 17, AVX-512 on 256-bit units, 2 vCPUs, peak 234 GFLOP/s),
 8 configs, 3 rounds, GFLOP/s of our best, peer ÷ ours (PyTorch / onnxruntime), NCHWc layers

@@ -36,6 +36,9 @@ AMD EPYC Zen 5 (AVX-512, 2 vCPUs, quiet: load 1.1-1.3), after the measurement fi
 child's BLAS thread, the pool's caller CPU): ResNet-50, 48 trials, tuned in 143 s: 20.71 ms
 against onnxruntime's 28.30 ms (0.73) and PyTorch's 22.95 ms (0.90) for the same nodes; every
 layer 0.51-0.90 × onnxruntime's time but the 3×3 stride-2 128@56² (1.06), the M=1 Gemm 0.25.
+Later (load 1.4), with the 7² 1×1 layers pre-packed too: 17.81 ms against onnxruntime's 22.89
+ms (0.78) and PyTorch's 25.39 ms (0.70), tuned in 130 s; every layer 0.62-1.01 × onnxruntime's
+time, the 7² 1×1 ones 0.63-0.77.
 
 AMD EPYC Zen 4 (AVX-512 on 256-bit units, 2 vCPUs, peak 230 GFLOP/s; load 1.5), after the NCHWc
 weight packing stored whole vectors: ResNet-50, 48 trials, tuned in 187 s: 46.15 ms against

@@ -470,6 +470,18 @@ def test_panel_gemm_of_oihw_weights_matches_numpy(target):
     assert not failures(cases, target=target)
 
 
+@pytest.mark.skipif(shutil.which("objdump") is None, reason="objdump (GNU binutils) is not installed")
+def test_avx2_per_call_panel_default_fits_the_registers():
+    """Built for AVX2, the default of a 7² layer over OIHW weights is the panel GEMM, whose tiles
+    of 5 rows × 2 vectors keep their accumulators in registers: no FMA reads the stack."""
+    target = Target("cpu", "avx2")
+    w = _workload("conv2d_nchw", dict(CI=512, CO=512, H=7, W=7, KH=3, KW=3, padding=1, bias=True, epilogue="relu"))
+    config = ops.default_config(w, target)
+    assert (config["method"].val, config["panel_mr"].val, config["panel_nr"].val) == ("panel", 5, 16)
+    fmas = _fmas(build_workload(w, config, target).so_path)
+    assert fmas and not [line for line in fmas if "(%rsp)" in line]
+
+
 # Pre-packed weights over few output pixels (the panel GEMM's space): channel counts that leave
 # a partly padded block of output channels, stride / padding / dilation, batch 2, a 1×1 kernel,
 # more pixels than IM2COL_MAX_PIXELS.
