@@ -298,7 +298,7 @@ def test_im2col_pixels_are_gathered_without_a_division_per_element(args):
     configs = [("pixels[", {k: v for k, v in gemm.items() if k in space.knobs})]
     if "dot_rows" in space.knobs:
         configs += [("pixels_t[", {**gemm, "dot_rows": 4})]
-        configs += [("pixels_t[", c) for c in preferred if c["method"] == "panel"]
+        configs += [("pixels_t[", c) for c in preferred if c.get("method") == "panel"]
     for stage, knobs in configs:
         source = build_workload(w, space.from_json({"knobs": knobs}), TARGET).source
         stores = [line for line in source.splitlines() if line.strip().startswith(stage)]

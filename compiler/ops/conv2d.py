@@ -742,7 +742,8 @@ def panel_gemm_default(space, a: dict, target) -> dict:
     (`gemm.gemm_default`) for N·OH·OW × CO × CI·KH·KW, with B the pre-packed panels read in
     place, or OIHW weights packed per call in one parallel pass into panels of 2 vectors (as
     model bundles pre-pack them for AVX2: 4 vectors × 6 rows compute 54 rows for 49 pixels;
-    AMD Zen 5, AVX-512, 2 threads, 512@7² 3×3, 7 × 2 vectors 1.11× over 5 × 4); rows per tile
+    AMD Zen 5, AVX-512, 2 threads, 512@7² 3×3, 7 rows × 2 vectors 1.11× over 5 rows × 4 vectors
+    packed per block); rows per tile
     from the rule's down to half of them, the fewest rows computed beyond the pixels
     (`gemm.least_padding_width`: 49 pixels in tiles of 5 rows compute 50, of 6 rows 54; with 32
     registers 7 rows compute 49); where the weights outnumber the pixels (CO > N·OH·OW), one
@@ -753,8 +754,9 @@ def panel_gemm_default(space, a: dict, target) -> dict:
     OH, OW = out_size(a)
     M, lanes, item = a["N"] * OH * OW, target.lanes(a["dtype"]), 4 if a["dtype"] == "float32" else 8
     config = gemm.gemm_default(space, M, a["CO"], a["CI"] * a["KH"] * a["KW"], lanes, item)
-    config["pack_b"] = packed_blocks(a) is None
-    if packed_blocks(a) is None and 2 * lanes in knob_choices(space, "nr"):
+    per_call = packed_blocks(a) is None
+    config["pack_b"] = per_call
+    if per_call and 2 * lanes in knob_choices(space, "nr"):
         nr = 2 * lanes
         config.update(nr=nr, mr=gemm.tile_rows(knob_choices(space, "mr"), nr, lanes, item), bn=1, parallel="fused")
     rows = [m for m in knob_choices(space, "mr") if config["mr"] // 2 < m <= config["mr"]]
@@ -877,9 +879,9 @@ def prepacked_layout(workload: Workload, target) -> str | None:
     panels = f"OIHW{max(_divisors(a['CI'], lanes))}i{2 * lanes}o"
     if panel_gemm_first({**a, "weight_layout": panels}, target):
         return panels
-    knobs = ConfigSpace()
-    define_knobs(knobs, a, lanes)
-    direct = direct_default(knobs, a, target)
+    space = ConfigSpace()
+    define_knobs(space, a, lanes)
+    direct = direct_default(space, a, target)
     return f"OIHW{direct['ic_bn']}i{direct['oc_bn']}o"
 
 
