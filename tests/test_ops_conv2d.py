@@ -119,6 +119,22 @@ def test_pointwise_convolution_is_a_gemm_over_views_of_its_arguments():
 
 
 @pytest.mark.parametrize("target", params(FAMILY))
+def test_pointwise_default_reads_its_input_in_place_where_the_blocks_divide_the_pixels(target):
+    """The default of an unstrided 1×1 convolution reads data in place as B where its blocks of
+    bn·nr columns divide H·W (48² pixels: a multiple of every ISA's tile width), and packs it
+    where they do not (47·49 pixels, odd), though B outgrows half an L2 in both (the rule of
+    a matmul's B); both defaults match numpy, batch 2."""
+    cases = []
+    for h, w, in_place in ((48, 48, True), (47, 49, False)):
+        workload = _workload("conv2d_nchw", dict(N=2, CI=64, CO=20, H=h, W=w, KH=1, KW=1, bias=True,
+                                                 epilogue="relu"))
+        knobs = ops.default_config(workload, target).to_json()["knobs"]
+        assert (knobs["pack_b"] is False) == in_place == (h * w % (knobs["nr"] * knobs["bn"]) == 0), knobs
+        cases.append((workload, ops.default_config(workload, target)))
+    assert not failures(cases, target=target)
+
+
+@pytest.mark.parametrize("target", params(FAMILY))
 def test_convolution_with_few_output_pixels_is_an_im2col_gemm_or_nchwc_or_a_panel_gemm(target):
     """A convolution with at most IM2COL_MAX_PIXELS output pixels per image has three methods in
     its space: "gemm" runs the matmul template (its knobs, and `dot_rows` for its dot-product

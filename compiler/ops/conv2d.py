@@ -802,11 +802,24 @@ def gemm_conv_default(space, a: dict, lanes: int, vector_bytes: int) -> dict:
     tile that fits the pixels, which leaves most of its second panel empty (49 pixels: 48 + 1),
     and blocks of several rows of weights, which are long (CI·KH·KW) and read from memory.
     Xeon model 167, 2 threads, 512@7² 3×3: 148 -> 230-256 GFLOP/s (NCHWc's default 178); 1×1
-    2048 -> 512 at 7²: 175 -> 279; the same 3×3 built for AVX2: 101 -> 157 (NCHWc 138)."""
+    2048 -> 512 at 7²: 175 -> 279; the same 3×3 built for AVX2: 101 -> 157 (NCHWc 138).
+
+    A 1×1 convolution that reads data itself as B (`is_gathered` false) reads it in place
+    where the blocks of bn·nr columns divide OH·OW (56², 112² with panels of 4 vectors: no
+    tile guards its lanes): B is the layer's input, used by only CO rows of weights, so
+    packing it costs a pass over the largest operand for little reuse. AMD Zen 5, 2 threads,
+    ResNet-50's 1×1 layers at 56² (64 -> 64, 256 -> 64, 256 -> 128, 64 -> 256), against
+    packing: 1.04-1.18× timed in a loop, 1.01-1.19× called once after the caches were
+    evicted and the input rewritten (as in a model run); built for AVX2 1.02-1.08× and
+    1.02-1.20×, its layers at 28² (tiles of 16 columns divide 784) 1.00-1.05× and 0.99-1.10×;
+    for SSE 0.98-1.04× and 1.03-1.11×. Where the edge block is partial, B in place is 8-13×
+    slower (AVX-512 at 28² and 14²)."""
     OH, OW = out_size(a)
     config = gemm.gemm_default(space, a["CO"], OH * OW, a["CI"] * a["KH"] * a["KW"], lanes,
                                4 if a["dtype"] == "float32" else 8)
     config["pack_b"] = config["pack_b"] if config["pack_b"] in knob_choices(space, "pack_b") else True
+    if False in knob_choices(space, "pack_b") and OH * OW % (config["nr"] * config["bn"]) == 0:
+        config["pack_b"] = False
     rows = 12 if vector_bytes >= 64 else 6
     if OH * OW <= IM2COL_MAX_PIXELS and 2 * lanes in knob_choices(space, "nr") and rows in knob_choices(space, "mr"):
         config.update(nr=2 * lanes, mr=rows, bm=1, bn=1, parallel="fused", pack_b=True)
