@@ -7,8 +7,11 @@ stride on the bottlenecks' 3×3 convolution), and one BERT-base encoder layer at
 (hidden 768, 12 heads, FFN 3072: Q/K/V and output projections, Q·Kᵀ and attention·V as batched
 MatMuls, the scaled Softmax, two LayerNormalizations, the Gelu feed-forward). Each is tuned by
 `tune_model` with `--trials` trials in all (Ansor's gradient task scheduler by default,
-`--scheduler`), its bundle built, and per task the kernel's median latency × occurrences is
-printed beside onnxruntime's profiled time of the same nodes (bench/model_cpu.py's
+`--scheduler`), its bundle built, and per task the kernel's median latency × occurrences (timed
+in a loop: that layer's weights stay in the caches) and its nodes' time in model order (every
+node once per pass, `--runs` passes, so each layer's weights come from memory as in a model
+run: bench/model_cpu.py's `model_order_seconds`) are printed beside onnxruntime's profiled time
+of the same nodes (bench/model_cpu.py's
 `compare_tasks`; ResNet-50 at onnxruntime's "extended" level, where it fuses Conv + Relu into a
 node named after the Conv, BERT with its graph optimizations off, as already "basic" fuses
 MatMul + Add into nodes of other names: each of our nodes is one of its nodes), then
@@ -93,7 +96,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from model_cpu import Graph, compare_tasks, node_time, onnxruntime_profile
+from model_cpu import Graph, compare_tasks, model_order_seconds, node_time, onnxruntime_profile
 from onnx import TensorProto, helper, numpy_helper
 
 import tunefleet
@@ -224,15 +227,18 @@ def bench(name: str, trials: int, scheduler: str, runs: int, out: Path, prepack:
                        on_round=lambda task, r: print(f"  {task.workload.kernel_name()}: {r.gflops(task.flop):.1f} "
                                                       f"GFLOP/s after {r.allotted} trials ({r.measured} measured), "
                                                       f"{r.elapsed_s:.0f} s", flush=True))
-    bundle = tunefleet.load(write_bundle(out / name, tuned, model_name=f"{name}.onnx"))
+    directory = write_bundle(out / name, tuned, model_name=f"{name}.onnx")
+    bundle = tunefleet.load(directory)
     feed = {"input": np.random.default_rng(1).random(shape, dtype=np.float32)}
     profile, _, ort_run = onnxruntime_profile(model, feed, runs, threads, level)
-    ours, theirs = compare_tasks(tuned, bundle, profile)
+    in_order = model_order_seconds(bundle, directory, tuned, {i.name for i in model.graph.initializer}, runs)
+    ours, ordered, theirs = compare_tasks(tuned, bundle, profile, in_order)
     # a fused node is profiled under its first node's name (e.g. FusedConv under the Conv's)
     missing = [m.nodes[0] for t in extraction.tasks for m in t.matches if m.nodes[0] not in profile]
     unprofiled = f", {len(missing)} of our nodes not among its profiled ones" if missing else ""
     print(f"\n{name}: Σ occurrences × kernel latency {ours * 1e3:.2f} ms; onnxruntime ({level}) same nodes "
-          f"{theirs * 1e3:.2f} ms (ratio {ours / theirs:.2f}){unprofiled}; "
+          f"{theirs * 1e3:.2f} ms (ratio {ours / theirs:.2f}){unprofiled}; in model order {ordered * 1e3:.2f} ms "
+          f"(ratio {ordered / theirs:.2f}); "
           f"its untuned nodes {node_time(profile, [u.node for u in extraction.untuned]) * 1e3:.2f} ms, whole run "
           f"{ort_run * 1e3:.2f} ms")
     torch_total = torch_time(tuned, runs)
