@@ -15,8 +15,8 @@ task's device key) end alike:
    its benchmarks), each with its per-config median over all rounds.
 3. :func:`best`: the winner is chosen among the measurements with the most repeats, so a
    noise-lucky short measurement cannot beat the validated ones, undisturbed ones first: the
-   fastest by median time, unless one measured with more than :data:`DISTURBANCE_NOISE` more
-   disturbance has the higher own throughput.
+   fastest by the lower quartile of its repeats' times, unless one measured with more than
+   :data:`DISTURBANCE_NOISE` more disturbance has the higher own throughput.
 
 Measurements are given as ``(key, item, result)`` triples: ``key`` names the config
 (e.g. its canonical knobs JSON), ``item`` is what the caller wants back (a record, a trial
@@ -138,17 +138,22 @@ def best(measured: Iterable[Measurement]) -> T | None:
       most repeats (the latest of those on a tie).
     * Only configs represented by the most repeats compete (the validated finalists).
     * Among those, undisturbed ones win over disturbed ones (a disturbed fast outlier cannot win).
-    * Then the fastest by median time wins (ties: the config measured first), unless configs
-      measured with more than :data:`DISTURBANCE_NOISE` more disturbance than it have a higher
-      own throughput (``MeasureResult.own_throughput``) in every measurement of theirs: then
-      the highest of those, each ranked by its lowest own throughput (the fastest by its
-      validated one). The finalists were measured in interleaved rounds under the same load,
-      so the probes' noise alone would re-rank them at random; a lasting load on some of the
-      CPUs, which slows an even parallel split and not an uneven one, shows as a larger
-      difference, and it slowed the config's search trial alike. A config that ran slower in its validation than in its search trial
-      but with a larger disturbance is not credited with more than its trial showed (AMD Zen 5,
-      a ResNet-50 layer: validated 0.71 ms at disturbance 0.67 against the default's 0.52 ms at
-      0.11, search trials 0.57 and 0.50 ms at 0.16 and 0.04; re-timed 0.64 against 0.50 ms).
+    * Then the fastest by the lower quartile of its repeats' times wins (ties: the config
+      measured first): other work only ever adds time, and a burst that spans two of a
+      finalist's three rounds moves its median, not its lower quartile (AMD Zen 5, a 64 -> 64
+      1×1 convolution at 56²: the default's rounds at 100, 100 and 52 µs, another config's at
+      164, 82 and 81 µs, both undisturbed by the probes; 52-56 µs and 81-83 µs in the search).
+    * Unless configs measured with more than :data:`DISTURBANCE_NOISE` more disturbance than
+      it have a higher own throughput (``MeasureResult.own_throughput``) in every measurement
+      of theirs: then the highest of those, each ranked by its lowest own throughput (the
+      fastest by its validated one). The finalists were measured in interleaved rounds under
+      the same load, so the probes' noise alone would re-rank them at random; a lasting load on
+      some of the CPUs, which slows an even parallel split and not an uneven one, shows as a
+      larger difference, and it slowed the config's search trial alike. A config that ran
+      slower in its validation than in its search trial, with a larger disturbance, is not
+      credited with more than its trial showed (AMD Zen 5, a ResNet-50 layer: validated 0.71
+      ms at disturbance 0.67 against the default's 0.52 ms at 0.11, search trials 0.57 and
+      0.50 ms at 0.16 and 0.04; re-timed 0.64 against 0.50 ms).
     """
     measured = list(measured)
     out = _disqualified(measured)
@@ -165,8 +170,13 @@ def best(measured: Iterable[Measurement]) -> T | None:
         return None
     fewest_disturbed = min(result.disturbed for _, result in finals)
     finals = [(key, result) for key, result in finals if result.disturbed == fewest_disturbed]
-    fastest = min(finals, key=lambda m: m[1].median)
+    fastest = min(finals, key=lambda m: _lower_quartile(m[1].costs))
     ranked = {fastest[0]: fastest[1].own_throughput()}
     ranked.update((key, lowest_own[key]) for key, result in finals
                   if result.disturbance - fastest[1].disturbance > DISTURBANCE_NOISE)
     return chosen[max(ranked, key=ranked.get)][0]
+
+
+def _lower_quartile(costs: list[float]) -> float:
+    """The first quartile of a measurement's repeat times (seconds; the time itself for one)."""
+    return statistics.quantiles(costs, n=4, method="inclusive")[0] if len(costs) > 1 else costs[0]
