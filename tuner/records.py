@@ -206,9 +206,9 @@ def load(path: str | os.PathLike) -> list[Record]:
 def best(records: Iterable[Record], workload_key: str, target: str, device_key: str | None = None) -> Record | None:
     """The fastest correct record of a workload on a target (restricted to ``device_key`` when
     given), by the one rule of :func:`.validation.best`: configs ever wrong are out, the most
-    repeated (validated) measurements compete, the fastest median wins (or the highest own
-    throughput among those measured with clearly more disturbance than it). ``None`` when no
-    record qualifies."""
+    repeated (validated) measurements compete, the fastest by the lower quartile of its
+    repeats wins (or the highest own throughput among those measured with clearly more
+    disturbance than it). ``None`` when no record qualifies."""
     return validation.best((canonical_json(r.config["knobs"]), r, r.result) for r in records
                            if r.workload_key == workload_key and r.target == target
                            and (not device_key or r.device_key == device_key))

@@ -15,8 +15,8 @@ workloads of the same operator family on the same device key, and from
 
 At the end, the ``validate_top`` finalists are re-measured side by side with
 more repeats (:mod:`.validation`); the record file's :func:`~.records.best` then
-chooses among those, by median with the measured time-sharing taken out (a noise-lucky
-config cannot win), and the result reports the winner's coefficient of variation.
+chooses among those (:func:`.validation.best`: a noise-lucky config cannot win), and the
+result reports the winner's coefficient of variation.
 """
 
 from __future__ import annotations
