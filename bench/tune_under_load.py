@@ -56,7 +56,11 @@ Measured (2-vCPU Intel Xeon, AVX-512, KVM; each phase under the shared CPU lock,
   the runtime's caller CPU): quiet 42 s, disturbance median 0.08, max 0.91, winner validated
   495.5 GFLOP/s (CV 8.3%); busy 63 s, median 0.77, max 1.06; 0% counted disturbed in both;
   probe 1.9 ms quiet, 7.9 ms busy. Re-timed quietly (5 rounds): quiet winner 513.5 GFLOP/s
-  best (510.3 median), busy winner 511.7 (506.4): **99.6%** (99.2% by median).
+  best (510.3 median), busy winner 511.7 (506.4): **99.6%** (99.2% by median). Again after the
+  validated winner became the fastest by its lower quartile (main at 462bca9, 5 rounds): quiet
+  disturbance median 0.11, busy 0.86 (max 1.51), 0% counted disturbed; quiet winner 505.2
+  GFLOP/s best (503.7 median), busy winner 486.4 (480.6): **96.3%** (95.4%), different configs
+  (busy: A packed, bm 16); the run before it chose the same config under load: 101.2%.
 * on an AMD EPYC Zen 4 (AVX-512 on 256-bit units, 2 vCPUs, load 1.5-2.3), 5 rounds: busy winner
   224.1 vs quiet 220.9 GFLOP/s best, **101.4%** (102.3% by median); after the winner became the
   fastest validated median unless one far more disturbed is faster without it (validation.best):
