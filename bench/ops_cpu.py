@@ -59,7 +59,9 @@ the session's start (before even_blocks, the vectorized NCHWc epilogue and narro
 layers per call 314 (1.17 / 0.65) and s2 354 (1.44 / 0.75) -> 364 (1.34 / 0.77) and 367 (1.48 /
 0.86) with the per-call panel GEMM as their default; 1×1 2048 -> 512 at 7² pre-packed (AVX-512
 bundles now pre-pack it, OIHW8i32o) 372 (1.13 / 0.81) -> 445 (1.52 / 1.13); pre-packed 3×3 7²
-478-493 (1.76-1.84 / 1.01-1.03), s2 492-505 (1.96 / 1.01-1.02).
+478-493 (1.76-1.84 / 1.01-1.03), s2 492-505 (1.96 / 1.01-1.02). With the 1×1 layers at 56²
+reading their input in place by default (peak 524-531): 256 -> 64 485 (91% of the peak; 1.58
+/ 1.21), 64 -> 256 495 (11.2 / 1.70).
 
 On an AMD EPYC Zen 4 (family 25 model 17, AVX-512 on 256-bit units, 2 vCPUs, peak 234 GFLOP/s),
 8 configs, 3 rounds, GFLOP/s of our best, peer ÷ ours (PyTorch / onnxruntime), NCHWc layers
