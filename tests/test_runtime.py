@@ -55,6 +55,31 @@ def test_env_var_sets_the_initial_thread_count(probe_dir):
     assert f"TUNEFLEET_NUM_THREADS asks for {mask + 5} threads" in stderr
 
 
+SPIN_CHILD = """
+import json, threading, time, numpy as np, tunefleet
+k = tunefleet.load({path!r})
+y, cpus, tids = k(np.arange({n}, dtype=np.float32))
+time.sleep(0.2)
+workers = {{int(t) for t in tids}} - {{threading.get_native_id()}}
+stat = lambda t: open(f"/proc/self/task/{{t}}/stat").read().rsplit(")", 1)[1].split()[0]
+print(json.dumps({{"states": sorted(stat(t) for t in workers)}}))
+"""
+
+
+def test_idle_workers_spin_for_tunefleet_spin_us_then_sleep(probe_dir):
+    """200 ms after a call the pool's workers sleep by default (100 µs of spinning) and with a
+    value that is not an integer in range (said once on stderr); with TUNEFLEET_SPIN_US=5000000
+    they are still spinning (running, state R)."""
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one CPU: the pool has no workers")
+    code = SPIN_CHILD.format(path=str(probe_dir), n=N)
+    for value, state in (("", "S"), ("5000000", "R"), ("-1", "S"), ("1ms", "S")):
+        result, stderr = run_child(code, env={"TUNEFLEET_SPIN_US": value})
+        assert result["states"] and set(result["states"]) == {state}, (value, result)
+        ignored = f"tunefleet: ignoring TUNEFLEET_SPIN_US='{value}' (not an integer from 0 to 10000000)"
+        assert (ignored in stderr) == (value in ("-1", "1ms")), stderr
+
+
 def test_two_artifacts_in_one_process_keep_their_own_pools(probe_dir, tmp_path):
     first = tunefleet.load(probe_dir)
     second = tunefleet.load(build_probe(tmp_path, "probe_two"))

@@ -12,7 +12,8 @@
  * another CPU idles until Linux migrates it: a 256^3 matmul on 2 CPUs ran 4.5x slower,
  * a 1024^3 one 2x, for tens of milliseconds at a time (AMD Zen 5 VM). One parallel loop
  * at a time holds the pool (a mutex). Fork/join: the caller publishes a job by bumping
- * `generation`; workers spin (pause instruction) for up to TF_SPIN_NS, then sleep on a futex.
+ * `generation`; workers spin (pause instruction) for up to tf_spin_ns (TF_SPIN_NS, or
+ * $TUNEFLEET_SPIN_US), then sleep on a futex.
  * Every worker acknowledges every job (those without a chunk at once) by
  * decrementing `remaining`, so no worker can see a job's fields change under it;
  * the caller waits for `remaining` to reach 0 the same way. Workers are started
@@ -36,7 +37,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define TF_SPIN_NS 100000           /* busy-wait this long before sleeping */
+#define TF_SPIN_NS 100000           /* by default busy-wait this long before sleeping */
+#define TF_MAX_SPIN_US 10000000     /* the most TUNEFLEET_SPIN_US may ask for: 10 s */
 #define TF_ERROR_BYTES 1024
 #define TF_ALIGN 64
 #define TF_MIN_FLUSH_BYTES (64u << 20)
@@ -180,7 +182,13 @@ static void tf_futex_wake_all(uint32_t* word) {
   syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 }
 
-/* Returns once *word != value: spins for TF_SPIN_NS, then sleeps on the futex with
+/* Busy-wait before sleeping, in nanoseconds (TF_SPIN_NS, or $TUNEFLEET_SPIN_US: tf_pool_init).
+ * A sleeping worker took about 47 us to wake on an AMD Zen 5 VM (ResNet-18's kernels in model
+ * order, 300 us of other work before each: 9.73 ms, 9.14 ms with 1000 us of spinning, 8.8 ms
+ * back to back); spinning longer keeps a CPU busy that long after every call. */
+static int64_t tf_spin_ns = TF_SPIN_NS;
+
+/* Returns once *word != value: spins for tf_spin_ns, then sleeps on the futex with
  * *sleepers counting the sleepers (a waker reads it after changing *word). */
 static void tf_wait_while_equal(uint32_t* word, uint32_t value, uint32_t* sleepers) {
   int64_t start = 0;
@@ -190,7 +198,7 @@ static void tf_wait_while_equal(uint32_t* word, uint32_t value, uint32_t* sleepe
       int64_t now = tf_now_ns();
       if (start == 0) {
         start = now;
-      } else if (now - start > TF_SPIN_NS) {
+      } else if (now - start > tf_spin_ns) {
         __atomic_add_fetch(sleepers, 1, __ATOMIC_SEQ_CST);
         while (__atomic_load_n(word, __ATOMIC_SEQ_CST) == value) tf_futex_wait(word, value);
         __atomic_sub_fetch(sleepers, 1, __ATOMIC_SEQ_CST);
@@ -451,7 +459,7 @@ static void tf_after_fork_in_child(void) {
 }
 
 /* Run once: sizes the CPU sets (the smallest size sched_getaffinity accepts) and reads
- * TUNEFLEET_NUM_THREADS. */
+ * TUNEFLEET_NUM_THREADS and TUNEFLEET_SPIN_US. */
 static void tf_pool_init(void) {
   for (int max_cpus = 1024; max_cpus <= (1 << 20); max_cpus *= 2) {
     size_t size = CPU_ALLOC_SIZE(max_cpus);
@@ -479,6 +487,16 @@ static void tf_pool_init(void) {
       tf_clamp_threads((int)n, "TUNEFLEET_NUM_THREADS");
       tf_pool.requested = n > 0 ? (int)n : 0;
     }
+  }
+  env = getenv("TUNEFLEET_SPIN_US");
+  if (env != NULL && *env != '\0') {
+    char* end;
+    long us = strtol(env, &end, 10);
+    if (*end != '\0' || us < 0 || us > TF_MAX_SPIN_US)
+      fprintf(stderr, "tunefleet: ignoring TUNEFLEET_SPIN_US='%s' (not an integer from 0 to %d)\n", env,
+              TF_MAX_SPIN_US);
+    else
+      tf_spin_ns = (int64_t)us * 1000;
   }
   pthread_atfork(NULL, NULL, tf_after_fork_in_child);
 }
