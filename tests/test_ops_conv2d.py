@@ -128,9 +128,10 @@ def test_pointwise_default_reads_its_input_in_place_where_the_blocks_divide_the_
     for h, w, in_place in ((48, 48, True), (47, 49, False)):
         workload = _workload("conv2d_nchw", dict(N=2, CI=64, CO=20, H=h, W=w, KH=1, KW=1, bias=True,
                                                  epilogue="relu"))
-        knobs = ops.default_config(workload, target).to_json()["knobs"]
+        config = ops.default_config(workload, target)
+        knobs = config.to_json()["knobs"]
         assert (knobs["pack_b"] is False) == in_place == (h * w % (knobs["nr"] * knobs["bn"]) == 0), knobs
-        cases.append((workload, ops.default_config(workload, target)))
+        cases.append((workload, config))
     assert not failures(cases, target=target)
 
 

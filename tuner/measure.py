@@ -244,6 +244,15 @@ class MeasureResult(_JsonDataclass):
         return statistics.median(self.costs) if self.ok else math.inf
 
     @property
+    def lower_quartile(self) -> float:
+        """First quartile of the costs in seconds (the cost itself with one); ``inf`` for a
+        failed trial. Other work only ever adds time, so a burst over part of the repeats moves
+        the median before it moves this (``validation.best`` ranks finalists by it)."""
+        if not self.ok:
+            return math.inf
+        return statistics.quantiles(self.costs, n=4, method="inclusive")[0] if len(self.costs) > 1 else self.costs[0]
+
+    @property
     def cv(self) -> float:
         """Coefficient of variation of the costs (stdev / mean); 0.0 with one cost; ``inf`` if failed."""
         if not self.ok:

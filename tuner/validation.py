@@ -170,13 +170,8 @@ def best(measured: Iterable[Measurement]) -> T | None:
         return None
     fewest_disturbed = min(result.disturbed for _, result in finals)
     finals = [(key, result) for key, result in finals if result.disturbed == fewest_disturbed]
-    fastest = min(finals, key=lambda m: _lower_quartile(m[1].costs))
+    fastest = min(finals, key=lambda m: m[1].lower_quartile)
     ranked = {fastest[0]: fastest[1].own_throughput()}
     ranked.update((key, lowest_own[key]) for key, result in finals
                   if result.disturbance - fastest[1].disturbance > DISTURBANCE_NOISE)
     return chosen[max(ranked, key=ranked.get)][0]
-
-
-def _lower_quartile(costs: list[float]) -> float:
-    """The first quartile of a measurement's repeat times (seconds; the time itself for one)."""
-    return statistics.quantiles(costs, n=4, method="inclusive")[0] if len(costs) > 1 else costs[0]

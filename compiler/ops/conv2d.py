@@ -817,9 +817,11 @@ def gemm_conv_default(space, a: dict, lanes: int, vector_bytes: int) -> dict:
     OH, OW = out_size(a)
     config = gemm.gemm_default(space, a["CO"], OH * OW, a["CI"] * a["KH"] * a["KW"], lanes,
                                4 if a["dtype"] == "float32" else 8)
-    config["pack_b"] = config["pack_b"] if config["pack_b"] in knob_choices(space, "pack_b") else True
-    if False in knob_choices(space, "pack_b") and OH * OW % (config["nr"] * config["bn"]) == 0:
+    pack_b = knob_choices(space, "pack_b")
+    if False in pack_b and OH * OW % (config["nr"] * config["bn"]) == 0:
         config["pack_b"] = False
+    elif config["pack_b"] not in pack_b:
+        config["pack_b"] = True
     rows = 12 if vector_bytes >= 64 else 6
     if OH * OW <= IM2COL_MAX_PIXELS and 2 * lanes in knob_choices(space, "nr") and rows in knob_choices(space, "mr"):
         config.update(nr=2 * lanes, mr=rows, bm=1, bn=1, parallel="fused", pack_b=True)
