@@ -13,7 +13,7 @@ import keyword
 import math
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -169,6 +169,7 @@ BINARY_OPS = ("add", "sub", "mul", "div", "floordiv", "floormod", "min", "max",
               "lt", "le", "gt", "ge", "eq", "ne", "and", "or")
 COMPARE_OPS = ("lt", "le", "gt", "ge", "eq", "ne", "and", "or")
 INTRINSICS = ("exp", "log", "sqrt", "tanh", "erf", "abs", "sigmoid")
+_BINARY_OP_SET, _COMPARE_OP_SET = frozenset(BINARY_OPS), frozenset(COMPARE_OPS)
 
 
 def _promote(a: str, b: str) -> str:
@@ -213,12 +214,14 @@ class BinOp(Expr):
     __slots__ = ("op", "a", "b", "dtype")
 
     def __init__(self, op: str, a, b):
-        if op not in BINARY_OPS:
+        if op not in _BINARY_OP_SET:
             raise TEError(f"unknown binary op {op!r}; allowed: {', '.join(BINARY_OPS)}")
-        a = as_expr(a, b.dtype if isinstance(b, Expr) else None)
-        b = as_expr(b, a.dtype)
+        if not isinstance(a, Expr):
+            a = as_expr(a, b.dtype if isinstance(b, Expr) else None)
+        if not isinstance(b, Expr):
+            b = as_expr(b, a.dtype)
         self.op, self.a, self.b = op, a, b
-        self.dtype = "bool" if op in COMPARE_OPS else _promote(a.dtype, b.dtype)
+        self.dtype = "bool" if op in _COMPARE_OP_SET else a.dtype if a.dtype == b.dtype else _promote(a.dtype, b.dtype)
 
     def __repr__(self):
         return f"{self.op}({self.a!r}, {self.b!r})"
@@ -311,22 +314,18 @@ class Reduce(Expr):
 
 # --------------------------------------------------------------------------- traversal
 
+#: The direct sub-expressions of a node of each type (leaves: not listed), for children():
+#: a dict on the exact type, as lowering walks millions of nodes.
+_CHILDREN: dict[type, Callable[[Expr], tuple]] = {
+    BinOp: lambda e: (e.a, e.b), Call: lambda e: e.args, Cast: lambda e: (e.value,),
+    Select: lambda e: (e.cond, e.t, e.f), TensorLoad: lambda e: e.indices, Reduce: lambda e: (e.source,),
+}
+
 
 def children(e: Expr) -> tuple:
     """The direct sub-expressions of `e`, in evaluation order."""
-    if isinstance(e, BinOp):
-        return (e.a, e.b)
-    if isinstance(e, Call):
-        return e.args
-    if isinstance(e, Cast):
-        return (e.value,)
-    if isinstance(e, Select):
-        return (e.cond, e.t, e.f)
-    if isinstance(e, TensorLoad):
-        return e.indices
-    if isinstance(e, Reduce):
-        return (e.source,)
-    return ()
+    get = _CHILDREN.get(type(e))
+    return () if get is None else get(e)
 
 
 def walk(e: Expr) -> Iterable[Expr]:

@@ -194,41 +194,67 @@ def seq(stmts: Iterable[Stmt | None]) -> Stmt:
 # --------------------------------------------------------------------------- generic rewriting
 
 
+def _rebuild_binop(e: BinOp, f) -> Expr:
+    a, b = map_expr(e.a, f), map_expr(e.b, f)
+    return e if (a is e.a and b is e.b) else BinOp(e.op, a, b)
+
+
+def _rebuild_call(e: Call, f) -> Expr:
+    args = [map_expr(x, f) for x in e.args]
+    return e if all(x is y for x, y in zip(args, e.args)) else Call(e.name, args)
+
+
+def _rebuild_cast(e: Cast, f) -> Expr:
+    v = map_expr(e.value, f)
+    return e if v is e.value else Cast(e.dtype, v)
+
+
+def _rebuild_select(e: Select, f) -> Expr:
+    c, t, o = map_expr(e.cond, f), map_expr(e.t, f), map_expr(e.f, f)
+    return e if (c is e.cond and t is e.t and o is e.f) else Select(c, t, o)
+
+
+def _rebuild_load(e: Load, f) -> Expr:
+    i = map_expr(e.index, f)
+    return e if i is e.index else Load(e.buffer, i)
+
+
+def _rebuild_ramp(e: Ramp, f) -> Expr:
+    b = map_expr(e.base, f)
+    return e if b is e.base else Ramp(b, e.stride, e.lanes)
+
+
+def _rebuild_broadcast(e: Broadcast, f) -> Expr:
+    v = map_expr(e.value, f)
+    return e if v is e.value else Broadcast(v, e.lanes)
+
+
+def _rebuild_tensor_load(e: TensorLoad, f) -> Expr:
+    idx = [map_expr(x, f) for x in e.indices]
+    return e if all(x is y for x, y in zip(idx, e.indices)) else TensorLoad(e.tensor, idx)
+
+
+def _rebuild_reduce(e: Reduce, f) -> Expr:
+    src = map_expr(e.source, f)
+    return e if src is e.source else Reduce(e.combiner, src, e.axes)
+
+
+#: How map_expr rebuilds a node of each type from its mapped children (leaves: not listed).
+#: A dict on the exact type: lowering maps millions of nodes, and a chain of isinstance
+#: checks cost more than the rebuilding (profiled: featurizing a config is mostly lowering).
+_REBUILD: dict[type, Callable] = {
+    BinOp: _rebuild_binop, Call: _rebuild_call, Cast: _rebuild_cast, Select: _rebuild_select,
+    Load: _rebuild_load, Ramp: _rebuild_ramp, Broadcast: _rebuild_broadcast, TensorLoad: _rebuild_tensor_load,
+    TensorAddress: lambda e, f: TensorAddress(e.tensor, [map_expr(x, f) for x in e.indices]),
+    Address: lambda e, f: Address(e.buffer, map_expr(e.index, f)),
+    Reduce: _rebuild_reduce,
+}
+
+
 def map_expr(e: Expr, f: Callable[[Expr], Expr | None]) -> Expr:
     """Rebuild `e` bottom-up; `f(node)` may return a replacement for a node (after its children)."""
-    if isinstance(e, BinOp):
-        a, b = map_expr(e.a, f), map_expr(e.b, f)
-        n = e if (a is e.a and b is e.b) else BinOp(e.op, a, b)
-    elif isinstance(e, Call):
-        args = [map_expr(x, f) for x in e.args]
-        n = e if all(x is y for x, y in zip(args, e.args)) else Call(e.name, args)
-    elif isinstance(e, Cast):
-        v = map_expr(e.value, f)
-        n = e if v is e.value else Cast(e.dtype, v)
-    elif isinstance(e, Select):
-        c, t, o = map_expr(e.cond, f), map_expr(e.t, f), map_expr(e.f, f)
-        n = e if (c is e.cond and t is e.t and o is e.f) else Select(c, t, o)
-    elif isinstance(e, Load):
-        i = map_expr(e.index, f)
-        n = e if i is e.index else Load(e.buffer, i)
-    elif isinstance(e, Ramp):
-        b = map_expr(e.base, f)
-        n = e if b is e.base else Ramp(b, e.stride, e.lanes)
-    elif isinstance(e, Broadcast):
-        v = map_expr(e.value, f)
-        n = e if v is e.value else Broadcast(v, e.lanes)
-    elif isinstance(e, TensorLoad):
-        idx = [map_expr(x, f) for x in e.indices]
-        n = e if all(x is y for x, y in zip(idx, e.indices)) else TensorLoad(e.tensor, idx)
-    elif isinstance(e, TensorAddress):
-        n = TensorAddress(e.tensor, [map_expr(x, f) for x in e.indices])
-    elif isinstance(e, Address):
-        n = Address(e.buffer, map_expr(e.index, f))
-    elif isinstance(e, Reduce):
-        src = map_expr(e.source, f)
-        n = e if src is e.source else Reduce(e.combiner, src, e.axes)
-    else:
-        n = e
+    rebuild = _REBUILD.get(type(e))
+    n = e if rebuild is None else rebuild(e, f)
     r = f(n)
     return n if r is None else r
 

@@ -84,6 +84,7 @@ class _BoundInference:
         self.stage_of = stage_of
         self.thread_vars = thread_vars
         self.bounds = Bounds()
+        self._loads: dict[Stage, dict[int, list[TensorLoad]]] = {}  # reader -> id(tensor) -> its reads there
 
     def run(self) -> Bounds:
         for stage in reversed(self.stages):
@@ -96,7 +97,12 @@ class _BoundInference:
         return self.bounds
 
     def _loads_of(self, reader: Stage, tensor: Tensor) -> list[TensorLoad]:
-        return [n for n in walk(self.bodies[reader]) if isinstance(n, TensorLoad) and n.tensor is tensor]
+        if reader not in self._loads:
+            loads = self._loads[reader] = {}
+            for n in walk(self.bodies[reader]):
+                if isinstance(n, TensorLoad):
+                    loads.setdefault(id(n.tensor), []).append(n)
+        return self._loads[reader].get(id(tensor), [])
 
     # ----------------------------------------------------------------- regions of attached stages
     def _attached_region(self, stage: Stage) -> list[Interval]:
