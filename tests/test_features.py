@@ -4,6 +4,8 @@ launch and memory features too, checked against the lowered CUDA kernel), cachin
 import hashlib
 import json
 import math
+import os
+import signal
 from pathlib import Path
 
 import helpers_ops  # noqa: F401  (registers the test operator "faulty")
@@ -16,7 +18,7 @@ from tunefleet.compiler.cuda.build import workload_kernel
 from tunefleet.compiler.cuda.limits import InvalidConfig
 from tunefleet.compiler.target import Target
 from tunefleet.tuner.features import (FEATURE_NAMES, FEATURIZER_VERSION, GPU_FEATURES, KINDS, N_FEATURES, N_LEVELS,
-                                      Featurizer, config_features)
+                                      PARALLEL_MIN_CONFIGS, Featurizer, config_features)
 from tunefleet.tuner.measure import MeasureInput, MeasureResult
 from tunefleet.tuner.records import Record, Toolchain
 
@@ -102,6 +104,24 @@ def test_featurizer_caches_per_config_and_featurizes_records_alike():
     records = [Record.of(MeasureInput(w.to_json(), str(TARGET), c.to_json()), MeasureResult("ok", [1e-3]),
                          "cpu-test-2c", Toolchain("gcc", "12")) for c in configs]
     assert np.array_equal(fz.records(records), Featurizer().configs(w, TARGET, configs))
+
+
+def test_a_featurizer_with_workers_lowers_batches_in_its_processes_alike_and_goes_on_without_them():
+    w = ops.make_workload("matmul", {"M": 96, "N": 80, "K": 64})
+    configs = ops.config_space(w, TARGET).random(np.random.default_rng(2), 2 * PARALLEL_MIN_CONFIGS + 3)
+    expected = Featurizer().configs(w, TARGET, configs)
+    fz = Featurizer(workers=2, cpus=sorted(os.sched_getaffinity(0)))
+    try:
+        assert np.array_equal(fz.configs(w, TARGET, configs[:PARALLEL_MIN_CONFIGS]), expected[:PARALLEL_MIN_CONFIGS])
+        pids = list(fz._pool._processes)
+        assert len(pids) == 2 and os.getpid() not in pids
+        for pid in pids:  # the pool breaks: the next batch is lowered in this process
+            os.kill(pid, signal.SIGKILL)
+        rest = fz.configs(w, TARGET, configs[PARALLEL_MIN_CONFIGS:])
+        assert np.array_equal(rest, expected[PARALLEL_MIN_CONFIGS:])
+        assert fz._pool is None and fz.workers == 0
+    finally:
+        fz.close()
 
 
 CUDA = Target("cuda", "sm_90")

@@ -23,6 +23,7 @@ from tunefleet.cli import main  # noqa: E402
 from tunefleet.compiler.ops.conv2d import pack_weight, prepacked_layout  # noqa: E402
 from tunefleet.compiler.ops.prepacked import pack, packed_arguments  # noqa: E402
 from tunefleet.compiler.target import Target  # noqa: E402
+from tunefleet.tuner.features import Featurizer  # noqa: E402
 from tunefleet.tuner.measure import MeasureProtocol  # noqa: E402
 from tunefleet.tuner.model import extract_tasks, load_model, prepack_weights  # noqa: E402
 from tunefleet.tuner.model.bundle import write_bundle  # noqa: E402
@@ -194,3 +195,13 @@ def test_gradient_rounds_and_records_reused_by_a_second_run_and_a_model_sharing_
     shared, new = other.results
     assert shared.task.workload.key == tuned.results[0].task.workload.key
     assert shared.measured == 0 and new.measured == 2
+
+
+def test_one_featurizer_serves_every_round_of_every_task(tmp_path):
+    extraction = extract_tasks(load_model(conv_pair(8).SerializeToString(), max_bytes=1 << 20))
+    featurizer = Featurizer()
+    tuned = tune_model(extraction, Target.host(), trials=4, records_path=tmp_path / "r.jsonl", protocol=FAST,
+                       featurizer=featurizer)
+    assert tuned.measured == 4
+    # the features the search learned from, of both tasks, stay in the one given featurizer
+    assert {key for key, _, _ in featurizer._cache} == {task.workload.key for task in extraction.tasks}

@@ -82,6 +82,9 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -98,9 +101,12 @@ from tunefleet.compiler.space import ConfigEntity
 from tunefleet.compiler.target import DTYPE_BYTES, Target
 from tunefleet.compiler.te import BinOp, Cast, Const, Expr, Select, Var
 
-from .cost_model import FeatureSchema
+from . import plugins, processes
 from .records import Record
 from .resolve import workload_space
+
+if TYPE_CHECKING:
+    from .cost_model import FeatureSchema
 
 __all__ = ["N_LEVELS", "N_BUFFERS", "KINDS", "LEVEL_FEATURES", "TOTAL_FEATURES", "GPU_FEATURES", "FEATURE_NAMES",
            "N_FEATURES", "FEATURIZER_VERSION", "feature_schema", "nest_features", "config_features", "Featurizer"]
@@ -129,6 +135,8 @@ _COLUMN = {name: i for i, name in enumerate(LEVEL_FEATURES)}
 def feature_schema() -> FeatureSchema:
     """What the columns of these features mean, for the cost model: :data:`FEATURE_NAMES` as
     computed by :data:`FEATURIZER_VERSION`."""
+    from .cost_model import FeatureSchema  # here: a Featurizer's pool processes need no XGBoost
+
     return FeatureSchema(tuple(FEATURE_NAMES), FEATURIZER_VERSION)
 
 
@@ -307,17 +315,41 @@ def config_features(workload: ops.Workload, target: Target, config: ConfigEntity
     return nest_features(func, workload.flop, double_buffered_buffers(sch, buffers), limits)
 
 
+#: The fewest configs a Featurizer with workers splits among them: below this the pool's round
+#: trip (milliseconds) is no longer small next to lowering them here (~2-8 ms each).
+PARALLEL_MIN_CONFIGS = 16
+
+
+def _features_of(workload: dict, target: str, indices: list[int]) -> np.ndarray:
+    """(len(indices), N_FEATURES) float32 of configs of a workload JSON's space: a
+    Featurizer's pool processes run this."""
+    w, t, space = workload_space(workload, target)
+    return np.stack([config_features(w, t, space.get(i)) for i in indices])
+
+
 class Featurizer:
     """Features of configs and records, cached per (workload key, target, config index).
 
     ``cache_size``: configs kept (least recently used evicted first); at
-    ~1 KB each, the default holds about 100 MB. Features are computed in this
-    process: a pool of processes was slower on a busy 2-core host, the
-    calls being small (one annealing step's worth of configs at a time).
+    ~1 KB each, the default holds about 100 MB.
+
+    ``workers``: with 2 or more, a batch of at least :data:`PARALLEL_MIN_CONFIGS`
+    missing configs is split among that many processes (forked from the fork server,
+    :mod:`.processes`, and pinned to ``cpus`` when given), which lower them side by side;
+    otherwise they are lowered in this process. Lowering is most of a search's own time
+    (a 64-trial tune of conv2d 512@7² on a 2-vCPU Intel Xeon, AVX-512, featurized about
+    4300 configs at 4-8 ms each: 16 of its 62 s). Only for a caller whose CPUs are idle
+    while it searches, as ``tune``'s are (:class:`.planner.InlinePlanner`): a service's
+    planner runs beside the measurements, and its lowering would disturb them. The pool
+    starts at the first split batch; :meth:`close` ends it. If it breaks (a process
+    killed), the batch and those after it are lowered here.
     """
 
-    def __init__(self, cache_size: int = 100_000):
+    def __init__(self, cache_size: int = 100_000, workers: int = 0, cpus: Sequence[int] | None = None):
         self.cache_size = cache_size
+        self.workers = workers
+        self.cpus = list(cpus) if cpus else None
+        self._pool: ProcessPoolExecutor | None = None
         self._cache: OrderedDict[tuple[str, str, int], np.ndarray] = OrderedDict()
 
     def configs(self, workload: ops.Workload, target: Target, configs: Sequence[ConfigEntity]) -> np.ndarray:
@@ -338,8 +370,28 @@ class Featurizer:
         return np.stack(rows) if rows else np.zeros((0, N_FEATURES), np.float32)
 
     def _compute(self, workload: ops.Workload, target: Target, indices: list[int]) -> list[np.ndarray]:
-        space = workload_space(workload.to_json(), str(target))[2]
-        return [config_features(workload, target, space.get(i)) for i in indices]
+        if self.workers >= 2 and len(indices) >= PARALLEL_MIN_CONFIGS:
+            chunks = [[int(i) for i in c] for c in np.array_split(indices, min(self.workers, len(indices)))]
+            try:
+                futures = [self._executor().submit(_features_of, workload.to_json(), str(target), c) for c in chunks]
+                return [row for f in futures for row in f.result()]
+            except BrokenProcessPool:
+                self.close()
+                self.workers = 0
+        return list(_features_of(workload.to_json(), str(target), indices)) if indices else []
+
+    def _executor(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(
+                self.workers, mp_context=processes.context(), initializer=processes.init_worker,
+                initargs=(processes.parent_state(), self.cpus, plugins.plugin_modules()))
+        return self._pool
+
+    def close(self) -> None:
+        """End the pool's processes, if any (the features computed so far stay cached)."""
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+            self._pool = None
 
     def for_space(self, workload: ops.Workload, target: Target) -> Callable[[list[ConfigEntity]], np.ndarray]:
         """``featurize(configs)`` over one workload's space, as ModelGuidedSearch takes it."""

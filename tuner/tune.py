@@ -184,6 +184,7 @@ def tune(
     validate_top: int = validation.FINALISTS,
     validation_repeat: int | None = None,
     measurer: LocalMeasurer | None = None,
+    featurizer: Featurizer | None = None,
     batch_size: int | None = None,
     progress: Callable[[Progress], None] | None = None,
     seed: int = 0,
@@ -196,6 +197,8 @@ def tune(
     stop after that many trials without a better one; ``validation_repeat``:
     repeats of the final re-measurement (default ``max(15, 3 * protocol.repeat)``);
     ``measurer``: a LocalMeasurer to use (default: one made and closed here);
+    ``featurizer``: the Featurizer of the xgb search (default: one made and closed here, with a
+    pool of a process per CPU of ``cpus``: the search runs only between measurements);
     ``batch_size``: configs per batch (default: the measurer's builders);
     ``progress``: called with a :class:`Progress` after each batch.
 
@@ -225,7 +228,8 @@ def tune(
         configs = len({canonical_json(r.config["knobs"]) for r in mine})
         raise TuneError(f"{database.path} already holds {configs} measured configs of this workload on "
                         f"{device_key}; resume to continue from them, or use another record file")
-    featurizer = Featurizer()
+    own_featurizer = featurizer is None
+    featurizer = featurizer or Featurizer(workers=len(cpus), cpus=cpus)
     transfer = _transfer_set([*existing, *transfer_records], workload, device_key) if strategy == "xgb" else []
     search = make_strategy(strategy, workload, target, featurizer, seed, transfer)
 
@@ -257,6 +261,8 @@ def tune(
         report("validate", loop)
         validated = loop.validate(validate_top, validation_repeat)
     finally:
+        if own_featurizer:
+            featurizer.close()
         if own:
             measurer.close()
     found = database.best()

@@ -26,6 +26,7 @@ from tunefleet.compiler import ops
 from tunefleet.compiler.target import Target
 
 from .. import host, validation
+from ..features import Featurizer
 from ..records import Record, RecordFile
 from ..runner import LocalMeasurer
 from ..tune import tune
@@ -101,8 +102,9 @@ def tune_model(extraction: Extraction, target: Target, *, trials: int, records_p
     (default `make_scheduler("gradient", ...)`), each measuring round a `tune(..., resume=True)`
     of its task into `records_path` (its folder created if needed), then the `validate_top`
     finalists of each task measured re-measured; `tune_options` go to every tune call
-    (protocol, cpus, device_key, strategy, ...; one LocalMeasurer serves them all unless
-    `measurer` is given); `on_round(task, round)` after each round.
+    (protocol, cpus, device_key, strategy, ...; one LocalMeasurer and one Featurizer serve them
+    all unless `measurer` / `featurizer` is given: the features of a task's configs are kept
+    from one round to the next); `on_round(task, round)` after each round.
 
     Raises ValueError for trials < 1, and what tune raises.
     """
@@ -118,12 +120,16 @@ def tune_model(extraction: Extraction, target: Target, *, trials: int, records_p
     given, measured = [0] * len(tasks), [0] * len(tasks)
     own = "measurer" not in tune_options
     measurer = tune_options.pop("measurer", None) or LocalMeasurer(cpus=tune_options.get("cpus"))
+    own_featurizer = "featurizer" not in tune_options
+    cpus = sorted(tune_options.get("cpus") or host.affinity())
+    featurizer = tune_options.pop("featurizer", None) or Featurizer(workers=len(cpus), cpus=cpus)
     try:
         while (chosen := scheduler.next_round()) is not None:
             index, count = chosen
             given[index] += count
             began = time.perf_counter()
-            new = _fill(tasks[index], target, files[index], given[index], records_path, measurer, tune_options)
+            new = _fill(tasks[index], target, files[index], given[index], records_path,
+                        {**tune_options, "measurer": measurer, "featurizer": featurizer})
             measured[index] += new
             done = Round(given[index], new, _latency(files[index], given[index]), time.perf_counter() - began)
             scheduler.update(index, done.latency_s)
@@ -131,23 +137,24 @@ def tune_model(extraction: Extraction, target: Target, *, trials: int, records_p
                 on_round(tasks[index], done)
         for index in (i for i in range(len(tasks)) if measured[i] and validate_top):
             tune(tasks[index].workload, target, trials=given[index], records_path=records_path, resume=True,
-                 measurer=measurer, validate_top=validate_top, **tune_options)
+                 measurer=measurer, featurizer=featurizer, validate_top=validate_top, **tune_options)
     finally:
+        if own_featurizer:
+            featurizer.close()
         if own:
             measurer.close()
     results = [_task_result(task, files[i].best(), target, given[i], measured[i]) for i, task in enumerate(tasks)]
     return ModelTuneResult(extraction, results, target, tune_options["device_key"], time.perf_counter() - start)
 
 
-def _fill(task: Task, target: Target, file: RecordFile, allotted: int, records_path: Path,
-          measurer: LocalMeasurer, tune_options: dict) -> int:
+def _fill(task: Task, target: Target, file: RecordFile, allotted: int, records_path: Path, tune_options: dict) -> int:
     """Measure what the record file lacks of the task's `allotted` trials (no more than its
     config space holds); returns the trials measured."""
     wanted = min(allotted, len(ops.config_space(task.workload, target)))
     if len(file.trials()) >= wanted:
         return 0
     result = tune(task.workload, target, trials=allotted, records_path=records_path, resume=True,
-                  measurer=measurer, validate_top=0, **tune_options)
+                  validate_top=0, **tune_options)
     return result.measured
 
 
