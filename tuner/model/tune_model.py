@@ -123,13 +123,13 @@ def tune_model(extraction: Extraction, target: Target, *, trials: int, records_p
     own_featurizer = "featurizer" not in tune_options
     cpus = sorted(tune_options.get("cpus") or host.affinity())
     featurizer = tune_options.pop("featurizer", None) or Featurizer(workers=len(cpus), cpus=cpus)
+    shared = {**tune_options, "measurer": measurer, "featurizer": featurizer}
     try:
         while (chosen := scheduler.next_round()) is not None:
             index, count = chosen
             given[index] += count
             began = time.perf_counter()
-            new = _fill(tasks[index], target, files[index], given[index], records_path,
-                        {**tune_options, "measurer": measurer, "featurizer": featurizer})
+            new = _fill(tasks[index], target, files[index], given[index], records_path, shared)
             measured[index] += new
             done = Round(given[index], new, _latency(files[index], given[index]), time.perf_counter() - began)
             scheduler.update(index, done.latency_s)
@@ -137,7 +137,7 @@ def tune_model(extraction: Extraction, target: Target, *, trials: int, records_p
                 on_round(tasks[index], done)
         for index in (i for i in range(len(tasks)) if measured[i] and validate_top):
             tune(tasks[index].workload, target, trials=given[index], records_path=records_path, resume=True,
-                 measurer=measurer, featurizer=featurizer, validate_top=validate_top, **tune_options)
+                 validate_top=validate_top, **shared)
     finally:
         if own_featurizer:
             featurizer.close()
