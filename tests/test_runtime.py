@@ -24,16 +24,27 @@ print(json.dumps({{"before": before, "set8": k.set_num_threads(8), "after": k.nu
 
 
 def test_parallel_for_output_matches_numpy_and_workers_are_pinned(probe_dir):
+    """Each worker runs on one CPU of the mask, none shared; the caller (chunk 0) is left
+    unpinned and the pool keeps the CPU it is on when a loop starts free of workers. On a
+    loaded host the scheduler may still move the caller onto a worker's CPU during a loop
+    (CI saw it once), so that part must hold in one of up to 5 runs: a pool that pinned a
+    worker to the caller's CPU would share it in every run."""
     kernel = tunefleet.load(probe_dir)
     mask = sorted(os.sched_getaffinity(0))
     assert kernel.num_threads == len(mask)
-    cpus, _ = run_probe(kernel)
-    by_chunk = [{int(cpus[b]) for b in range(BLOCKS) if chunk_of(b, len(mask)) == c} for c in range(len(mask))]
-    # each worker is pinned to one CPU of the mask, none shared, none the caller's (chunk 0's)
-    workers = [cpu for chunk in by_chunk[1:] for cpu in chunk]
-    assert all(len(chunk) == 1 for chunk in by_chunk[1:]), by_chunk
-    assert set(workers) <= set(mask) and len(set(workers)) == len(workers), by_chunk
-    assert not set(workers) & by_chunk[0], by_chunk
+    runs = []
+    for _ in range(5):
+        cpus, _ = run_probe(kernel)
+        by_chunk = [{int(cpus[b]) for b in range(BLOCKS) if chunk_of(b, len(mask)) == c}
+                    for c in range(len(mask))]
+        workers = [cpu for chunk in by_chunk[1:] for cpu in chunk]
+        assert all(len(chunk) == 1 for chunk in by_chunk[1:]), by_chunk
+        assert set(workers) <= set(mask) and len(set(workers)) == len(workers), by_chunk
+        runs.append(by_chunk)
+        if not set(workers) & by_chunk[0]:
+            break
+    else:
+        raise AssertionError(f"the caller shared a worker's CPU in every run: {runs}")
 
 
 def test_single_cpu_mask_gives_one_thread_and_clamps_requests(probe_dir):
