@@ -129,6 +129,19 @@ def test_default_blocks_share_the_tiles_evenly(op, args, isa):
     assert max(share_imbalance(m_tiles, n_tiles, knobs["bm"], knobs["bn"], t) for t in BALANCED_THREADS) < 1.05
 
 
+@pytest.mark.parametrize("isa", ["avx512", "avx2"])
+def test_default_packs_b_per_block_where_the_threads_reread_little_of_a(isa):
+    """A config rule, nothing built: where B is packed and splits into enough blocks of N,
+    AVX-512 packs it per block inside the parallel loop; AVX2 only where A fits half the L2
+    (each block of N reads all of A again: BERT's 128 × 768 → 3072, not 1024³)."""
+    target = Target("cpu", isa)
+    for (M, N, K), small_a in (((128, 3072, 768), True), ((1024, 1024, 1024), False)):
+        knobs = ops.default_config(ops.make_workload("matmul", {"M": M, "N": N, "K": K}), target).to_json()["knobs"]
+        blocked = isa == "avx512" or small_a
+        assert knobs["pack_b"] == ("block" if blocked else True), (M, N, K, knobs)
+        assert knobs["parallel"] == ("outer" if blocked else "fused")
+
+
 @pytest.mark.parametrize("isa", CPU_ISAS)
 def test_default_tile_width_computes_few_columns_beyond_n(isa):
     """ResNet-50's 1×1 layers as GEMMs (a config rule, nothing built): at 14² (196 pixels) AVX-512

@@ -526,13 +526,19 @@ def gemm_default(space, M: int, N: int, K: int, lanes: int, dtype_bytes: int = 4
       bn·nr columns do not divide N: the packed panels are zero-padded to whole blocks, so the
       register tile reads whole vectors at the edge instead of guarding every lane (which
       keeps it scalar); leave A in place (mr row streams prefetch well), ku = 4;
-    - with 32 vector registers (AVX-512), where B is packed and its blocks of N are at least
+    - with 32 vector registers (AVX-512), or with 16 (AVX2) where A fits half the L2, where B
+      is packed and its blocks of N are at least
       MIN_PARALLEL_TASKS: pack_b = "block" with the threads splitting the blocks of N
       (parallel "outer"), bn from a quarter of the L2 (the packed block shares it with the
       block of A): each thread packs a block right before its tiles read it from the L2,
       instead of one pass writing all of B to memory that the tiles then read back
       (Xeon model 207, AVX-512, 2 threads, same run: 1000³ 298 -> 315 GFLOP/s,
-      128×3072×768 244 -> 278, 1024³ 318 -> 323); AVX2 keeps packing all of B first;
+      128×3072×768 244 -> 278, 1024³ 318 -> 323). With AVX2 each block of N reads all of A
+      again (a narrow block: 64 columns), which the 32-register tile's wider blocks and a 2 MiB
+      L2 absorb but an AVX2 host does not where A is large: AMD Zen 3 (AVX2 only, 512 KiB L2),
+      2 threads, per-round ratios to packing all of B first: 128×3072×768 1.15, 64×3072×768
+      1.27, 128×768² 1.04, dense 128 × 768 → 3072 1.36, 128 × 768 → 768 1.06; 1024³ 0.98,
+      2048³ 0.90, 1000³ 0.86, so AVX2 packs all of B first where A is larger;
     - skinny A (M < SKINNY_ROWS, down to GEMV at M = 1): with fewer than 6 rows the tile
       takes up to 4 vectors of N per row instead (M = 1: 4 accumulators), B is read
       in place (each element is used by M rows only, so packing doubles the traffic: at
@@ -559,8 +565,8 @@ def gemm_default(space, M: int, N: int, K: int, lanes: int, dtype_bytes: int = 4
     pack_b = not skinny and (K * N * dtype_bytes > l2 // 2 or N % (nr * bn) != 0)
     config = {"mr": mr, "nr": nr, "ku": 4, "bm": bm, "bn": bn, "order": "nm_nm", "parallel": "fused",
               "pack_b": pack_b, "pack_a": False, "kc": K}
-    if pack_b and regs == 24 and "block" in knob_choices(space, "pack_b"):
-        # AVX-512: pack B per block of N inside the parallel loop (blocks of a quarter of the L2)
+    if pack_b and (regs == 24 or M * K * dtype_bytes <= l2 // 2) and "block" in knob_choices(space, "pack_b"):
+        # pack B per block of N inside the parallel loop (blocks of a quarter of the L2)
         block_bn = pick_at_most(choices["bn"], (l2 // 4) // max(1, K * nr * dtype_bytes))
         if -(-N // (nr * block_bn)) >= MIN_PARALLEL_TASKS:
             config.update(bn=block_bn, bm=pick_at_most(choices["bm"], (l2 // 4) // max(1, K * mr * dtype_bytes)),
