@@ -47,6 +47,15 @@ per-round numpy time / ours, GFLOP/s best over the rounds:
 (a quiet Zen 3 host with 100 GFLOP/s per core, when issue 18 was filed: best-of-5 ratios of
 0.83, 0.96, 0.96 and 0.77).
 
+Again on a Zen 3 (family 25 model 1, 2 vCPUs, 32 KiB L1d and 512 KiB L2 per core; measured peak
+170-176 GFLOP/s for 2 threads, 89 for one), 5 rounds, default / best of 16 / numpy / np-AVX2 /
+ratio: 1024³ 127.3 / 128.5 / 131.5 / 127.3 / 1.02 (73% of the peak), 2048³ 130.0 / 130.0 / 133.3
+/ 135.9 / 1.00, 1000³ 119.6 / 149.6 (mr 5: no partial row tile) / 136.2 / 131.3 / 1.03,
+128×3072×768 112.1 / 112.1 / 105.0 / 128.8 / 1.07 after AVX2 took pack_b "block" where A fits
+half the L2 (before: 87.4 / 91.5 / 107.4 / 105.6 / 0.83). One thread at 1024³: ours 69-74, numpy
+78-79 (89% of 89); the 6 × 16 micro-kernel itself reaches 87 (98%) in a C loop with A and its B
+panel in the L2, so the loss is in how the blocks meet the caches, not in the register tile.
+
 On an AMD EPYC Zen 5 (family 26 model 2, AVX-512 on 512-bit units, 2 vCPUs, 48 KiB L1d and
 1 MiB L2 per core; quiet), target avx512, measured peak 535 GFLOP/s for 2 threads, 5 rounds:
 
