@@ -526,9 +526,9 @@ def gemm_default(space, M: int, N: int, K: int, lanes: int, dtype_bytes: int = 4
       bn·nr columns do not divide N: the packed panels are zero-padded to whole blocks, so the
       register tile reads whole vectors at the edge instead of guarding every lane (which
       keeps it scalar); leave A in place (mr row streams prefetch well), ku = 4;
-    - with 32 vector registers (AVX-512), or with 16 (AVX2) where A fits half the L2, where B
-      is packed and its blocks of N are at least
-      MIN_PARALLEL_TASKS: pack_b = "block" with the threads splitting the blocks of N
+    - where B is packed and its blocks of N are at least MIN_PARALLEL_TASKS, with 32 vector
+      registers (AVX-512) always and with 16 (AVX2) where A fits half the L2: pack_b =
+      "block" with the threads splitting the blocks of N
       (parallel "outer"), bn from a quarter of the L2 (the packed block shares it with the
       block of A): each thread packs a block right before its tiles read it from the L2,
       instead of one pass writing all of B to memory that the tiles then read back
