@@ -147,6 +147,18 @@ Then the bundles pre-packed the 14² layers to 2-vector blocks for that GEMM as 
 pre-packed 138 (1.06 / 0.92; the quick ranking picked NCHWc's default, level with the GEMM in
 this run); in-process, 21 alternating timings, medians: the GEMM over OIHW8i16o 137, NCHWc over
 OIHW8i32o (the layout before) 110, NCHWc per call 117.
+
+On an Intel Xeon (model 167 as the VM reports it: AVX-512 with two FMA units, AMX, 2 MiB L2
+per core, 2 vCPUs; quiet, peak 438-480 GFLOP/s), 8 configs, 3 rounds, GFLOP/s default -> best,
+peer ÷ our best (PyTorch / onnxruntime): 3×3 NCHWc 56² 345 (1.16 / 0.92), 28² 348 -> 359 (1.19 /
+0.98), 14² 332 (1.20 / 0.86), pre-packed 14² 355 (1.27 / 0.96), s2 128@56² 271 (1.14 / 0.98), s2
+256@28² 313 (1.14 / 0.94); 1×1 layers 1.38-5.96 / 0.95-1.41; dense 1×512 -> 1000 97 (1.87 / 1.56,
+OpenBLAS 1.24), 1×768 -> 3072 29 (1.25 / 2.02, OpenBLAS 1.92), 128×768 -> 3072 317 -> 329 (1.05 /
+0.97, OpenBLAS 1.38), pre-packed 349 (1.04 / 1.00). The 7² layers before -> after the per-call
+panel GEMM packed each panel of weights per block inside the parallel loop (its default): 512@7²
+3×3 200 -> 275 (best 270 -> 283: 1.35 / 0.90), s2 512@14² 199 -> 267 (1.46 / 0.84), pre-packed
+OIHW8i32o 265 -> 272 (1.39 / 0.93); 1×1 2048 -> 512 at 7² 207-219 by default (its dot products;
+the GEMM's tiles, its second default, 274-286: 1.58 / 0.92). Every row at or above PyTorch.
 """
 
 from __future__ import annotations
