@@ -500,6 +500,23 @@ def test_per_call_panel_default_packs_each_panel_right_before_its_tiles_read_it(
             assert (knobs["panel_pack_b"], knobs["panel_parallel"], knobs["panel_bn"]) == ("block", "outer", 1), knobs
 
 
+def test_gemm_tiles_come_first_where_the_pixels_fill_their_panels():
+    """At 8² (64 pixels: whole panels of 2 vectors, AVX-512's and AVX2's) the GEMM's tiles lead
+    the configs a search measures first, the panel GEMM second; at 7² the panel GEMM stays first
+    (the rule for both ISAs, whatever this host runs). The host's first default at 8² matches
+    numpy."""
+    def firsts(args, target):
+        return [(c.to_json()["knobs"]["method"], c.to_json()["knobs"].get("dot_rows"))
+                for c in ops.preferred_configs(_workload("conv2d_nchw", args), target)][:2]
+
+    inception = dict(CI=448, CO=384, H=8, W=8, KH=3, KW=3, padding=1, bias=True, epilogue="relu")
+    for isa in ("avx512", "avx2"):
+        assert firsts(inception, Target("cpu", isa)) == [("gemm", 0), ("panel", None)]
+        assert firsts(RESNET[1], Target("cpu", isa))[0] == ("panel", None)
+    small = _workload("conv2d_nchw", dict(CI=16, CO=24, H=8, W=8, KH=1, KW=3, padding=[0, 1], bias=True))
+    assert not failures([(small, ops.default_config(small, TARGET))], target=TARGET)
+
+
 @pytest.mark.skipif(shutil.which("objdump") is None, reason="objdump (GNU binutils) is not installed")
 def test_avx2_per_call_panel_default_fits_the_registers():
     """Built for AVX2, the default of a 7² layer over OIHW weights is the panel GEMM, whose tiles
