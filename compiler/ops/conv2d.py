@@ -737,13 +737,13 @@ def default_config(space, workload, target) -> list[dict]:
         return gemms
     direct = direct_default(direct_view(space, a), a, target)
     nchwc = {"method": "nchwc", **{DIRECT_PREFIX + k: v for k, v in direct.items()}}
-    others = [{"method": "gemm", **g} for g in gemms] + [nchwc]
+    *dots, tiles = [{"method": "gemm", **g} for g in gemms]
     if target.vector_bytes < 32:
-        return [*others, panel_config]
-    tiles = others[len(gemms) - 1]
-    if out_size(a)[0] * out_size(a)[1] % tiles["nr"] == 0:  # the pixels fill the GEMM's panels
-        return [tiles, panel_config, *(c for c in others if c is not tiles)]
-    return [panel_config, *others]
+        return [*dots, tiles, nchwc, panel_config]
+    OH, OW = out_size(a)
+    if OH * OW % tiles["nr"] == 0:  # the pixels fill the GEMM's panels
+        return [tiles, panel_config, *dots, nchwc]
+    return [panel_config, *dots, tiles, nchwc]
 
 
 def panel_gemm_default(space, a: dict, target) -> dict:
