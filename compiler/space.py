@@ -25,6 +25,12 @@ out and the index ignores them, so the space holds no two configs that build
 the same kernel. Its configs are numbered branch after branch (in the switch's
 choice order), each branch's mixed radix over its active knobs; a space with
 no switch numbers its configs exactly as before.
+
+``cfg.define_constraint(check)`` marks configs the search should never propose
+(e.g. a register tile larger than the register file): the samplers (``random``,
+``mutate``, ``step``, ``neighbors``) return valid configs only, as Ansor's and
+MetaSchedule's samplers reject programs that fail their checks, while the
+numbering keeps every config, so records stay valid and any config still builds.
 """
 
 from __future__ import annotations
@@ -39,6 +45,10 @@ import numpy as np
 from .knobs import ChoiceKnob, ConfigError, Knob, ReorderKnob, SplitKnob
 
 __all__ = ["ConfigError", "ConfigSpace", "ConfigEntity", "Branch", "instantiate_space"]
+
+#: Draws a sampler (random, mutate, step) makes per config it returns before it gives up on
+#: finding one that meets the space's constraints.
+_DRAWS_PER_CONFIG = 64
 
 
 # --------------------------------------------------------------------------- space and entity
@@ -69,6 +79,13 @@ class _Config:
         keyword arguments (policy, candidates; see there)."""
         self._define(name, lambda n: ReorderKnob(n, axes, **options))
 
+    def define_constraint(self, check: Callable[[Any], bool]) -> None:
+        """Register a constraint: ``check(cfg) -> bool``, reading knobs as ``cfg[name]``, is
+        False for configs the search should never propose (``ConfigSpace.valid``); a picklable
+        callable (spaces travel to featurizing processes). The configs stay in the space, so
+        indices and records are unchanged, and each still builds when asked for by name."""
+        self._constrain(check, None)
+
     def branch(self, switch: str, value: Any, prefix: str = "") -> Branch:
         """The view of this config through which a template defines and reads the knobs that
         matter only when choice knob ``switch`` is ``value`` (see the module docstring); their
@@ -81,6 +98,10 @@ class _Config:
 
     def _define(self, name: str, make: Callable[[str], Knob], when: tuple[str, int] | None = None) -> None:
         raise NotImplementedError
+
+    def _constrain(self, check: Callable[[Any], bool], scope: tuple[str, int, str] | None) -> None:
+        """Define mode records the constraint (``scope``: switch, choice and prefix of the branch
+        it holds in); a config ignores it."""
 
     def _space(self) -> ConfigSpace:
         raise NotImplementedError
@@ -95,12 +116,16 @@ class Branch:
     define_split = _Config.define_split
     define_knob = _Config.define_knob
     define_reorder = _Config.define_reorder
+    define_constraint = _Config.define_constraint
 
     def __init__(self, cfg: _Config, switch: str, choice: int, prefix: str):
         self.cfg, self.switch, self.choice, self.prefix = cfg, switch, choice, prefix
 
     def _define(self, name: str, make: Callable[[str], Knob], when: tuple[str, int] | None = None) -> None:
         self.cfg._define(self.prefix + name, make, (self.switch, self.choice))
+
+    def _constrain(self, check: Callable[[Any], bool], scope: tuple[str, int, str] | None) -> None:
+        self.cfg._constrain(check, (self.switch, self.choice, self.prefix))
 
     def __getitem__(self, name: str) -> Any:
         return self.cfg[self.prefix + name]
@@ -136,6 +161,7 @@ class ConfigSpace(_Config):
         super().__init__()
         self.knobs: dict[str, Knob] = {}
         self.when: dict[str, tuple[str, int]] = {}
+        self.constraints: list[tuple[Callable[[Any], bool], tuple[str, int, str] | None]] = []
         self._frozen = False
         self._layout_cache: tuple[int | None, list[list[int]], list[int]] | None = None
 
@@ -154,6 +180,11 @@ class ConfigSpace(_Config):
             self.when[name] = when
         self.knobs[name] = make(name)
         self._layout_cache = None
+
+    def _constrain(self, check: Callable[[Any], bool], scope: tuple[str, int, str] | None) -> None:
+        if self._frozen:
+            raise ConfigError("constraint defined after the space was instantiated")
+        self.constraints.append((check, scope))
 
     def _space(self) -> ConfigSpace:
         return self
@@ -193,7 +224,22 @@ class ConfigSpace(_Config):
 
     @property
     def size(self) -> int:
+        """Configs in the space, those that fail a constraint included."""
         return self._layout()[2][-1]
+
+    def valid(self, entity: ConfigEntity) -> bool:
+        """Whether ``entity`` meets every constraint of the branch it is in."""
+        names = list(self.knobs)
+        for check, scope in self.constraints:
+            if scope is None:
+                view = entity
+            elif entity.digits[names.index(scope[0])] == scope[1]:
+                view = Branch(entity, *scope)
+            else:
+                continue
+            if not check(view):
+                return False
+        return True
 
     def __len__(self) -> int:
         """``size``; raises OverflowError beyond ``sys.maxsize`` (use ``size`` then)."""
@@ -269,24 +315,32 @@ class ConfigSpace(_Config):
         return entity
 
     def random(self, rng: np.random.Generator, n: int) -> list[ConfigEntity]:
-        """Up to ``n`` distinct configs drawn with each knob's choice uniform (all of them,
-        shuffled, when n >= size); with a switch, its branches are drawn alike whatever
-        their sizes."""
+        """Up to ``n`` distinct valid configs drawn with each knob's choice uniform (all of them,
+        shuffled, when n >= size); with a switch, its branches are drawn alike whatever their
+        sizes. Draws failing a constraint are rejected, at most _DRAWS_PER_CONFIG per config
+        asked for, so fewer come back only from a space almost all invalid."""
         size = self.size
         if n >= size:
-            return [self.get(int(i)) for i in rng.permutation(size)]
+            return [c for c in (self.get(int(i)) for i in rng.permutation(size)) if self.valid(c)]
         seen: dict[int, ConfigEntity] = {}
-        while len(seen) < n:
+        for _ in range(_DRAWS_PER_CONFIG * n):
+            if len(seen) == n:
+                break
             entity = self._entity([int(rng.integers(len(k))) for k in self.knobs.values()])
-            seen.setdefault(entity.index, entity)
+            if entity.index not in seen and self.valid(entity):
+                seen[entity.index] = entity
         return list(seen.values())
 
     def mutate(self, entity: ConfigEntity, rng: np.random.Generator) -> ConfigEntity:
-        """A copy of ``entity`` with one active knob (of those with >1 choice) changed to another
-        random choice; a changed switch draws the knobs of its new branch at random.
+        """A valid copy of ``entity`` with one active knob (of those with >1 choice) changed to
+        another random choice; a changed switch draws the knobs of its new branch at random.
 
-        Returns ``entity`` itself when every knob has a single choice.
+        Returns ``entity`` itself when every knob has a single choice or no valid mutation
+        turned up in _DRAWS_PER_CONFIG draws.
         """
+        return self._first_valid(lambda: self._mutation(entity, rng), entity)
+
+    def _mutation(self, entity: ConfigEntity, rng: np.random.Generator) -> ConfigEntity:
         knobs = list(self.knobs.values())
         movable = [i for i in self._active(entity.digits) if len(knobs[i]) > 1]
         if not movable:
@@ -301,11 +355,15 @@ class ConfigSpace(_Config):
         return self._entity(digits)
 
     def step(self, entity: ConfigEntity, rng: np.random.Generator) -> ConfigEntity:
-        """A copy of ``entity`` with one active knob, not the switch, moved to an adjacent choice
-        (index ± 1): the smallest change to a knob whose candidates are ordered (split factors,
-        sizes), where :meth:`mutate` may jump from the largest to the smallest. Stays within the
-        config's branch. Returns ``entity`` itself when no such knob has more than one choice.
+        """A valid copy of ``entity`` with one active knob, not the switch, moved to an adjacent
+        choice (index ± 1): the smallest change to a knob whose candidates are ordered (split
+        factors, sizes), where :meth:`mutate` may jump from the largest to the smallest. Stays
+        within the config's branch. Returns ``entity`` itself when no such knob has more than
+        one choice or no valid step turned up in _DRAWS_PER_CONFIG draws.
         """
+        return self._first_valid(lambda: self._step(entity, rng), entity)
+
+    def _step(self, entity: ConfigEntity, rng: np.random.Generator) -> ConfigEntity:
         knobs = list(self.knobs.values())
         switch = self._layout()[0]
         movable = [i for i in self._active(entity.digits) if i != switch and len(knobs[i]) > 1]
@@ -317,9 +375,16 @@ class ConfigSpace(_Config):
         digits[pos] = d - 1 if d == len(knobs[pos]) - 1 or (d > 0 and rng.random() < 0.5) else d + 1
         return self._entity(digits)
 
+    def _first_valid(self, draw: Callable[[], ConfigEntity], fallback: ConfigEntity) -> ConfigEntity:
+        for _ in range(_DRAWS_PER_CONFIG):
+            entity = draw()
+            if self.valid(entity):
+                return entity
+        return fallback
+
     def neighbors(self, entity: ConfigEntity) -> list[ConfigEntity]:
-        """Every config that differs from ``entity`` in exactly one active knob (a changed switch
-        takes choice 0 of its new branch's knobs)."""
+        """Every valid config that differs from ``entity`` in exactly one active knob (a changed
+        switch takes choice 0 of its new branch's knobs)."""
         knobs = list(self.knobs.values())
         out = []
         for pos in self._active(entity.digits):
@@ -328,7 +393,7 @@ class ConfigSpace(_Config):
                     digits = list(entity.digits)
                     digits[pos] = d
                     out.append(self._entity(digits))
-        return out
+        return [c for c in out if self.valid(c)]
 
     def _knob(self, name: str) -> Knob:
         try:

@@ -25,13 +25,14 @@ from pathlib import Path
 #: Bytes per element of the dtypes the compiler knows.
 DTYPE_BYTES = {"float32": 4, "float64": 8, "float16": 2, "int8": 1, "int32": 4}
 
-#: CPU instruction sets: (vector register bytes, C compiler flags).
+#: CPU instruction sets: (vector register bytes, vector registers, C compiler flags). Generic
+#: code is counted as x86-64's baseline SSE2 (16 xmm registers), the fewest it may run with.
 _CPU_ISAS = {
-    "avx512": (64, ("-mavx512f", "-mavx512vl", "-mavx512bw", "-mavx512dq", "-mfma", "-mavx2",
+    "avx512": (64, 32, ("-mavx512f", "-mavx512vl", "-mavx512bw", "-mavx512dq", "-mfma", "-mavx2",
                     "-mprefer-vector-width=512")),
-    "avx2": (32, ("-mavx2", "-mfma")),
-    "neon": (16, ()),
-    "generic": (16, ()),
+    "avx2": (32, 16, ("-mavx2", "-mfma")),
+    "neon": (16, 32, ()),
+    "generic": (16, 16, ()),
 }
 #: The host CPU flags each x86 ISA needs (all of its cflags' extensions).
 _X86_ISA_FLAGS = (
@@ -159,6 +160,14 @@ class Target:
         """Bytes in one vector register (cuda: bytes of the widest vector load)."""
         return _CPU_ISAS[self.isa][0] if self.kind == "cpu" else _CUDA_VECTOR_BYTES
 
+    @property
+    def vector_registers(self) -> int:
+        """Architectural vector registers of a cpu target (32 zmm with AVX-512, 16 ymm with
+        AVX2, 32 with NEON, 16 xmm for generic code). Raises TargetError for a cuda target."""
+        if self.kind != "cpu":
+            raise TargetError(f"a {self.kind} target has no vector register file; only cpu targets do")
+        return _CPU_ISAS[self.isa][1]
+
     def lanes(self, dtype: str) -> int:
         """Elements of `dtype` (e.g. "float32") per vector. Raises TargetError on an unknown dtype."""
         if dtype not in DTYPE_BYTES:
@@ -168,7 +177,7 @@ class Target:
     @property
     def cflags(self) -> list[str]:
         """C compiler flags selecting the ISA (never -march=native); [] for cuda host code."""
-        return list(_CPU_ISAS[self.isa][1]) if self.kind == "cpu" else []
+        return list(_CPU_ISAS[self.isa][2]) if self.kind == "cpu" else []
 
 
 #: The CPU ISAs a multi-target library dispatches between at load time (compiler.multitarget),

@@ -45,6 +45,9 @@ def test_target_properties():
     assert (avx512.vector_bytes, avx512.lanes("float32"), avx512.lanes("float64")) == (64, 16, 8)
     assert (avx2.vector_bytes, avx2.lanes("float32")) == (32, 8)
     assert Target.parse("cpu -isa=neon").lanes("float32") == 4
+    assert (avx512.vector_registers, avx2.vector_registers, Target.parse("cpu -isa=neon").vector_registers) == (32, 16, 32)
+    with pytest.raises(TargetError, match="only cpu targets"):
+        Target.parse("cuda -arch=sm_90").vector_registers
     assert avx2.cflags == ["-mavx2", "-mfma"] and "-mavx512f" in avx512.cflags
     assert not any("native" in flag for t in (avx512, avx2) for flag in t.cflags)
     assert Target.parse("cpu") == Target.host() == Target.local("cpu")  # a kind alone: this machine's best

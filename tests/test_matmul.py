@@ -84,6 +84,45 @@ def test_default_register_tile_fits_the_vector_registers(N, isa):
     assert knobs["nr"] <= max(N, lanes)
 
 
+#: (rows, columns) knobs of the register tiles of the CPU templates, as their spaces name them
+REGISTER_TILES = [("mr", "nr"), ("panel_mr", "panel_nr"), ("nchwc_reg_n", "nchwc_oc_bn"), ("reg_n", "oc_bn"),
+                  ("tile_h", "tile_w")]
+CONV_3X3 = {"N": 1, "KH": 3, "KW": 3, "padding": [1, 1]}
+
+
+@pytest.mark.parametrize("isa", CPU_ISAS)
+@pytest.mark.parametrize("op, args", [
+    ("matmul", {"M": 1024, "N": 1024, "K": 1024}),
+    ("conv2d_nchw", {**CONV_3X3, "CI": 512, "CO": 512, "H": 7, "W": 7}),  # im2col GEMM, NCHWc, panel GEMM
+    ("conv2d_nchw", {**CONV_3X3, "CI": 64, "CO": 64, "H": 56, "W": 56}),
+    ("conv2d_nhwc", {**CONV_3X3, "CI": 64, "CO": 64, "H": 56, "W": 56}),
+    ("depthwise_conv2d_nchw", {**CONV_3X3, "C": 32, "H": 112, "W": 112}),
+])
+def test_the_search_proposes_no_register_tile_that_overflows_the_vector_registers(op, args, isa):
+    """For every ISA (spaces only, nothing built): random configs, mutations and steps of the
+    templates' spaces keep each register tile's accumulators (rows × vectors of columns) within
+    the ISA's vector registers less one (for A's broadcast); the spaces still hold tiles up to
+    that bound, and a spilling config of the space still parses (records of one stay readable)."""
+    target = Target("cpu", isa)
+    lanes, registers = target.lanes("float32"), VECTOR_REGISTERS[isa]
+    w = ops.make_workload(op, args)
+    space = ops.config_space(w, target)
+    rng = np.random.default_rng(7)
+    configs = space.random(rng, 300)
+    configs += [space.mutate(c, rng) for c in configs] + [space.step(c, rng) for c in configs]
+    accumulators, largest = [], 0
+    for rows, cols in (t for t in REGISTER_TILES if t[0] in space.knobs):
+        largest = max([largest] + [r * -(-c // lanes) for r in space.knobs[rows].choices
+                                   for c in space.knobs[cols].choices if r * -(-c // lanes) < registers])
+        accumulators += [c[rows].val * -(-c[cols].val // lanes) for c in configs if rows in c.to_json()["knobs"]]
+    assert accumulators and max(accumulators) == largest  # the largest tile that fits, and none larger
+    rows, cols = next(t for t in REGISTER_TILES if t[0] in space.knobs)
+    widest = space.knobs[cols].choices[-1]
+    spilling = next(c for c in map(space.get, range(space.size))
+                    if c[rows].val * -(-c[cols].val // lanes) >= registers and c[cols].val == widest)
+    assert not space.valid(spilling) and space.from_json(spilling.to_json()) == spilling
+
+
 @pytest.mark.parametrize("isa", CPU_ISAS)
 @pytest.mark.parametrize("M", [1, 3])
 def test_default_for_skinny_a_reads_b_in_place_and_splits_n(M, isa):

@@ -91,6 +91,41 @@ def test_never_repeats_and_covers_a_small_space(make):
     assert strategy.remaining == 0 and strategy.next_batch(4) == []
 
 
+class _NoWideTileWithA:
+    """The constraint of constrained_space: k = "a" only with the split's inner factor at most 2."""
+
+    def __call__(self, cfg) -> bool:
+        return cfg["k"].val != "a" or cfg["s"].size[2] <= 2
+
+
+def constrained_space():
+    space = ConfigSpace()
+    space.define_split("s", 12, 3)
+    space.define_knob("k", ["a", "b", "c"])
+    space.define_constraint(_NoWideTileWithA())
+    space.freeze()
+    return space  # 54 configs, 8 of them invalid
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda s: RandomSearch(s, seed=1),
+        lambda s: GridSearch(s),
+        lambda s: ModelGuidedSearch(s, knob_features, seed=1, plan_size=8, retrain_every=4),
+    ],
+    ids=["random", "grid", "model"],
+)
+def test_proposes_every_valid_config_once_and_no_invalid_one(make):
+    """Each strategy, drained batch by batch, proposes exactly the configs that meet the space's
+    constraint (random picks, the model's annealing and its steps from the best alike)."""
+    space = constrained_space()
+    valid = {i for i in range(space.size) if space.valid(space.get(i))}
+    assert len(valid) == 46
+    seen = drain(make(space))
+    assert len(seen) == len(set(seen)) and set(seen) == valid
+
+
 def test_grid_enumerates_in_index_order():
     space = small_space()
     grid = GridSearch(space)

@@ -452,3 +452,70 @@ def test_switch_rules():
     space.define_split("s", 4, 2)
     with pytest.raises(ConfigError, match="must be a choice knob"):
         space.branch("s", [1, 4])
+
+
+# --------------------------------------------------------------------------- constraints
+
+
+class _FewerThan:
+    """rows × cols < limit (a register tile's bound), on the knobs as `cfg` names them."""
+
+    def __init__(self, rows: str, cols: str, limit: int):
+        self.rows, self.cols, self.limit = rows, cols, limit
+
+    def __call__(self, cfg) -> bool:
+        return cfg[self.rows].val * cfg[self.cols].val < self.limit
+
+
+def constrained_template(cfg, workload, target):
+    """A shared constraint, and one in the branch "direct" naming that branch's own knobs."""
+    cfg.define_knob("rows", [1, 2, 3, 4])
+    cfg.define_knob("cols", [1, 2, 4])
+    cfg.define_constraint(_FewerThan("rows", "cols", 8))
+    cfg.define_knob("method", ["tiles", "direct"])
+    direct = cfg.branch("method", "direct", prefix="direct_")
+    direct.define_knob("reg_n", [1, 2, 3])
+    direct.define_knob("vec", [1, 2])
+    direct.define_constraint(_FewerThan("reg_n", "vec", 4))
+
+
+def brute_force_valid(space) -> set[int]:
+    """Indices of the configs meeting both constraints, checked knob by knob here."""
+    valid = set()
+    for i in range(space.size):
+        knobs = space.get(i).to_json()["knobs"]
+        direct = knobs["method"] != "direct" or knobs["direct_reg_n"] * knobs["direct_vec"] < 4
+        if knobs["rows"] * knobs["cols"] < 8 and direct:
+            valid.add(i)
+    return valid
+
+
+def test_samplers_propose_only_configs_that_meet_the_constraints_and_every_config_keeps_its_index():
+    """random (also of the whole space), mutate, step and neighbors return valid configs only,
+    a branch's constraint reading its prefixed knobs and holding in that branch alone; configs
+    that fail stay in the numbering: get and from_json give them back (records of them load)."""
+    space = instantiate_space(constrained_template, WORKLOAD, "cpu")
+    assert space.size == 12 * (1 + 6)
+    valid = brute_force_valid(space)
+    assert 0 < len(valid) < space.size
+    assert {c.index for c in map(space.get, range(space.size)) if space.valid(c)} == valid
+    rng = np.random.default_rng(5)
+    assert sorted(c.index for c in space.random(rng, space.size)) == sorted(valid)
+    assert {c.index for c in space.random(rng, 10)} <= valid
+    assert sorted(c.index for c in space.random(rng, space.size - 1)) == sorted(valid)
+    for _ in range(200):
+        c = space.get(sorted(valid)[int(rng.integers(len(valid)))])
+        assert space.mutate(c, rng).index in valid and space.step(c, rng).index in valid
+        assert {n.index for n in space.neighbors(c)} <= valid
+    spilling = space.from_json({"knobs": {"rows": 4, "cols": 4, "method": "direct", "direct_reg_n": 3,
+                                          "direct_vec": 2}})
+    assert not space.valid(spilling) and space.get(spilling.index) == spilling
+
+
+def test_a_constraint_is_defined_with_the_knobs():
+    space = instantiate_space(constrained_template, WORKLOAD, "cpu")
+    with pytest.raises(ConfigError, match="constraint defined after the space was instantiated"):
+        space.define_constraint(_FewerThan("rows", "cols", 2))
+    config = space.get(0)
+    constrained_template(config, WORKLOAD, "cpu")  # a config running the template ignores it
+    assert len(space.constraints) == 2

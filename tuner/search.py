@@ -96,10 +96,11 @@ class SearchStrategy:
                 if len(out) < n and c.index not in self._visited and c.index not in taken:
                     taken.add(c.index)
                     out.append(c)
-        if len(out) < n:  # a crowded space: few configs are left, enumerate them
-            left = [i for i in range(self.space.size) if i not in self._visited and i not in taken]
-            picks = self.rng.choice(len(left), size=n - len(out), replace=False)
-            out.extend(self.space.get(left[int(p)]) for p in picks)
+        if len(out) < n:  # a crowded space: few configs are left, enumerate the valid ones
+            left = [c for c in map(self.space.get, range(self.space.size))
+                    if c.index not in self._visited and c.index not in taken and self.space.valid(c)]
+            picks = self.rng.choice(len(left), size=min(n - len(out), len(left)), replace=False)
+            out.extend(left[int(p)] for p in picks)
         return out
 
 
@@ -111,7 +112,7 @@ class RandomSearch(SearchStrategy):
 
 
 class GridSearch(SearchStrategy):
-    """Configs in index order (0, 1, 2, ...), skipping visited ones."""
+    """Configs in index order (0, 1, 2, ...), skipping visited and invalid ones."""
 
     def __init__(self, space: ConfigSpace, *, seed: int = 0):
         super().__init__(space, seed=seed)
@@ -120,8 +121,9 @@ class GridSearch(SearchStrategy):
     def _propose(self, n: int) -> list[ConfigEntity]:
         out = []
         while len(out) < n and self._cursor < self.space.size:
-            if self._cursor not in self._visited:
-                out.append(self.space.get(self._cursor))
+            config = self.space.get(self._cursor)
+            if self._cursor not in self._visited and self.space.valid(config):
+                out.append(config)
             self._cursor += 1
         return out
 

@@ -52,7 +52,7 @@ def cpu_template(cfg, workload, target):
     a = workload.args
     cfg.add_flop(flop(a))
     A, B = _inputs(a)
-    return gemm_template(cfg, target.lanes(a["dtype"]), A, B, None, "none", transpose_b=a["transpose_b"])
+    return gemm_template(cfg, target, a["dtype"], A, B, None, "none", transpose_b=a["transpose_b"])
 
 
 def _layouts(a: dict) -> dict[str, str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -68,3 +69,24 @@ def knob_choices(space, name: str) -> list:
     """The values of choice knob `name` of a config space (for default-config rules)."""
     knob = space.knobs[name]
     return [knob.entity(i).val for i in range(len(knob))]
+
+
+@dataclass(frozen=True)
+class RegisterTileFits:
+    """A space's constraint (``cfg.define_constraint``): the register tile of knob `rows`
+    (rows of accumulators) × knob `cols` (columns, in elements, `lanes` to a vector register)
+    keeps its accumulators in at most `registers` − 1 of the target's vector registers, the
+    one left for A's broadcast (or a vector of B, the other FMA operand then coming from
+    memory). A larger tile spills accumulators to the stack in its reduction loop (matmul
+    512³ on an Intel Xeon model 207: AVX-512 tiles of 8-14 rows × 4 vectors ran at 0.45-0.75×
+    of the 6 × 4 default, AVX2 ones at most 0.80× of its 6 × 2 default), and its unrolled body
+    is the slowest to compile (a generic k-blocked 12 × 12 tile with ku 8: 440 KB of C, 10.5 s
+    of gcc)."""
+
+    rows: str
+    cols: str
+    lanes: int
+    registers: int
+
+    def __call__(self, cfg) -> bool:
+        return cfg[self.rows].val * -(-cfg[self.cols].val // self.lanes) < self.registers

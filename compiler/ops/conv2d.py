@@ -62,7 +62,7 @@ from ..schedule import create_schedule
 from ..space import ConfigSpace
 from . import dot
 from . import matmul as gemm
-from .common import kernel_args, knob_choices
+from .common import RegisterTileFits, kernel_args, knob_choices
 from .conv_common import (MAX_DIM, check_conv, conv_args, conv_flop, finish, has_epilogue, load_or_zero,
                           np_conv2d_nchw, np_finish, out_size, tile_overhang)
 from .registry import ArgDef, OpDef, Workload, WorkloadError, register
@@ -226,14 +226,15 @@ def _divisors(n: int, limit: int) -> list[int]:
     return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
 
 
-def define_knobs(cfg, a: dict, lanes: int) -> None:
+def define_knobs(cfg, a: dict, lanes: int, registers: int) -> None:
     """ic_bn / oc_bn (channel blocks; fixed by pre-packed weights), reg_n (output columns per
     register tile), order (reduction loop order), unroll_kw, parallel: the loops fused into the
     parallel loop — (n, oc block, row) or (n, oc block) with data and weights packed
     beforehand; "n_oc_packw": (n, oc block) with each task packing its block's weights itself,
     while they are hot in its cache (weight-heavy layers); "n_oh_packd": (n, row) with each
     task packing the input rows it reads, then computing every oc block of its output row
-    (activation-heavy layers, e.g. 1×1 convolutions at high resolution)."""
+    (activation-heavy layers, e.g. 1×1 convolutions at high resolution). The reg_n × oc_bn
+    tile fits the target's `registers` vector registers (RegisterTileFits)."""
     OH, OW = out_size(a)
     blocks = packed_blocks(a)
     if blocks is not None:
@@ -250,6 +251,7 @@ def define_knobs(cfg, a: dict, lanes: int) -> None:
     cfg.define_knob("unroll_kw", [False, True])
     cfg.define_knob("parallel", ["n_oc_oh", "n_oc", "n_oh_packd"] + (["n_oc_packw"] if blocks is None else []))
     cfg.define_knob("accumulate", list(ACCUMULATE), absent="tile")
+    cfg.define_constraint(RegisterTileFits("reg_n", "oc_bn", lanes, registers))
 
 
 def schedule(sch, cfg, data_vec, kernel_vec, conv, out, pack_weight: bool) -> None:
@@ -374,7 +376,8 @@ def gemm_template(cfg, workload, target):
     gathered = is_gathered(a)
     K = CI * KH * KW
     lanes = target.lanes(a["dtype"])
-    gemm.define_gemm_knobs(cfg, CO, OH * OW, K, lanes, pack_b=(True,) if gathered else (True, False))
+    gemm.define_gemm_knobs(cfg, CO, OH * OW, K, lanes, target.vector_registers,
+                           pack_b=(True,) if gathered else (True, False))
     few_pixels = OH * OW <= IM2COL_MAX_PIXELS
     if few_pixels:
         cfg.define_knob("dot_rows", dot.dot_rows_choices(K, lanes), absent=0)
@@ -503,7 +506,8 @@ def define_panel_knobs(cfg, a: dict, target) -> None:
     OH, OW = out_size(a)
     blocks = packed_blocks(a)
     gemm.define_gemm_knobs(cfg, a["N"] * OH * OW, a["CO"], a["CI"] * a["KH"] * a["KW"], target.lanes(a["dtype"]),
-                           pack_b=(True, "block"), b_panels=None if blocks is None else blocks[1])
+                           target.vector_registers, pack_b=(True, "block"),
+                           b_panels=None if blocks is None else blocks[1])
 
 
 def panel_gemm_template(cfg, a: dict):
@@ -586,7 +590,7 @@ def cpu_template(cfg, workload, target):
     elif has_panel_gemm(a):
         cfg.define_knob("method", list(METHODS), absent="nchwc")
     direct = direct_view(cfg, a)
-    define_knobs(direct, a, target.lanes(a["dtype"]))
+    define_knobs(direct, a, target.lanes(a["dtype"]), target.vector_registers)
     panel = panel_view(cfg, a)
     if panel is not None:
         define_panel_knobs(panel, a, target)
@@ -909,7 +913,7 @@ def prepacked_layout(workload: Workload, target) -> str | None:
     if panel_gemm_first({**a, "weight_layout": panels}, target):
         return panels
     space = ConfigSpace()
-    define_knobs(space, a, lanes)
+    define_knobs(space, a, lanes, target.vector_registers)
     direct = direct_default(space, a, target)
     return f"OIHW{direct['ic_bn']}i{direct['oc_bn']}o"
 

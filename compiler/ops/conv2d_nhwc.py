@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import te
 from ..schedule import create_schedule
-from .common import kernel_args, knob_choices
+from .common import RegisterTileFits, kernel_args, knob_choices
 from .conv2d import WEIGHT_PACK_INSIDE_BYTES, tile_columns
 from .conv_common import (check_conv, conv_args, conv_flop, finish, has_epilogue, load_or_zero, np_conv2d_nhwc,
                           np_finish, out_size)
@@ -96,7 +96,7 @@ def flop(a: dict) -> int:
 # ----------------------------------------------------------------------------- CPU template
 
 
-def define_knobs(cfg, a: dict, lanes: int) -> None:
+def define_knobs(cfg, a: dict, lanes: int, registers: int) -> None:
     """oc_bn (output channels per tile), reg_n (output columns per tile), ic_bn (input-channel
     block of the reduction), order, unroll_kw, pack_weight, pad ('inline' into the reduction or
     'row': a stage per output row; only with padding), parallel (fused loops)."""
@@ -109,6 +109,7 @@ def define_knobs(cfg, a: dict, lanes: int) -> None:
     cfg.define_knob("pack_weight", [True, False])
     cfg.define_knob("pad", ["row", "inline"] if any(a["padding"]) else ["none"])
     cfg.define_knob("parallel", ["n_oh", "n_oh_oc"])
+    cfg.define_constraint(RegisterTileFits("reg_n", "oc_bn", lanes, registers))
 
 
 def schedule(sch, cfg, pad, wvec, conv, out) -> None:
@@ -154,7 +155,7 @@ def schedule(sch, cfg, pad, wvec, conv, out) -> None:
 
 def cpu_template(cfg, workload, target):
     a = workload.args
-    define_knobs(cfg, a, target.lanes(a["dtype"]))
+    define_knobs(cfg, a, target.lanes(a["dtype"]), target.vector_registers)
     cfg.add_flop(flop(a))
     data, weight, bias = _inputs(a)
     pad, wvec, conv, out = conv_nhwc(a, data, weight, bias, ic_bn=cfg["ic_bn"].val, oc_bn=cfg["oc_bn"].val,

@@ -60,7 +60,7 @@ def cpu_template(cfg, workload, target):
     X, W, b = gemm_operands(a, OPERAND_NAMES, transpose_b=True)
     lanes = target.lanes(a["dtype"])
     nr = b_panels(a)
-    define_gemm_knobs(cfg, a["M"], a["N"], a["K"], lanes, b_panels=nr)
+    define_gemm_knobs(cfg, a["M"], a["N"], a["K"], lanes, target.vector_registers, b_panels=nr)
     if nr is not None:  # the dot products read rows of W in place: not of pre-packed panels
         return gemm_schedule(cfg, X, W, b, a["epilogue"], name="Y", n=a["N"])
     cfg.define_knob("dot_rows", dot_rows_choices(a["K"], lanes))

@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import te
 from ..schedule import create_schedule
-from .common import kernel_args, knob_choices
+from .common import RegisterTileFits, kernel_args, knob_choices
 from .conv_common import (check_conv, conv_args, conv_flop, finish, has_epilogue, load_or_zero, np_depthwise_nchw,
                           np_finish, out_size, tile_overhang)
 from .registry import OpDef, register
@@ -79,7 +79,7 @@ def flop(a: dict) -> int:
 # ----------------------------------------------------------------------------- CPU template
 
 
-def define_knobs(cfg, a: dict, lanes: int) -> None:
+def define_knobs(cfg, a: dict, lanes: int, registers: int) -> None:
     """tile_w (output columns per tile, in half-vector steps), tile_h (rows per tile), unroll_kw,
     parallel ('n_c': one task per plane, padding per plane; 'n_c_oh': one per row band,
     padding per band)."""
@@ -89,6 +89,7 @@ def define_knobs(cfg, a: dict, lanes: int) -> None:
     cfg.define_knob("tile_h", [h for h in (1, 2, 3, 4, 6, 8) if h <= OH])
     cfg.define_knob("unroll_kw", [True, False])
     cfg.define_knob("parallel", ["n_c", "n_c_oh"])
+    cfg.define_constraint(RegisterTileFits("tile_h", "tile_w", lanes, registers))
 
 
 def schedule_tile_at(sch, acc: te.Tensor, out_stage, loop, *, unrolled_taps: int, vector_columns: bool) -> None:
@@ -134,7 +135,7 @@ def schedule(sch, cfg, pad, conv, out) -> None:
 
 def cpu_template(cfg, workload, target):
     a = workload.args
-    define_knobs(cfg, a, target.lanes(a["dtype"]))
+    define_knobs(cfg, a, target.lanes(a["dtype"]), target.vector_registers)
     cfg.add_flop(flop(a))
     data, weight, bias = _inputs(a)
     pad, conv, out = depthwise_nchw(a, data, weight, bias)

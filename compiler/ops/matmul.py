@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import te
 from ..schedule import TensorIntrin, create_schedule
-from .common import EPILOGUES, apply_epilogue, kernel_args, knob_choices, np_epilogue, pack_blocked
+from .common import EPILOGUES, RegisterTileFits, apply_epilogue, kernel_args, knob_choices, np_epilogue, pack_blocked
 from .registry import ArgDef, OpDef, WorkloadError, register
 from .transpose_pack import tensorize_transposed_pack
 
@@ -276,7 +276,7 @@ KU_CHOICES = (1, 2, 4, 8)
 SKINNY_ROWS = 16
 
 
-def define_gemm_knobs(cfg, M: int, N: int, K: int, lanes: int,
+def define_gemm_knobs(cfg, M: int, N: int, K: int, lanes: int, registers: int,
                       pack_b: tuple[bool | str, ...] = (True, False, "block"), b_panels: int | None = None) -> None:
     """Knobs of the register-blocked GEMM micro-kernel and its cache blocking; `pack_b`: the
     choices of packing B (only True where B is a view the micro-kernel cannot stream): True
@@ -286,7 +286,9 @@ def define_gemm_knobs(cfg, M: int, N: int, K: int, lanes: int,
     length of the K blocks (kc_choices; K: no blocking, also what configs written before the
     knob existed mean). `b_panels`: B comes pre-packed in panels of that width, so nr is that
     width, B is read in place (pack_b False) and bn only divides the ceil(N/nr) panels (they
-    are not padded to whole blocks, which the register tiles of a block would read)."""
+    are not padded to whole blocks, which the register tiles of a block would read).
+    `lanes`: of a vector of the dtype; `registers`: the target's vector registers, which the
+    mr × nr tile must not overflow (RegisterTileFits: the search never proposes one that does)."""
     cfg.define_knob("mr", [m for m in (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14) if m <= M] or [M])
     nrs = [lanes * v for v in (1, 2, 3, 4)]
     if N < lanes:
@@ -301,6 +303,7 @@ def define_gemm_knobs(cfg, M: int, N: int, K: int, lanes: int,
     cfg.define_knob("pack_b", list(pack_b) if b_panels is None else [False])
     cfg.define_knob("pack_a", [False, True])
     cfg.define_knob("kc", kc_choices(K), absent=K)
+    cfg.define_constraint(RegisterTileFits("mr", "nr", lanes, registers))
 
 
 def kc_choices(K: int) -> list[int]:
@@ -459,14 +462,15 @@ def packed_panels(cfg, A: te.Tensor, B: te.Tensor, transpose_b: bool = False
     return ap, bp, [p for p in (bp, ap) if p is not None]
 
 
-def gemm_template(cfg, lanes: int, A: te.Tensor, B: te.Tensor, bias: te.Tensor | None, epilogue: str, *,
+def gemm_template(cfg, target, dtype: str, A: te.Tensor, B: te.Tensor, bias: te.Tensor | None, epilogue: str, *,
                   transpose_b: bool = False, name: str = "C"):
     """The CPU GEMM of matmul, dense and batch_matmul: (schedule, kernel arguments) for
     out = epilogue(A·B + bias) (A·Bᵀ with transpose_b; shapes as in matmul_expr) with the
-    knobs of define_gemm_knobs (`lanes`: vector lanes of the dtype), the packed panels they
-    ask for and schedule_gemm."""
+    knobs of define_gemm_knobs (for a cpu `target` and `dtype`), the packed panels they ask for
+    and schedule_gemm."""
     M, K = A.shape[-2:]
-    define_gemm_knobs(cfg, M, B.shape[-2] if transpose_b else B.shape[-1], K, lanes)
+    define_gemm_knobs(cfg, M, B.shape[-2] if transpose_b else B.shape[-1], K, target.lanes(dtype),
+                      target.vector_registers)
     return gemm_schedule(cfg, A, B, bias, epilogue, transpose_b=transpose_b, name=name)
 
 
@@ -494,8 +498,8 @@ def cpu_template(cfg, workload, target):
     A, B, bias = gemm_operands(a)
     nr = b_panels(a)
     if nr is None:
-        return gemm_template(cfg, target.lanes(a["dtype"]), A, B, bias, a["epilogue"])
-    define_gemm_knobs(cfg, a["M"], a["N"], a["K"], target.lanes(a["dtype"]), b_panels=nr)
+        return gemm_template(cfg, target, a["dtype"], A, B, bias, a["epilogue"])
+    define_gemm_knobs(cfg, a["M"], a["N"], a["K"], target.lanes(a["dtype"]), target.vector_registers, b_panels=nr)
     return gemm_schedule(cfg, A, B, bias, a["epilogue"], n=a["N"])
 
 
