@@ -9,10 +9,12 @@ from tunefleet.tuner.measure import MeasureResult
 from tunefleet.tuner.search import EarlyStopping, GridSearch, ModelGuidedSearch, RandomSearch
 
 
-def small_space():
+def small_space(constraint=None):
     space = ConfigSpace()
     space.define_split("s", 12, 3)
     space.define_knob("k", ["a", "b", "c"])
+    if constraint is not None:
+        space.define_constraint(constraint)
     space.freeze()
     return space  # 54 configs
 
@@ -52,6 +54,17 @@ def small_measure(configs):
     return [MeasureResult("ok", [1e-3 * (1 + c["s"].size[2] + (c.index % 5))]) for c in configs]
 
 
+EVERY_STRATEGY = pytest.mark.parametrize(
+    "make",
+    [
+        lambda s: RandomSearch(s, seed=1),
+        lambda s: GridSearch(s),
+        lambda s: ModelGuidedSearch(s, knob_features, seed=1, plan_size=8, retrain_every=4),
+    ],
+    ids=["random", "grid", "model"],
+)
+
+
 def drain(strategy, batch=5):
     seen = []
     while True:
@@ -72,15 +85,7 @@ def trials_to_optimum(strategy, optimum, budget, batch=8):
     return budget
 
 
-@pytest.mark.parametrize(
-    "make",
-    [
-        lambda s: RandomSearch(s, seed=1),
-        lambda s: GridSearch(s),
-        lambda s: ModelGuidedSearch(s, knob_features, seed=1, plan_size=8, retrain_every=4),
-    ],
-    ids=["random", "grid", "model"],
-)
+@EVERY_STRATEGY
 def test_never_repeats_and_covers_a_small_space(make):
     space = small_space()
     strategy = make(space)
@@ -92,34 +97,17 @@ def test_never_repeats_and_covers_a_small_space(make):
 
 
 class _NoWideTileWithA:
-    """The constraint of constrained_space: k = "a" only with the split's inner factor at most 2."""
+    """A constraint of small_space: k = "a" only with the split's inner factor at most 2."""
 
     def __call__(self, cfg) -> bool:
         return cfg["k"].val != "a" or cfg["s"].size[2] <= 2
 
 
-def constrained_space():
-    space = ConfigSpace()
-    space.define_split("s", 12, 3)
-    space.define_knob("k", ["a", "b", "c"])
-    space.define_constraint(_NoWideTileWithA())
-    space.freeze()
-    return space  # 54 configs, 8 of them invalid
-
-
-@pytest.mark.parametrize(
-    "make",
-    [
-        lambda s: RandomSearch(s, seed=1),
-        lambda s: GridSearch(s),
-        lambda s: ModelGuidedSearch(s, knob_features, seed=1, plan_size=8, retrain_every=4),
-    ],
-    ids=["random", "grid", "model"],
-)
+@EVERY_STRATEGY
 def test_proposes_every_valid_config_once_and_no_invalid_one(make):
     """Each strategy, drained batch by batch, proposes exactly the configs that meet the space's
     constraint (random picks, the model's annealing and its steps from the best alike)."""
-    space = constrained_space()
+    space = small_space(_NoWideTileWithA())
     valid = {i for i in range(space.size) if space.valid(space.get(i))}
     assert len(valid) == 46
     seen = drain(make(space))
