@@ -97,8 +97,8 @@ def test_cost_model_ranks_held_out_configs_of_real_runs():
 
     A small real space: the matmul template at 64x64x256 with the knobs that matter only at
     scale fixed (cache blocking, loop order, packing, parallel loop) and ku <= 2, so builds stay
-    short; the sample spans the register-tile shapes (mr rows x nr columns), from spilling tiles
-    to near-peak ones. Measured on one CPU with the default protocol; the labels are what the
+    short; the sample spans the register-tile shapes (mr rows x nr columns) the space proposes,
+    from one-row tiles to the largest that fit the vector registers. Measured on one CPU with the default protocol; the labels are what the
     tuner feeds the model, the peak throughput.
 
     The rank correlation varies with the timings: 0.39-0.64 over 32 held-out configs and
