@@ -229,11 +229,11 @@ class ConfigSpace(_Config):
 
     def valid(self, entity: ConfigEntity) -> bool:
         """Whether ``entity`` meets every constraint of the branch it is in."""
-        names = list(self.knobs)
+        switch = self._layout()[0]  # a branch's constraint names the space's one switch
         for check, scope in self.constraints:
             if scope is None:
                 view = entity
-            elif entity.digits[names.index(scope[0])] == scope[1]:
+            elif entity.digits[switch] == scope[1]:
                 view = Branch(entity, *scope)
             else:
                 continue

@@ -97,8 +97,8 @@ class SearchStrategy:
                     taken.add(c.index)
                     out.append(c)
         if len(out) < n:  # a crowded space: few configs are left, enumerate the valid ones
-            left = [c for c in map(self.space.get, range(self.space.size))
-                    if c.index not in self._visited and c.index not in taken and self.space.valid(c)]
+            unseen = (i for i in range(self.space.size) if i not in self._visited and i not in taken)
+            left = [c for c in map(self.space.get, unseen) if self.space.valid(c)]
             picks = self.rng.choice(len(left), size=min(n - len(out), len(left)), replace=False)
             out.extend(left[int(p)] for p in picks)
         return out
@@ -121,8 +121,7 @@ class GridSearch(SearchStrategy):
     def _propose(self, n: int) -> list[ConfigEntity]:
         out = []
         while len(out) < n and self._cursor < self.space.size:
-            config = self.space.get(self._cursor)
-            if self._cursor not in self._visited and self.space.valid(config):
+            if self._cursor not in self._visited and self.space.valid(config := self.space.get(self._cursor)):
                 out.append(config)
             self._cursor += 1
         return out
