@@ -1,6 +1,8 @@
 """The one tuning loop over in-memory Runner and Database implementations (no builds): resume
 and adoption, budget, early stopping, a supervisor's stop, validation through the runner."""
 
+import contextlib
+
 import helpers_ops  # noqa: F401  (registers the test operator "faulty")
 import pytest
 
@@ -113,6 +115,43 @@ def test_a_stop_with_drop_cancels_what_is_in_flight_and_drops_its_trials():
         run.run()
     assert len(database.recorded) == 1 and database.dropped
     assert len(runner.cancelled) == 2 and not run.in_flight
+
+
+class OutageDatabase(MemoryDatabase):
+    """Keeps what it adds; its second add fails, after keeping the configs (`kept`: a commit
+    whose answer was lost) or before (a refused one)."""
+
+    def __init__(self, kept: bool):
+        super().__init__()
+        self.kept, self.adds = kept, 0
+
+    def add(self, configs):
+        self.adds += 1
+        if self.adds == 2 and not self.kept:
+            raise ConnectionError("database cut off")
+        self.stored += [StoredTrial(c.to_json(), None, ref=c.index) for c in configs]
+        if self.adds == 2:
+            raise ConnectionError("database cut off")
+        return super().add(configs)
+
+
+class RideOutOutages(Supervisor):
+    @contextlib.contextmanager
+    def round(self):
+        try:
+            yield
+        except ConnectionError:
+            pass
+
+
+@pytest.mark.parametrize("kept", [True, False], ids=["answer-lost", "refused"])
+def test_a_failed_add_dispatches_the_same_configs_again_each_stored_once(kept):
+    runner, database = FakeRunner(capacity=2, per_poll=1), OutageDatabase(kept)
+    run = loop(runner, database, Budget(trials=8), supervisor=RideOutOutages())
+    assert run.run() == "budget" and database.adds >= 3
+    stored = [t.config["index"] for t in database.stored]
+    assert len(stored) == len(set(stored)) == 8  # the budget, each config once
+    assert sorted(c.config.index for c, _ in database.recorded) == sorted(stored)  # every stored one measured
 
 
 def test_validate_remeasures_the_finalists_through_the_runner_and_records_them():

@@ -116,6 +116,7 @@ class TuningLoop:
         self.planner: InlinePlanner | Planner = Planner(search) if runner.remote else InlinePlanner(search)
         self._running: set[RunnerFuture] = set()  # started, reported to the database
         self._recorded: list[tuple[Candidate, RunnerResult]] = []  # recorded, not yet reported (a database outage)
+        self._unstored: list[ConfigEntity] = []  # taken from the search, their add failed (a database outage)
 
     @property
     def search_s(self) -> float:
@@ -193,7 +194,7 @@ class TuningLoop:
             left = self.budget.trials - self.dispatched
             self.planner.keep_ready(min(capacity, left))
             room = min(capacity - len(self.in_flight), left)
-            dispatched = self._dispatch(self.planner.take(room) if room > 0 else [])
+            dispatched = self._dispatch(room)
             if self.dispatched >= self.budget.trials:
                 reason = "budget"
             elif self.planner.exhausted and not self.planner.ready:
@@ -202,12 +203,28 @@ class TuningLoop:
             self.runner.wait(self.in_flight, proposals_due=not reason and len(self.in_flight) < capacity)
         return reason
 
-    def _dispatch(self, configs: list[ConfigEntity]) -> int:
-        """Keep `configs` in the database, then hand them to the runner; how many there were."""
-        if configs:
-            candidates = self.database.add(configs)
-            self.in_flight.extend(self.runner.submit(candidates, self.protocol))
-            self.dispatched += len(configs)
+    def _dispatch(self, room: int) -> int:
+        """Take up to `room` configs from the search, keep them in the database, then hand them
+        to the runner; how many there were.
+
+        When the database fails meanwhile (an outage), the same configs are dispatched next
+        round instead of new ones. Its answer may have been lost after it kept them (a commit
+        cut off): a retried config the database already holds unmeasured is dispatched as
+        stored, so the budget's trials are stored once each and none stays unmeasured."""
+        retried = bool(self._unstored)
+        configs = self._unstored or (self.planner.take(room) if room > 0 else [])
+        if not configs:
+            return 0
+        self._unstored = configs
+        stored: dict[int, Any] = {}
+        if retried:
+            space = self.search.space
+            stored = {space.from_json(t.config).index: t.ref for t in self.database.trials() if t.result is None}
+        candidates = [Candidate(c, stored[c.index]) for c in configs if c.index in stored]
+        candidates += self.database.add([c for c in configs if c.index not in stored])
+        self._unstored = []
+        self.in_flight.extend(self.runner.submit(candidates, self.protocol))
+        self.dispatched += len(configs)
         return len(configs)
 
     def _collect(self) -> list[tuple[Candidate, RunnerResult]]:
