@@ -12,7 +12,7 @@ import subprocess
 import threading
 from pathlib import Path
 
-from service_helpers import free_port, wait_for
+from service_helpers import dies_with_this_test, free_port, wait_for
 
 from tunefleet.base import redisconn
 
@@ -46,8 +46,8 @@ class PrivateRedis:
         self.data.mkdir(parents=True, exist_ok=True)
         with (self.data / "redis.log").open("a") as log:
             self.process = subprocess.Popen(
-                [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.data), "--appendonly", "yes",
-                 "--save", ""], stdout=log, stderr=subprocess.STDOUT)
+                dies_with_this_test([binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.data),
+                                     "--appendonly", "yes", "--save", ""]), stdout=log, stderr=subprocess.STDOUT)
         wait_for(self._answers, 30, "the private Redis to answer")
 
     def _answers(self) -> bool:

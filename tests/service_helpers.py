@@ -29,6 +29,13 @@ PROTOCOL = {"repeat": 2, "min_repeat_ms": 1, "cooldown_ms": 0, "timeout_s": 20}
 HEARTBEAT_S = 0.5
 
 
+def dies_with_this_test(argv: list[str]) -> list[str]:
+    """`argv` behind the lifeline (:mod:`tunefleet.tuner.lifeline`): the program gets SIGTERM
+    when this test process ends, however it ends (a run killed mid-way included), so no
+    server, tuner or worker of a test outlives the run to take jobs from the test Redis."""
+    return [sys.executable, "-m", "tunefleet.tuner.lifeline", "TERM", str(os.getpid()), *argv]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -84,7 +91,7 @@ class Service:
         log = self.root / f"{name}.log"
         self.logs[name] = log
         with log.open("a") as out:
-            process = subprocess.Popen([TUNEFLEET, *args], env={**self.env, **(env or {})}, stdout=out,
+            process = subprocess.Popen(dies_with_this_test([TUNEFLEET, *args]), env={**self.env, **(env or {})}, stdout=out,
                                        stderr=subprocess.STDOUT)
         self.processes[name] = process
         return process
@@ -320,7 +327,7 @@ def start_up(home: Path, port: int, log: Path, *args: str, env: dict[str, str] |
     env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEFLEET_") or k == "TUNEFLEET_NO_SANDBOX"}
     env.update(TUNEFLEET_HOME=str(home), TUNEFLEET_LOG_FORMAT="json", **extra)
     with log.open("w") as out:
-        process = subprocess.Popen([TUNEFLEET, "up", "--port", str(port), *args], env=env, stdout=out,
+        process = subprocess.Popen(dies_with_this_test([TUNEFLEET, "up", "--port", str(port), *args]), env=env, stdout=out,
                                    stderr=subprocess.STDOUT)
 
     def token() -> str | None:

@@ -18,7 +18,7 @@ import pytest
 from dashboard_browser import TUNEFLEET, Tab, chromium, copy_database, require_browser, stop, tab
 from dashboard_helpers import add_worker, finish, record, start, store_archive, submit
 from server_helpers import real_artifact
-from service_helpers import free_port, wait_healthy
+from service_helpers import dies_with_this_test, free_port, wait_healthy
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
@@ -74,7 +74,7 @@ def server(_migrated_sqlite: Path, tmp_path_factory: pytest.TempPathFactory) -> 
            "TUNEFLEET_ANONYMOUS_READ": "true"}
     log = tmp / "server.log"
     with log.open("w") as out:
-        process = subprocess.Popen([TUNEFLEET, "server"], env=env, stdout=out, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(dies_with_this_test([TUNEFLEET, "server"]), env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
         base = f"http://127.0.0.1:{port}"
         wait_healthy(base, process, log)

@@ -20,8 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from service_helpers import (CPU_A, TUNEFLEET, Service, descendants, running, start_service, submit,
-                             wait_for, wait_status)
+from service_helpers import (CPU_A, TUNEFLEET, Service, descendants, dies_with_this_test, running, start_service,
+                             submit, wait_for, wait_status)
 
 from tunefleet.compiler import sandbox
 
@@ -209,7 +209,7 @@ def test_worker_that_cannot_sandbox_refuses_to_start_unless_told(service: Servic
     assert refused.returncode == 2
     assert "cannot sandbox candidates: TUNEFLEET_BWRAP=/nonexistent/bwrap" in refused.stderr
     assert "test-unsandboxed" not in service.workers()
-    service.processes["unsandboxed"] = subprocess.Popen([*args, "--no-sandbox"], env=env, stdout=subprocess.DEVNULL,
+    service.processes["unsandboxed"] = subprocess.Popen(dies_with_this_test([*args, "--no-sandbox"]), env=env, stdout=subprocess.DEVNULL,
                                                         stderr=subprocess.DEVNULL)
     try:
         worker = wait_for(lambda: service.workers().get("test-unsandboxed"), 60, "the --no-sandbox worker")

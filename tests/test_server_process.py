@@ -18,7 +18,7 @@ import httpx
 import pytest
 import numpy as np
 from server_helpers import artifact_files, real_artifact, run_worker_jobs_over, tarball
-from service_helpers import free_port, wait_healthy
+from service_helpers import dies_with_this_test, free_port, wait_healthy
 from test_server_workers import HOST
 
 from tunefleet.client import Client, IntegrityError, ServerUnreachable, ServiceError
@@ -57,7 +57,7 @@ def live(database_url: str, tmp_path: Path, db, redis_url: str) -> Iterator[Live
     server = LiveServer(f"http://127.0.0.1:{port}", env, tokens.create(db, "u", TokenScope.USER),
                         tokens.create(db, "w", TokenScope.WORKER), tmp_path / "server.log")
     with server.log.open("w") as log:
-        process = subprocess.Popen([TUNEFLEET, "server"], env=env, stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(dies_with_this_test([TUNEFLEET, "server"]), env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         wait_healthy(server.url, process, server.log)
         yield server

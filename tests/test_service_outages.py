@@ -25,6 +25,7 @@ from service_helpers import (
     PROTOCOL,
     TUNEFLEET,
     Service,
+    dies_with_this_test,
     ensure_fleet,
     free_port,
     start_service,
@@ -129,7 +130,7 @@ def _worker(home: Path, log: Path, redis_url: str, server: str, *options: str) -
     """`tunefleet worker` (unsandboxed) for `redis_url` and `server`, its output in `log`."""
     with log.open("w") as out:
         return subprocess.Popen(
-            [TUNEFLEET, "worker", "--redis", redis_url, "--server", server, "--no-sandbox", *options],
+            dies_with_this_test([TUNEFLEET, "worker", "--redis", redis_url, "--server", server, "--no-sandbox", *options]),
             env={**os.environ, "TUNEFLEET_WORKER_TOKEN": "unused", "TUNEFLEET_HOME": str(home)},
             stdout=out, stderr=subprocess.STDOUT, text=True)
 
