@@ -5,8 +5,11 @@ it, and a second `tunefleet up` that finishes it without measuring anything twic
 from __future__ import annotations
 
 import json
+import re
 import signal
 import sqlite3
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -28,6 +31,18 @@ def command_lines() -> list[str]:
     return lines
 
 
+def _exit_status(up: subprocess.Popen, log: Path, timeout_s: float = 120) -> int:
+    """`up`'s exit status once it ends; past `timeout_s`, a failure showing where it hangs
+    (SIGUSR1: each thread's stack in its log) and its signal masks."""
+    try:
+        return up.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        masks = re.findall(r"Sig(?:Pnd|Blk|Ign|Cgt):.*", Path(f"/proc/{up.pid}/status").read_text())
+        up.send_signal(signal.SIGUSR1)
+        time.sleep(2)
+        pytest.fail(f"`tunefleet up` still runs {timeout_s:.0f} s after the signal; {masks}\n{log.read_text()[-6000:]}")
+
+
 def test_up_ctrl_c_mid_task_then_up_again_finishes_it(tmp_path: Path) -> None:
     home, port, log = tmp_path / "home", free_port(), tmp_path / "up.log"
     up, token = start_up(home, port, log)
@@ -40,7 +55,7 @@ def test_up_ctrl_c_mid_task_then_up_again_finishes_it(tmp_path: Path) -> None:
         secrets = json.loads((home / "credentials.json").read_text()).values()
         assert not [cmd for cmd in command_lines() if any(s in cmd for s in secrets)]  # what `ps` shows
         up.send_signal(signal.SIGINT)
-        assert up.wait(timeout=120) == 0, log.read_text()[-3000:]
+        assert _exit_status(up, log) == 0, log.read_text()[-3000:]
     finally:
         if up.poll() is None:
             up.kill()
@@ -61,7 +76,7 @@ def test_up_ctrl_c_mid_task_then_up_again_finishes_it(tmp_path: Path) -> None:
         assert len(trials) == 10 and len({t["config_index"] for t in trials}) == 10
         assert all(t["status"] in FINAL_TRIAL and t["attempts"] == 1 for t in trials)
         up.send_signal(signal.SIGTERM)
-        assert up.wait(timeout=120) == 0
+        assert _exit_status(up, log) == 0
     finally:
         if up.poll() is None:
             up.kill()

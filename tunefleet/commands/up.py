@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import signal
 import time
 
@@ -19,7 +20,8 @@ def up_command(port: int | None, cpus: str | None, no_sandbox: bool) -> None:
     TUNEFLEET_REDIS_URL is set, one worker pinned to the available CPUs. Prints the URL and a
     user token. A process that dies is restarted (the reason is printed); one that keeps
     dying as it starts stops the service (exit status 1). Ctrl-C or SIGTERM stops
-    everything, and the next `tunefleet up` resumes unfinished tasks."""
+    everything, and the next `tunefleet up` resumes unfinished tasks; SIGUSR1 prints the
+    stack of each of its threads (where a stop hangs)."""
     from tunefleet.server.embedded import EmbeddedService, ServiceError
     from tunefleet.base.settings import Settings
     from tunefleet.tuner.host import parse_cpus
@@ -34,6 +36,7 @@ def up_command(port: int | None, cpus: str | None, no_sandbox: bool) -> None:
     # stop everything in order
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     click.echo(f"tunefleet: starting under {settings.home} ...")
     try:
         service.start()
