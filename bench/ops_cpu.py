@@ -159,6 +159,16 @@ panel GEMM packed each panel of weights per block inside the parallel loop (its 
 3×3 200 -> 275 (best 270 -> 283: 1.35 / 0.90), s2 512@14² 199 -> 267 (1.46 / 0.84), pre-packed
 OIHW8i32o 265 -> 272 (1.39 / 0.93); 1×1 2048 -> 512 at 7² 207-219 by default (its dot products;
 the GEMM's tiles, its second default, 274-286: 1.58 / 0.92). Every row at or above PyTorch.
+
+AMD EPYC Zen 4 again (family 25 model 17, peak 231-235), after the per-call panel GEMM packed
+per block and register tiles were kept within the vector registers (main at d62a53d), 8 configs,
+3 rounds, GFLOP/s default -> best (PyTorch / onnxruntime): 3×3 NCHWc 56² 215 (1.70 / 0.97), 28²
+195 -> 214 (1.03 / 0.95: the same config, timed apart), 14² 215 (1.00 / 0.92), pre-packed 14² 226
+(1.05 / 0.97), s2 256@28² 204 -> 210 (1.04 / 1.03), s2 128@56² 203 -> 205 (1.11 / 1.00); 7² 189
+-> 200 (1.13 / 0.83), pre-packed 226 -> 227 (1.28 / 0.98), s2 512@14² 179 -> 191 (1.48 / 0.99),
+pre-packed 222 (1.38 / 1.06); 1×1 layers 1.30-5.74 / 0.85-1.19; dense 1×512 -> 1000 85 (3.82 /
+1.63, OpenBLAS 1.22), 1×768 -> 3072 79 (2.99 / 1.13), 128×768 -> 3072 209 (1.59 / 1.00, OpenBLAS
+1.36), pre-packed 214 -> 222. Every row at or above PyTorch.
 """
 
 from __future__ import annotations

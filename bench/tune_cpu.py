@@ -105,6 +105,14 @@ Intel Xeon (model 167 as the VM reports it: AVX-512 with two FMA units, 2 MiB L2
 vs 341.5 (1.10), 128×3072×768 311.9 vs 263.3 (1.21), conv2d 512@7² 271.5 vs PyTorch 205.7 (1.34;
 the per-call panel GEMM's default, each panel of weights packed per block inside the parallel
 loop); 90% of each run's best after the first trial, except 128×3072×768 (31 trials).
+
+AMD EPYC Zen 4 again (family 25 model 17, peak 230-234; main at d62a53d: register tiles kept
+within the vector registers), xgb, 64 trials, winners re-timed in 5 rounds, GFLOP/s tuned vs
+numpy with OpenBLAS's AVX-512 / AVX2 kernels: 1024³ 223.9 vs 202.2 / 218.2 (1.13 / 1.07), 2048³
+221.7 vs 204.3 / 217.8 (1.09 / 1.03), 1000³ 212.6 vs 205.3 / 216.2 (1.04 / 0.99), 128×3072×768
+199.1 vs 179.9 / 204.2 (1.12 / 0.98); conv2d 512@7² 178.2 vs PyTorch 180.8 (0.99), again 189.2
+vs 173.3 (1.17; spread of the winner's timings 10-30%). 90% of each run's best at the first or
+second trial; tuning 43-176 s.
 """
 
 from __future__ import annotations
