@@ -123,14 +123,16 @@ class OutageDatabase(MemoryDatabase):
 
     def __init__(self, kept: bool):
         super().__init__()
-        self.kept, self.adds = kept, 0
+        self.kept = kept
+        self.adds: list[list[int]] = []  # the config indices of each add
 
     def add(self, configs):
-        self.adds += 1
-        if self.adds == 2 and not self.kept:
+        self.adds.append([c.index for c in configs])
+        failing = len(self.adds) == 2
+        if failing and not self.kept:
             raise ConnectionError("database cut off")
         self.stored += [StoredTrial(c.to_json(), None, ref=c.index) for c in configs]
-        if self.adds == 2:
+        if failing:
             raise ConnectionError("database cut off")
         return super().add(configs)
 
@@ -148,9 +150,10 @@ class RideOutOutages(Supervisor):
 def test_a_failed_add_dispatches_the_same_configs_again_each_stored_once(kept):
     runner, database = FakeRunner(capacity=2, per_poll=1), OutageDatabase(kept)
     run = loop(runner, database, Budget(trials=8), supervisor=RideOutOutages())
-    assert run.run() == "budget" and database.adds >= 3
+    assert run.run() == "budget" and len(database.adds) >= 3
     stored = [t.config["index"] for t in database.stored]
     assert len(stored) == len(set(stored)) == 8  # the budget, each config once
+    assert set(database.adds[1]) <= set(stored)  # the failed add's configs were not lost
     assert sorted(c.config.index for c, _ in database.recorded) == sorted(stored)  # every stored one measured
 
 
