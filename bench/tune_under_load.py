@@ -67,6 +67,9 @@ Measured (2-vCPU Intel Xeon, AVX-512, KVM; each phase under the shared CPU lock,
   213.0 vs 225.3, **94.5%** (95.8%); the busy run's finalists all at disturbance 0.68-1.29, so
   it took the fastest median (112.9 under the load) where own throughput had taken a config of
   106.4 at 1.29.
+  Again (main at 0e23f76, 5 rounds): quiet disturbance median 0.41, busy 1.48 (max 2.38), 0%
+  counted disturbed; quiet winner 221.0 GFLOP/s best (220.2 median), busy winner 217.3 (213.4):
+  **98.3%** (96.9% by median), different configs (busy: 4 × 64 tile, kc 256, B packed first).
 * on an AMD EPYC Zen 3 (family 25 model 1, AVX2 only, 2 vCPUs, a noisy host; main at a33dc0c,
   5 rounds, 5.4 min): quiet run disturbance median 0.84, max 1.10, winner validated 116.9
   GFLOP/s; busy run median 2.21, max 3.12 (43 trials above 2, 1 counted disturbed), winner
