@@ -35,7 +35,7 @@ from pathlib import Path
 
 from supervisor.xmlrpc import Faults, SupervisorTransport
 
-from tunefleet.tuner.lifeline import die_with_parent
+from tunefleet.tuner import lifeline
 
 __all__ = ["Program", "Supervisor", "SupervisionError"]
 
@@ -93,11 +93,10 @@ class Supervisor:
             "[rpcinterface:supervisor]", "supervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface",
             "",
         ]
-        lifeline = [sys.executable, "-m", "tunefleet.tuner.lifeline", "TERM", "0"]
         for priority, program in enumerate(self.programs.values(), start=1):
             lines += [
                 f"[program:{program.name}]",
-                f"command={value(shlex.join(lifeline + program.argv))}",
+                f"command={value(shlex.join(lifeline.command(program.argv)))}",
                 f"priority={priority}", "autostart=false", "autorestart=true",
                 f"startsecs={self.start_s:g}", f"startretries={self.retries}",
                 "stopsignal=TERM", f"stopwaitsecs={program.stop_timeout_s:g}",
@@ -124,7 +123,7 @@ class Supervisor:
                 # its own session: a Ctrl-C in the terminal reaches only this process, which
                 # then stops the service in order
                 start_new_session=True,
-                preexec_fn=functools.partial(die_with_parent, signal.SIGTERM, alive=os.getpid()),
+                preexec_fn=functools.partial(lifeline.die_with_parent, signal.SIGTERM, alive=os.getpid()),
             )
         self._rpc_address = (f"unix://{socket}", password)
         deadline = time.monotonic() + timeout_s

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from tunefleet.tuner import lifeline
+
 if TYPE_CHECKING:
     import pytest
 
@@ -33,7 +35,7 @@ def dies_with_this_test(argv: list[str]) -> list[str]:
     """`argv` behind the lifeline (:mod:`tunefleet.tuner.lifeline`): the program gets SIGTERM
     when this test process ends, however it ends (a run killed mid-way included), so no
     server, tuner or worker of a test outlives the run to take jobs from the test Redis."""
-    return [sys.executable, "-m", "tunefleet.tuner.lifeline", "TERM", str(os.getpid()), *argv]
+    return lifeline.command(argv, "TERM", os.getpid())
 
 
 def free_port() -> int:
@@ -91,8 +93,8 @@ class Service:
         log = self.root / f"{name}.log"
         self.logs[name] = log
         with log.open("a") as out:
-            process = subprocess.Popen(dies_with_this_test([TUNEFLEET, *args]), env={**self.env, **(env or {})}, stdout=out,
-                                       stderr=subprocess.STDOUT)
+            process = subprocess.Popen(dies_with_this_test([TUNEFLEET, *args]), env={**self.env, **(env or {})},
+                                       stdout=out, stderr=subprocess.STDOUT)
         self.processes[name] = process
         return process
 
@@ -327,8 +329,8 @@ def start_up(home: Path, port: int, log: Path, *args: str, env: dict[str, str] |
     env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEFLEET_") or k == "TUNEFLEET_NO_SANDBOX"}
     env.update(TUNEFLEET_HOME=str(home), TUNEFLEET_LOG_FORMAT="json", **extra)
     with log.open("w") as out:
-        process = subprocess.Popen(dies_with_this_test([TUNEFLEET, "up", "--port", str(port), *args]), env=env, stdout=out,
-                                   stderr=subprocess.STDOUT)
+        process = subprocess.Popen(dies_with_this_test([TUNEFLEET, "up", "--port", str(port), *args]), env=env,
+                                   stdout=out, stderr=subprocess.STDOUT)
 
     def token() -> str | None:
         assert process.poll() is None, log.read_text()

@@ -209,8 +209,8 @@ def test_worker_that_cannot_sandbox_refuses_to_start_unless_told(service: Servic
     assert refused.returncode == 2
     assert "cannot sandbox candidates: TUNEFLEET_BWRAP=/nonexistent/bwrap" in refused.stderr
     assert "test-unsandboxed" not in service.workers()
-    service.processes["unsandboxed"] = subprocess.Popen(dies_with_this_test([*args, "--no-sandbox"]), env=env, stdout=subprocess.DEVNULL,
-                                                        stderr=subprocess.DEVNULL)
+    service.processes["unsandboxed"] = subprocess.Popen(dies_with_this_test([*args, "--no-sandbox"]), env=env,
+                                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         worker = wait_for(lambda: service.workers().get("test-unsandboxed"), 60, "the --no-sandbox worker")
         assert worker["host"]["sandbox"] == sandbox.UNSANDBOXED

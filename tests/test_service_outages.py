@@ -130,7 +130,8 @@ def _worker(home: Path, log: Path, redis_url: str, server: str, *options: str) -
     """`tunefleet worker` (unsandboxed) for `redis_url` and `server`, its output in `log`."""
     with log.open("w") as out:
         return subprocess.Popen(
-            dies_with_this_test([TUNEFLEET, "worker", "--redis", redis_url, "--server", server, "--no-sandbox", *options]),
+            dies_with_this_test([TUNEFLEET, "worker", "--redis", redis_url, "--server", server, "--no-sandbox",
+                                 *options]),
             env={**os.environ, "TUNEFLEET_WORKER_TOKEN": "unused", "TUNEFLEET_HOME": str(home)},
             stdout=out, stderr=subprocess.STDOUT, text=True)
 

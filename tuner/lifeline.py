@@ -17,7 +17,7 @@ import os
 import signal
 import sys
 
-__all__ = ["die_with_parent", "main"]
+__all__ = ["command", "die_with_parent", "main"]
 
 #: From <linux/prctl.h>.
 PR_SET_PDEATHSIG = 1
@@ -39,6 +39,12 @@ def die_with_parent(sig: int = signal.SIGKILL, *, alive: int | None = None) -> N
             os.kill(os.getpid(), sig)
         except PermissionError:  # it exists, under another uid
             pass
+
+
+def command(argv: list[str], sig: str = "TERM", parent: int = 0) -> list[str]:
+    """The command line that runs `argv` behind :func:`main`: it gets `sig` (a name such as
+    ``TERM``) when its parent ends; `parent`: the pid its life belongs to (0: no check)."""
+    return [sys.executable, "-m", "tunefleet.tuner.lifeline", sig, str(parent), *argv]
 
 
 def main(argv: list[str] | None = None) -> None:
