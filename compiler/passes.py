@@ -331,6 +331,69 @@ def _max_x(coef: int, hi: float) -> int:
     return max(0, -int(hi) // coef + (1 if (-int(hi)) % coef else 0)) if hi < 0 else 0
 
 
+# --------------------------------------------------------------------------- unswitching
+
+
+def unswitch_invariant_guards(s: Stmt) -> Stmt:
+    """Hoist the guards that a loop's body tests but no iteration of it changes: `for x:
+    ... if (g) S ...` with g independent of x and of every loop inside becomes `if (g) for x:
+    ... S ... else for x: ... if (g) S ...` (loop unswitching), at the outermost serial loop
+    where g is invariant.
+
+    The row guards of a register tile whose block straddles the end of M depend on the
+    parallel loop's variable through a modulo (blocks fused into one parallel loop), which
+    partition_tails cannot split on; left in the tile's loop over K they cost a compare and a
+    branch per row and step and keep GCC from allocating the accumulators across them.
+    Conjuncts that read memory, or that an enclosing unswitch already decided, stay in place.
+    """
+
+    def go(n: Stmt, decided: frozenset[str]) -> Stmt:
+        if isinstance(n, For):
+            hoist = [] if n.kind in ("parallel", "vectorized") else _invariant_guards(n, decided)
+            if not hoist:
+                return For(n.var, n.extent, n.kind, go(n.body, decided))
+            keys = frozenset(repr(c) for c in hoist)
+            fast = For(n.var, n.extent, n.kind, go(_drop_conjuncts(n.body, keys), decided | keys))
+            return IfThenElse(all_of(*hoist), fast, For(n.var, n.extent, n.kind, go(n.body, decided | keys)))
+        if isinstance(n, Allocate):
+            return Allocate(n.buffer, go(n.body, decided))
+        if isinstance(n, IfThenElse):
+            return IfThenElse(n.cond, go(n.then, decided), go(n.otherwise, decided) if n.otherwise else None)
+        if isinstance(n, Seq):
+            return seq(go(x, decided) for x in n.stmts)
+        return n
+
+    return go(s, frozenset())
+
+
+def _invariant_guards(loop: For, decided: frozenset[str]) -> list[Expr]:
+    """The distinct conjuncts of the conditions of the else-less IfThenElse statements inside
+    `loop` that depend on no variable of it or of its inner loops and read no memory."""
+    inner = {n.var for n in walk_stmt(loop) if isinstance(n, For)}
+    found: dict[str, Expr] = {}
+    for n in walk_stmt(loop.body):
+        if isinstance(n, IfThenElse) and n.otherwise is None:
+            for c in _conjuncts(n.cond):
+                nodes = list(expr_nodes(c))
+                if (not any(isinstance(x, Load) for x in nodes) and not any(x in inner for x in nodes)
+                        and any(isinstance(x, Var) for x in nodes) and repr(c) not in decided):
+                    found.setdefault(repr(c), c)
+    return list(found.values())
+
+
+def _drop_conjuncts(s: Stmt, keys: frozenset[str]) -> Stmt:
+    """`s` with the conjuncts whose repr is in `keys` removed from its IfThenElse conditions
+    (a condition left with none becomes its then branch)."""
+
+    def fs(n):
+        if not (isinstance(n, IfThenElse) and n.otherwise is None):
+            return None
+        rest = [c for c in _conjuncts(n.cond) if repr(c) not in keys]
+        return IfThenElse(all_of(*rest), n.then) if rest else n.then
+
+    return map_stmt(s, lambda e: e, fs)
+
+
 def _conjuncts(c: Expr) -> list[Expr]:
     if isinstance(c, BinOp) and c.op == "and":
         return _conjuncts(c.a) + _conjuncts(c.b)
@@ -402,6 +465,7 @@ def optimize(func: PrimFunc, lanes: int) -> PrimFunc:
     body = remove_unit_loops(body)
     body = simplify_stmt(body)
     body = vectorize(body, lanes)
+    body = unswitch_invariant_guards(body)
     body = hoist_heap(body)
     return PrimFunc(func.name, func.params, body, func.num_outputs, func.extern_sources)
 

@@ -206,6 +206,30 @@ def test_a_vector_loop_guarded_lane_by_lane_is_versioned(target):
     check_against_numpy(w, built, target)
 
 
+@pytest.mark.parametrize("target", params(FAMILY))
+def test_the_row_guards_of_a_tile_straddling_m_leave_its_loop_over_k(target):
+    """Register tiles of 6 rows over M = 100 (the last tile has 4) in blocks fused into the
+    parallel loop, whose variable the guards reach through a modulo (the partitioner cannot
+    split there): the tile's loop over K runs unguarded where every row is inside M, the
+    guarded copy only for the edge tile."""
+    from tunefleet.compiler import ops
+    from tunefleet.compiler.driver import build_workload
+
+    w = ops.make_workload("matmul", {"M": 100, "N": 64, "K": 64, "bias": True})
+    space = ops.config_space(w, target)
+    nr = target.lanes("float32")
+    knobs = {**ops.default_config(w, target).to_json()["knobs"], "mr": 6, "nr": nr, "bm": 4, "bn": 2, "ku": 4,
+             "parallel": "fused", "kc": 64}
+    built = build_workload(w, space.from_json({"knobs": knobs}), target)
+    versions = [n for n in walk_stmt(built.func.body) if isinstance(n, IfThenElse) and isinstance(n.then, For)
+                and isinstance(n.otherwise, For) and n.then.var.name.startswith("k")]
+    assert versions
+    for v in versions:
+        assert not any(isinstance(x, IfThenElse) for x in walk_stmt(v.then))
+        assert any(isinstance(x, IfThenElse) for x in walk_stmt(v.otherwise))
+    check_against_numpy(w, built, target)
+
+
 def check_against_numpy(workload, built, target):
     """Run `built` (built for `target`) on random inputs and compare with the workload's numpy
     reference, where this host executes `target`; elsewhere the gcc build was the check."""
