@@ -194,6 +194,21 @@ def seq(stmts: Iterable[Stmt | None]) -> Stmt:
 # --------------------------------------------------------------------------- generic rewriting
 
 
+def map_children(s: Stmt, f: Callable[[Stmt], Stmt]) -> Stmt:
+    """`s` rebuilt with `f` applied to each statement directly inside it (a loop's or an
+    allocation's body, the branches of an IfThenElse, the parts of a Seq); other statements
+    as they are. For top-down rewrites that carry context down (map_stmt works bottom-up)."""
+    if isinstance(s, For):
+        return For(s.var, s.extent, s.kind, f(s.body))
+    if isinstance(s, Allocate):
+        return Allocate(s.buffer, f(s.body))
+    if isinstance(s, IfThenElse):
+        return IfThenElse(s.cond, f(s.then), f(s.otherwise) if s.otherwise is not None else None)
+    if isinstance(s, Seq):
+        return seq(f(x) for x in s.stmts)
+    return s
+
+
 def _rebuild_binop(e: BinOp, f) -> Expr:
     a, b = map_expr(e.a, f), map_expr(e.b, f)
     return e if (a is e.a and b is e.b) else BinOp(e.op, a, b)

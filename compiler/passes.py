@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from .expr import BinOp, Call, Cast, Const, Expr, Select, Var, dtype_of
 from .ir import (Allocate, Broadcast, Buffer, For, IfThenElse, Load, PrimFunc, Ramp, Seq, Stmt, Store, expr_nodes,
-                 lanes_of, map_stmt, seq, stmt_exprs, substitute, walk_stmt)
+                 lanes_of, map_children, map_stmt, seq, stmt_exprs, substitute, walk_stmt)
 from .simplify import Simplifier
 from .te import all_of
 
@@ -350,18 +350,11 @@ def unswitch_invariant_guards(s: Stmt) -> Stmt:
     def go(n: Stmt, decided: frozenset[str]) -> Stmt:
         if isinstance(n, For):
             hoist = [] if n.kind in ("parallel", "vectorized") else _invariant_guards(n, decided)
-            if not hoist:
-                return For(n.var, n.extent, n.kind, go(n.body, decided))
-            keys = frozenset(repr(c) for c in hoist)
-            fast = For(n.var, n.extent, n.kind, go(_drop_conjuncts(n.body, keys), decided | keys))
-            return IfThenElse(all_of(*hoist), fast, For(n.var, n.extent, n.kind, go(n.body, decided | keys)))
-        if isinstance(n, Allocate):
-            return Allocate(n.buffer, go(n.body, decided))
-        if isinstance(n, IfThenElse):
-            return IfThenElse(n.cond, go(n.then, decided), go(n.otherwise, decided) if n.otherwise else None)
-        if isinstance(n, Seq):
-            return seq(go(x, decided) for x in n.stmts)
-        return n
+            if hoist:
+                keys = frozenset(repr(c) for c in hoist)
+                fast = For(n.var, n.extent, n.kind, go(_drop_conjuncts(n.body, keys), decided | keys))
+                return IfThenElse(all_of(*hoist), fast, For(n.var, n.extent, n.kind, go(n.body, decided | keys)))
+        return map_children(n, lambda c: go(c, decided))
 
     return go(s, frozenset())
 
@@ -436,18 +429,9 @@ def hoist_heap(s: Stmt) -> Stmt:
         if isinstance(n, Allocate) and n.buffer.scope == "heap" and not in_par:
             hoisted.append(n)
             return collect(n.body, in_par)
-        if isinstance(n, For):
-            if n.kind == "parallel" and not in_par:
-                body = hoist_heap(n.body)
-                return For(n.var, n.extent, n.kind, body)
-            return For(n.var, n.extent, n.kind, collect(n.body, in_par))
-        if isinstance(n, Allocate):
-            return Allocate(n.buffer, collect(n.body, in_par))
-        if isinstance(n, IfThenElse):
-            return IfThenElse(n.cond, collect(n.then, in_par), collect(n.otherwise, in_par) if n.otherwise else None)
-        if isinstance(n, Seq):
-            return seq(collect(x, in_par) for x in n.stmts)
-        return n
+        if isinstance(n, For) and n.kind == "parallel" and not in_par:
+            return For(n.var, n.extent, n.kind, hoist_heap(n.body))
+        return map_children(n, lambda c: collect(c, in_par))
 
     body = collect(s, False)
     for a in reversed(hoisted):

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..ir import (Allocate, Buffer, Evaluate, For, IfThenElse, Load, Ramp, Seq, Stmt, Store, expr_nodes, lanes_of,
-                  map_expr, map_stmt, seq, stmt_exprs, substitute, walk_stmt)
+                  map_children, map_expr, map_stmt, seq, stmt_exprs, substitute, walk_stmt)
 from ..schedule import GPU_TAGS, Schedule
 from ..te import Const, Expr, dtype_of
 from .resources import SHARED_ALIGN, round_up
@@ -67,15 +67,7 @@ def lift_shared_buffers(s: Stmt) -> tuple[Stmt, list[Buffer]]:
             out.append(barrier())
             out.append(visit(rest))
             return seq(out)
-        if isinstance(n, For):
-            return For(n.var, n.extent, n.kind, visit(n.body))
-        if isinstance(n, Allocate):
-            return Allocate(n.buffer, visit(n.body))
-        if isinstance(n, IfThenElse):
-            return IfThenElse(n.cond, visit(n.then), visit(n.otherwise) if n.otherwise is not None else None)
-        if isinstance(n, Seq):
-            return seq(visit(x) for x in n.stmts)
-        return n
+        return map_children(n, visit)
 
     out = visit(s)
     return dedupe_barriers(out), buffers
@@ -97,16 +89,7 @@ def _replace_stores(s: Stmt, f) -> Stmt:
     """`s` with each Store replaced by `f(store)` (the loops and guards around it kept)."""
     if isinstance(s, Store):
         return f(s)
-    if isinstance(s, For):
-        return For(s.var, s.extent, s.kind, _replace_stores(s.body, f))
-    if isinstance(s, IfThenElse):
-        return IfThenElse(s.cond, _replace_stores(s.then, f),
-                          _replace_stores(s.otherwise, f) if s.otherwise is not None else None)
-    if isinstance(s, Seq):
-        return seq(_replace_stores(x, f) for x in s.stmts)
-    if isinstance(s, Allocate):
-        return Allocate(s.buffer, _replace_stores(s.body, f))
-    return s
+    return map_children(s, lambda c: _replace_stores(c, f))
 
 
 def _offset(index: Expr, off: Expr) -> Expr:
