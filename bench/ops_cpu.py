@@ -148,6 +148,17 @@ pre-packed 138 (1.06 / 0.92; the quick ranking picked NCHWc's default, level wit
 this run); in-process, 21 alternating timings, medians: the GEMM over OIHW8i16o 137, NCHWc over
 OIHW8i32o (the layout before) 110, NCHWc per call 117.
 
+Zen 3 again (family 25 model 1, peak 197-204), after the row guards of edge tiles left their
+loops over K (`passes.unswitch_invariant_guards`), 8 configs, 3 rounds, GFLOP/s default -> best
+(PyTorch / onnxruntime): 3×3 NCHWc 56² 170 (1.91 / 0.97), 28² 169 (1.15 / 0.90), 14² 137 -> 161
+(1.41 / 0.92), pre-packed 14² 157 -> 170 (1.21 / 0.88), s2 128@56² 134 (1.10 / 0.91), s2 256@28²
+158 (1.04 / 0.94); 7² per call 151 -> 152 (1.42 / 0.96; 107-108 before the per-call panel GEMM),
+pre-packed 155 (1.94 / 0.91), s2 512@14² 133 -> 150 (1.52 / 0.95), pre-packed 168 -> 174 (1.84 /
+1.03); 1×1 layers 0.94-5.27 / 0.87-1.69, 256 -> 64 at 56² 119 -> 127 (0.94 / 1.69: PyTorch 125,
+level within the noise; in-process the default beat mr 4, mr 5 and 4 × 3 vectors there), 2048 ->
+512 at 7² pre-packed 164 (1.67 / 0.94); dense 1×512 -> 1000 59 (3.36 / 1.96, OpenBLAS 1.30), 1×768
+-> 3072 63 (2.79 / 1.52, 1.28), 128×768 -> 3072 168 (1.45 / 0.99, 1.22).
+
 On an Intel Xeon (model 167 as the VM reports it: AVX-512 with two FMA units, AMX, 2 MiB L2
 per core, 2 vCPUs; quiet, peak 438-480 GFLOP/s), 8 configs, 3 rounds, GFLOP/s default -> best,
 peer ÷ our best (PyTorch / onnxruntime): 3×3 NCHWc 56² 345 (1.16 / 0.92), 28² 348 -> 359 (1.19 /
