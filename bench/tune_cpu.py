@@ -113,6 +113,12 @@ numpy with OpenBLAS's AVX-512 / AVX2 kernels: 1024³ 223.9 vs 202.2 / 218.2 (1.1
 199.1 vs 179.9 / 204.2 (1.12 / 0.98); conv2d 512@7² 178.2 vs PyTorch 180.8 (0.99), again 189.2
 vs 173.3 (1.17; spread of the winner's timings 10-30%). 90% of each run's best at the first or
 second trial; tuning 43-176 s.
+
+AMD EPYC Zen 3 again (family 25 model 1, AVX2 only, peak 195-204, a noisy host: the winners'
+timings spread 17-26%), after the row guards of edge tiles left their loops over K, xgb, 64
+trials, winners re-timed in 5 rounds: matmul 1024³ 165.6 vs numpy 183.8 / its AVX2 kernels 182.2
+(round-median ratios 1.02 / 0.97), 1000³ 170.3 vs 182.7 / 176.3 (0.98 / 0.98), conv2d 512@7²
+139.8 vs PyTorch 111.9 (1.59); 90% of each run's best within 1-3 trials; tuning 68-91 s.
 """
 
 from __future__ import annotations
