@@ -58,13 +58,14 @@ panel in the L2, so the loss is in how the blocks meet the caches, not in the re
 
 Zen 3 again (same model; measured peak 195 GFLOP/s for 2 threads, a noisy host: medians of a
 kernel 10-20% below its best), after the row guards of a register tile straddling M's edge left
-its loop over K (`passes.unswitch_invariant_guards`; 1000³'s default, 6-row tiles over 1000 rows:
-134.6 -> 165.5 GFLOP/s, 1.23×, 5 rounds of fresh processes), 5 rounds, default / best of 16 /
-numpy / np-AVX2 / ratio / % of the peak: 1024³ 151.7 / 159.2 / 166.5 / 160.7 / 1.09 / 82%, 2048³
-154.6 / 167.5 / 185.9 / 162.9 / 1.03 / 86%, 1000³ 166.6 / 166.6 / 185.4 / 184.5 / 0.95 / 86%,
-128×3072×768 171.0 / 171.0 / 168.5 / 168.2 / 1.03 / 88%. OpenBLAS reaches 95% of the peak at
-2048³ and 1000³ here, so 1.1× is out of reach on this ISA; K blocks of 512 at 2048³ (kc 512, bn
-8, bm 8-16) measured 1.03-1.05× the default, within this host's noise.
+its loop over K (`passes.unswitch_invariant_guards`; 1000³'s default, 6-row tiles over 1000 rows,
+2 threads: 134.6 -> 165.5 GFLOP/s in one run of 5 rounds of fresh processes, 1.01× in another,
+medians of 21 alternating in-process rounds 130 -> 142 (1.10×); one thread level), 5 rounds,
+default / best of 16 / numpy / np-AVX2 / ratio / % of the peak: 1024³ 151.7 / 159.2 / 166.5 /
+160.7 / 1.09 / 82%, 2048³ 154.6 / 167.5 / 185.9 / 162.9 / 1.03 / 86%, 1000³ 166.6 / 166.6 / 185.4
+/ 184.5 / 0.95 / 86%, 128×3072×768 171.0 / 171.0 / 168.5 / 168.2 / 1.03 / 88%. OpenBLAS reaches
+95% of the peak at 2048³ and 1000³ here, so 1.1× is out of reach on this ISA; K blocks of 512 at
+2048³ (kc 512, bn 8, bm 8-16) measured 1.03-1.05× the default, within this host's noise.
 
 On an AMD EPYC Zen 5 (family 26 model 2, AVX-512 on 512-bit units, 2 vCPUs, 48 KiB L1d and
 1 MiB L2 per core; quiet), target avx512, measured peak 535 GFLOP/s for 2 threads, 5 rounds:
