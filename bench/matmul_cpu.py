@@ -1,13 +1,15 @@
-"""Benchmark: tunefleet's CPU matmul against numpy, in one run.
+"""Benchmark: tunefleet's CPU matmul against numpy and PyTorch, in one run.
 
 For M=N=K in {256, 512, 1024, 2048} and 128×3072×768: our default config (no tuning), the
 best of up to 16 configs from the template's space (the default's neighbourhood plus
-random points whose register tile fits the vector registers), and numpy — timed in child
+random points whose register tile fits the vector registers), numpy — timed in child
 processes with OPENBLAS_CORETYPE removed (OpenBLAS's AVX-512 kernels) and with it set
-(AVX2 kernels), in interleaved rounds of fresh processes (ours, ours, numpy, numpy, ...). Prints
-GFLOP/s (best over the rounds), the ratio OpenBLAS time / ours (OpenBLAS's faster kernels of
-each round; median over the rounds of the ratio within a round, `common.round_ratio`) and the
-percentage of the fp32 FMA peak that the bench measures itself.
+(AVX2 kernels) — and, where it is installed, PyTorch's torch.mm (MKL / oneDNN, with our timing
+protocol), in interleaved rounds of fresh processes (ours, ours, numpy, numpy, torch, ...).
+Prints GFLOP/s (best over the rounds), the ratios OpenBLAS time / ours (OpenBLAS's faster
+kernels of each round) and PyTorch time / ours (each the median over the rounds of the ratio
+within a round, `common.round_ratio`) and the percentage of the fp32 FMA peak that the bench
+measures itself.
 
     python bench/matmul_cpu.py [--sizes 1024 2048] [--configs 16] [--threads N] [--processes 5]
                                [--target "cpu -isa=avx2"]
@@ -120,6 +122,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(__file__))
 from common import (PROCESSES, export, host_target, interleaved_seconds, kernel_code, numpy_env, numpy_matmul_code, peak_gflops,  # noqa: E402
                     quick_seconds, round_ratio, scratch_dir)
+from ops_cpu import torch_available, torch_code, torch_env  # noqa: E402
 
 from tunefleet.compiler import ops  # noqa: E402
 from tunefleet.compiler.driver import build_workload  # noqa: E402
@@ -155,7 +158,10 @@ def main() -> None:
     lanes = target.lanes("float32")
     peak = peak_gflops(args.threads, target)
     print(f"target {target}, {args.threads} threads, measured fp32 FMA peak {peak:.0f} GFLOP/s")
-    header = f"{'M×N×K':>14} {'default':>9} {'best/16':>9} {'numpy':>9} {'np-AVX2':>9} {'best/np':>8} {'%peak':>6}  best config"
+    have_torch = torch_available()
+    print(f"PyTorch {'installed: its column times torch.mm (MKL / oneDNN)' if have_torch else 'not installed'}")
+    header = (f"{'M×N×K':>14} {'default':>9} {'best/16':>9} {'numpy':>9} {'np-AVX2':>9} {'torch':>9} {'best/np':>8} "
+              f"{'best/pt':>8} {'%peak':>6}  best config")
     print(header)
     rng = np.random.default_rng(0)
     for size in args.sizes:
@@ -173,15 +179,20 @@ def main() -> None:
         best_cfg, best_built = trials[0][1], trials[0][2]
         default_built = next(t[2] for t in trials if t[1].index == default.index)
         artifacts = [export(b, w, scratch_dir("tf-bench-")) for b in (default_built, best_built)]
-        s_default, s_best, s_np, s_np_avx2 = interleaved_seconds(
-            [kernel_code(a) for a in artifacts] + [numpy_matmul_code(M, N, K)] * 2,
-            envs=[None, None, numpy_env(False), numpy_env(True)], processes=args.processes)
+        codes = [kernel_code(a) for a in artifacts] + [numpy_matmul_code(M, N, K)] * 2
+        envs = [None, None, numpy_env(False), numpy_env(True)]
+        if have_torch:
+            codes.append(torch_code("matmul", w.args, args.threads, "repeats"))
+            envs.append(torch_env(target))
+        s_default, s_best, s_np, s_np_avx2, *s_torch = interleaved_seconds(codes, envs=envs, processes=args.processes)
         s_ours = [min(d, b) for d, b in zip(s_default, s_best)]
         # OpenBLAS at its best on this host: its AVX2 kernels beat its AVX-512 ones where AVX-512
         # runs on 256-bit units (AMD Zen 4); built for AVX2, ours meets its AVX2 kernels alone.
         s_openblas = s_np_avx2 if target.isa == "avx2" else [min(a, b) for a, b in zip(s_np, s_np_avx2)]
+        torch_columns = (f"{gf(min(s_torch[0])):9.1f}", f"{round_ratio(s_torch[0], s_ours):8.2f}") if s_torch else ("-", "-")
         print(f"{f'{M}x{N}x{K}':>14} {gf(min(s_default)):9.1f} {gf(min(s_ours)):9.1f} {gf(min(s_np)):9.1f} "
-              f"{gf(min(s_np_avx2)):9.1f} {round_ratio(s_openblas, s_ours):8.2f} {100 * gf(min(s_ours)) / peak:5.0f}%  "
+              f"{gf(min(s_np_avx2)):9.1f} {torch_columns[0]:>9} {round_ratio(s_openblas, s_ours):8.2f} {torch_columns[1]:>8} "
+              f"{100 * gf(min(s_ours)) / peak:5.0f}%  "
               f"{best_cfg.to_json()['knobs']} ({time.time() - t0:.0f}s)", flush=True)
 
 if __name__ == "__main__":

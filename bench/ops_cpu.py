@@ -299,9 +299,15 @@ def _conv_channels(op: str, a: dict) -> tuple[int, int, int]:
 
 
 def torch_code(op: str, a: dict, threads: int, protocol: str) -> str:
-    """Python source timing PyTorch's equivalent of the workload (F.linear, torch.bmm, F.conv2d +
-    relu; oneDNN / MKL inside) with the same protocol as ours; prints the best seconds."""
-    if op == "batch_matmul":
+    """Python source timing PyTorch's equivalent of the workload (torch.mm for a matmul without bias
+    or epilogue, F.linear, torch.bmm, F.conv2d + relu; oneDNN / MKL inside) with the same protocol
+    as ours; prints the best seconds."""
+    if op == "matmul":
+        if a.get("bias") or a.get("epilogue", "none") != "none":
+            raise ValueError("torch_code times a matmul without bias or epilogue")
+        setup = (f"x = torch.rand({a['M']}, {a['K']}); y = torch.rand({a['K']}, {a['N']})\n"
+                 "out = torch.empty(x.shape[0], y.shape[1])\ncall = lambda: torch.mm(x, y, out=out)")
+    elif op == "batch_matmul":
         setup = (f"x = torch.rand({a['batch']}, {a['M']}, {a['K']}); y = torch.rand({a['batch']}, {a['K']}, {a['N']})\n"
                  "call = lambda: torch.bmm(x, y)")
     elif op == "dense":

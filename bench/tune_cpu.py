@@ -12,8 +12,8 @@ flop / its fastest repeat, the estimate least disturbed by other work on a share
 the trials and seconds it took to reach 90% of that best, and the record file; per run,
 the same for 90% of the run's final best. Then,
 per run: the validated winner's artifact timed like its peers — numpy (OpenBLAS) with
-OPENBLAS_CORETYPE removed (its AVX-512 kernels) and with it set (AVX2), and PyTorch for
-conv2d when installed — in interleaved rounds of fresh processes: GFLOP/s best over the
+OPENBLAS_CORETYPE removed (its AVX-512 kernels) and with it set (AVX2), and PyTorch (torch.mm,
+F.conv2d + relu) when installed — in interleaved rounds of fresh processes: GFLOP/s best over the
 rounds, ratios the median over the rounds of the peer's time over ours in the same round.
 Finally: when the XGBoost search reached random search's best of the largest budget.
 
@@ -173,11 +173,10 @@ print(best)
 
 def peers(op: str, a: dict, threads: int) -> dict[str, str]:
     """name -> Python source printing a peer's best seconds on the workload."""
-    if op == "matmul":
-        return {"numpy": numpy_code(a, False), "numpy AVX2": numpy_code(a, True)}
-    if op.startswith("conv2d") and torch_available():
-        return {"torch": torch_code(op, a, threads, "repeats")}
-    return {}
+    timed = {"numpy": numpy_code(a, False), "numpy AVX2": numpy_code(a, True)} if op == "matmul" else {}
+    if (op == "matmul" or op.startswith("conv2d")) and torch_available():
+        timed["torch"] = torch_code(op, a, threads, "repeats")
+    return timed
 
 
 def gflops_trajectory(result) -> list[tuple[int, float, float]]:
