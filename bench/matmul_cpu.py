@@ -103,6 +103,26 @@ threads: mr 7 0.90, 14 × 32 0.78, 12 × 32 0.91, pack_a 0.90, kc 256 0.85, kc 5
 0.98; gcc's -mtune for the host, -O2 or no instruction scheduling 1.00-1.02); one thread 173
 (a 384 × 256 × 1024 product with B in the L2: 198).
 
+The same Xeon model 167 later, with PyTorch's torch.mm beside numpy (a noisier minute: peak 457),
+5 rounds, default / best of 16 / numpy / np-AVX2 / PyTorch / ratio to OpenBLAS / to PyTorch / % of
+the peak: 256³ 272.5 / 272.5 / 240.5 / 181.3 / 328.9 / 1.15 / 0.96, 512³ 331.9 / 332.9 / 273.2 /
+200.4 / 358.9 / 1.23 / 1.00, 1024³ 372.4 / 372.4 / 335.3 / 222.3 / 359.5 / 1.07 / 1.00 / 81%, 2048³
+371.3 / 371.3 / 327.7 / 220.6 / 377.8 / 1.10 / 0.99 / 81%, 1000³ 343.4 / 343.4 / 316.1 / 220.8 /
+355.6 / 1.11 / 0.98 / 75%, 128×3072×768 290.4 / 300.6 / 256.3 / 196.4 / 324.6 / 1.19 / 0.93 / 66%:
+MKL runs level with us at the cubes and ahead at the skinny product. One thread at 1024³: ours
+174-183, PyTorch 191-208 (peak 238). A C model of the default's loops puts the loss in the caches,
+not in the register tile: the 6 × 64 tile reaches 209-223 GFLOP/s on one core with its operands in
+the L1, 206-211 with B's 1024-deep panel in the L2, 177-191 with A's rows streamed from the L3 as
+well (the default's arrangement). Order nm_mn with 2 panels per block (each tile's rows of A read
+again from the L1 for the block's second panel): 1.04-1.07× at 1024³ (1 and 2 threads), 1.04× at
+1000³, 1.00× at 2048³ and 128×3072×768 — not the default, which would then give 1024³ only 8
+blocks of N to share among the threads (MIN_PARALLEL_TASKS is 16) and does not know their
+count. GotoBLAS's K blocks (kc 128-256, A packed, B's panel in the L1): 0.58-0.88×, each K block
+reading and writing C's region again. At 128×3072×768 packing B per block of N (768 rows of 256
+bytes, each in another page) takes a quarter of a thread's time in the C model (tiles alone
+180-185 GFLOP/s, with the packs 140-150); prefetching the next block's rows during the tiles
+slowed it (0.85×), and wider blocks (bn 2-8) or K blocks (kc 192-384) measured 0.97-1.03×.
+
 Zen 4 again, `--target "cpu -isa=avx2"` (peak 230): 1024³ default 209.9, best of 16 214.0 (93%),
 numpy AVX2 kernels 209.7; 1000³ 191.7 / 193.6 / 212.9. At 1000³ the default (6 × 16, bm 8, bn
 8, kc = K) is the best of its neighbours, medians of 5 interleaved processes against it: mr 5

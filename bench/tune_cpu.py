@@ -106,6 +106,11 @@ vs 341.5 (1.10), 128×3072×768 311.9 vs 263.3 (1.21), conv2d 512@7² 271.5 vs P
 the per-call panel GEMM's default, each panel of weights packed per block inside the parallel
 loop); 90% of each run's best after the first trial, except 128×3072×768 (31 trials).
 
+The same Xeon later, with PyTorch's torch.mm among the peers (xgb, 64 trials, 5 rounds),
+tuned vs numpy / PyTorch (ratios): matmul 1024³ 366.2 vs 332.4 / 352.4 (1.10 / 1.02), 1000³ 353.0
+vs 323.4 / 354.5 (1.11 / 1.00), 128×3072×768 301.4 vs 260.6 / 321.5 (1.12 / 0.96); 90% of each
+run's best after 1, 13 and 1 trials; tuning 37-73 s.
+
 AMD EPYC Zen 4 again (family 25 model 17, peak 230-234; main at d62a53d: register tiles kept
 within the vector registers), xgb, 64 trials, winners re-timed in 5 rounds, GFLOP/s tuned vs
 numpy with OpenBLAS's AVX-512 / AVX2 kernels: 1024³ 223.9 vs 202.2 / 218.2 (1.13 / 1.07), 2048³
