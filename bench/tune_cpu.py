@@ -14,8 +14,9 @@ the same for 90% of the run's final best. Then,
 per run: the validated winner's artifact timed like its peers — numpy (OpenBLAS) with
 OPENBLAS_CORETYPE removed (its AVX-512 kernels) and with it set (AVX2), and PyTorch (torch.mm,
 F.conv2d + relu) when installed — in interleaved rounds of fresh processes: GFLOP/s best over the
-rounds, ratios the median over the rounds of the peer's time over ours in the same round.
-Finally: when the XGBoost search reached random search's best of the largest budget.
+rounds, ratios the median over the rounds of the peer's time over ours in the same round, and
+the winner's best as a percentage of the fp32 FMA peak timed in the same rounds (`common.peak_code`,
+with the target's vectors). Finally: when the XGBoost search reached random search's best of the largest budget.
 
     python bench/tune_cpu.py [--only matmul] [--budgets 64 256] [--strategies xgb random]
                              [--out DIR] [--processes 3] [--target "cpu -isa=avx2"]
@@ -137,8 +138,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import PROCESSES, host_target, interleaved_seconds, kernel_code, round_ratio  # noqa: E402
-from ops_cpu import torch_available, torch_code  # noqa: E402
+from common import PROCESSES, host_target, interleaved_seconds, kernel_code, peak_code, round_ratio  # noqa: E402
+from ops_cpu import torch_available, torch_code, torch_env  # noqa: E402
 
 from tunefleet.compiler import ops  # noqa: E402
 from tunefleet.compiler.target import Target  # noqa: E402
@@ -176,11 +177,12 @@ print(best)
 """
 
 
-def peers(op: str, a: dict, threads: int) -> dict[str, str]:
-    """name -> Python source printing a peer's best seconds on the workload."""
-    timed = {"numpy": numpy_code(a, False), "numpy AVX2": numpy_code(a, True)} if op == "matmul" else {}
+def peers(op: str, a: dict, threads: int, target: Target) -> dict[str, tuple[str, dict | None]]:
+    """name -> (Python source printing a peer's best seconds on the workload, its environment:
+    None for this process's); PyTorch kept to `target`'s ISA."""
+    timed = {"numpy": (numpy_code(a, False), None), "numpy AVX2": (numpy_code(a, True), None)} if op == "matmul" else {}
     if (op == "matmul" or op.startswith("conv2d")) and torch_available():
-        timed["torch"] = torch_code(op, a, threads, "repeats")
+        timed["torch"] = (torch_code(op, a, threads, "repeats"), torch_env(target))
     return timed
 
 
@@ -216,11 +218,15 @@ def run(name: str, op: str, a: dict, strategy: str, budgets: list[int], out: Pat
         return trajectory
     artifact = apply_best([result.best], w, target, tempfile.mkdtemp(prefix="tf-tune-bench-"))
     threads = len(os.sched_getaffinity(0))
-    competitors = {"tuned": kernel_code(artifact), **peers(op, w.args, threads)}
-    seconds = dict(zip(competitors, interleaved_seconds(list(competitors.values()), processes=processes)))
+    timed = {"tuned": (kernel_code(artifact), None), **peers(op, w.args, threads, target),
+             "peak": (peak_code(threads, target), None)}
+    seconds = dict(zip(timed, interleaved_seconds([code for code, _ in timed.values()],
+                                                  envs=[env for _, env in timed.values()], processes=processes)))
+    peak = 1 / min(seconds.pop("peak"))  # GFLOP/s: the peak's code prints seconds per GFLOP
     line = ", ".join(f"{k} {w.flop / min(s) / 1e9:.1f}" for k, s in seconds.items())
     ratios = ", ".join(f"{k} {round_ratio(s, seconds['tuned']):.2f}" for k, s in seconds.items() if k != "tuned")
-    print(f"{name:>20} {strategy:>6}  validated winner, GFLOP/s: {line} (ratio to {ratios or 'no peer'}); "
+    print(f"{name:>20} {strategy:>6}  validated winner, GFLOP/s: {line} (ratio to {ratios or 'no peer'}; "
+          f"tuned {w.flop / min(seconds['tuned']) / 1e9 / peak:.0%} of the measured fp32 FMA peak {peak:.0f}); "
           f"spread {result.spread:.1%}, CV {result.cv:.1%}; "
           f"90% of the run's best after {trials90} trials / {seconds90:.0f} s; "
           f"{poor} of the {max(0, len(trajectory) - 2)} trials after the first two below half of it; "
