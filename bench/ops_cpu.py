@@ -171,6 +171,16 @@ panel GEMM packed each panel of weights per block inside the parallel loop (its 
 OIHW8i32o 265 -> 272 (1.39 / 0.93); 1×1 2048 -> 512 at 7² 207-219 by default (its dot products;
 the GEMM's tiles, its second default, 274-286: 1.58 / 0.92). Every row at or above PyTorch.
 
+The same Xeon model 167 later (main at d32be5b, peak 429-468), 8 configs, 3 rounds, our best and
+PyTorch / onnxruntime ÷ ours: 3×3 NCHWc 56² 308 (1.24 / 0.95), 28² 329 (1.24 / 1.00), 14² 362 (1.42
+/ 0.95), pre-packed 364 (1.53 / 0.90); 7² 276 (1.42 / 0.94), pre-packed 262 (1.48 / 0.92), s2 512@14²
+234 (1.46 / 0.80), pre-packed 248 (1.62 / 0.92), s2 128@56² 258 (1.31 / 1.00), s2 256@28² 287 (1.23 /
+0.98); 1×1 layers 1.42-6.04 / 0.98-1.55; dense 1×512 -> 1000 84 (2.21 / 1.74, OpenBLAS 1.22), 1×768 ->
+3072 27 (1.48 / 1.40), 128×768 -> 3072 318 (1.08 / 1.01). Every row at or above PyTorch; onnxruntime
+ahead on the 7² layers, whose per-call panel GEMM reads all 9.4 MB of weights each call (about 10
+GB/s per core from memory here; onnxruntime packs its constant weights once, at load): tiles of 5
+or 6 rows × 64 0.79-0.83× the default's 7 × 32, 7 × 48 0.65×.
+
 AMD EPYC Zen 4 again (family 25 model 17, peak 231-235), after the per-call panel GEMM packed
 per block and register tiles were kept within the vector registers (main at d62a53d), 8 configs,
 3 rounds, GFLOP/s default -> best (PyTorch / onnxruntime): 3×3 NCHWc 56² 215 (1.70 / 0.97), 28²
