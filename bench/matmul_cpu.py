@@ -209,9 +209,11 @@ def main() -> None:
         # OpenBLAS at its best on this host: its AVX2 kernels beat its AVX-512 ones where AVX-512
         # runs on 256-bit units (AMD Zen 4); built for AVX2, ours meets its AVX2 kernels alone.
         s_openblas = s_np_avx2 if target.isa == "avx2" else [min(a, b) for a, b in zip(s_np, s_np_avx2)]
-        torch_columns = (f"{gf(min(s_torch[0])):9.1f}", f"{round_ratio(s_torch[0], s_ours):8.2f}") if s_torch else ("-", "-")
+        pt_gflops, pt_ratio = ("-", "-")
+        if s_torch:
+            pt_gflops, pt_ratio = f"{gf(min(s_torch[0])):.1f}", f"{round_ratio(s_torch[0], s_ours):.2f}"
         print(f"{f'{M}x{N}x{K}':>14} {gf(min(s_default)):9.1f} {gf(min(s_ours)):9.1f} {gf(min(s_np)):9.1f} "
-              f"{gf(min(s_np_avx2)):9.1f} {torch_columns[0]:>9} {round_ratio(s_openblas, s_ours):8.2f} {torch_columns[1]:>8} "
+              f"{gf(min(s_np_avx2)):9.1f} {pt_gflops:>9} {round_ratio(s_openblas, s_ours):8.2f} {pt_ratio:>8} "
               f"{100 * gf(min(s_ours)) / peak:5.0f}%  "
               f"{best_cfg.to_json()['knobs']} ({time.time() - t0:.0f}s)", flush=True)
 

@@ -15,8 +15,9 @@ per run: the validated winner's artifact timed like its peers — numpy (OpenBLA
 OPENBLAS_CORETYPE removed (its AVX-512 kernels) and with it set (AVX2), and PyTorch (torch.mm,
 F.conv2d + relu) when installed — in interleaved rounds of fresh processes: GFLOP/s best over the
 rounds, ratios the median over the rounds of the peer's time over ours in the same round, and
-the winner's best as a percentage of the fp32 FMA peak timed in the same rounds (`common.peak_code`,
-with the target's vectors). Finally: when the XGBoost search reached random search's best of the largest budget.
+the winner's best as a percentage of the fp32 FMA peak timed in the same rounds
+(`common.peak_code`, with the target's vectors).
+Finally: when the XGBoost search reached random search's best of the largest budget.
 
     python bench/tune_cpu.py [--only matmul] [--budgets 64 256] [--strategies xgb random]
                              [--out DIR] [--processes 3] [--target "cpu -isa=avx2"]
