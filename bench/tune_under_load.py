@@ -76,6 +76,12 @@ Measured (2-vCPU Intel Xeon, AVX-512, KVM; each phase under the shared CPU lock,
   validated 54.2 under the load. Re-timed quietly: busy winner 141.8 vs quiet 125.8 GFLOP/s
   best, **112.7%** (106.8% by median), different configs (both 6 × 16 tiles, parallel outer; busy:
   A packed, bm 8; quiet: A in place, bm 16, order nm_mn).
+* on an Intel Xeon (model 167 as the VM reports it, AVX-512, 2 vCPUs, load 1.4-2.1; main at
+  86e9dd2, 5 rounds, 3.5 min): quiet 55 s for 64 trials, disturbance median 0.12, max 0.32,
+  winner validated 342.8 GFLOP/s; busy 67 s, median 0.87, max 1.21, winner validated 182.8 under
+  the load; 0% counted disturbed in both; probe 1.5 ms quiet, 8.0 ms busy. Re-timed quietly:
+  busy winner 348.1 vs quiet 344.6 GFLOP/s best, **101.0%** (97.3% by median), different configs
+  (7 × 48 tile, bm 8 vs 6 × 64, bm 16; both order nm_mn, B packed per block).
 """
 
 from __future__ import annotations
