@@ -224,62 +224,66 @@ def _without_lane_guards(n: For, simp: Simplifier) -> tuple[Expr, Stmt] | None:
 # --------------------------------------------------------------------------- loop partitioning
 
 
-def partition_tails(s: Stmt) -> Stmt:
+def partition_tails(s: Stmt, outer_ranges: dict | None = None) -> Stmt:
     """Split a loop `for x in range(E)` whose body holds guards `f(x, inner) < B` (f increasing
     in x) or `g(x, inner) >= B` (g increasing in x) into a head loop, where a lower-bound guard
     may fail, a main loop, where every such guard provably holds and is removed, and a tail
-    loop, where an upper-bound guard may fail.
+    loop, where an upper-bound guard may fail. The head and tail pieces are partitioned again:
+    an inner loop whose guards also read this loop's variable (so it was left whole) may split
+    once the piece fixes that variable's range (the tile at N's edge inside the last block of
+    columns). `outer_ranges`: ranges of variables of enclosing loops.
 
     This is loop peeling for split tails and for zero-padding borders (Halide's / TVM's
     LoopPartition): the hot loop carries no conditions.
     """
-    ranges = loop_ranges(s)
+    ranges = {**(outer_ranges or {}), **loop_ranges(s)}
 
     def piece(n: For, start: int, stop: int, kind: str, suffix: str) -> For:
         var = Var(n.var.name + suffix, n.var.dtype)
         value = BinOp("add", var, Const(start, "int64")) if start else var
         body = map_stmt(n.body, lambda e: substitute(e, {n.var: value}))
         ranges[var] = (0, stop - start - 1)
-        return For(var, stop - start, kind, simplify_stmt(body, ranges))
+        body = simplify_stmt(body, ranges)
+        return For(var, stop - start, kind, body if suffix == "" else partition_tails(body, ranges))
 
     def fs(n):
         if not isinstance(n, For) or n.kind in ("vectorized",) or n.extent < 2:
             return None
-        head = _head_point(n, ranges)
-        split = _split_point(n, ranges)
-        split = n.extent if split is None or split <= head else min(split, n.extent)
-        if head >= split or (head == 0 and split == n.extent):
+        bounds = list(_guard_bounds(n, ranges))
+        head = _head_point(n, bounds)
+        holds = _split_point(bounds)
+        split = n.extent if holds is None or holds <= head else min(holds, n.extent)
+        dead = _dead_point(bounds)
+        cuts = {0, head, split, n.extent} | ({dead} if dead is not None and head < dead < n.extent else set())
+        pieces = [(a, b) for a, b in zip(sorted(cuts), sorted(cuts)[1:]) if a < b]
+        if len(pieces) < 2:
             return None
         if n.kind == "parallel":
-            return _partition_parallel(n, head, split, ranges)
-        edge_kind = n.kind
-        pieces = []
-        if head:
-            pieces.append(piece(n, 0, head, edge_kind, "_h"))
-        pieces.append(piece(n, head, split, n.kind, ""))
-        if split < n.extent:
-            pieces.append(piece(n, split, n.extent, edge_kind, "_t"))
-        return seq(pieces)
+            return _partition_parallel(n, pieces, head, ranges)
+        suffixes = iter(("_t", "_d"))
+        return seq(piece(n, a, b, n.kind, "_h" if b <= head else "" if a == head else next(suffixes))
+                   for a, b in pieces)
 
     return map_stmt(s, lambda e: e, fs)
 
 
-def _partition_parallel(n: For, head: int, split: int, ranges) -> For:
+def _partition_parallel(n: For, pieces: list[tuple[int, int]], main: int, ranges) -> For:
     """partition_tails of a parallel loop: one parallel loop over all of its iterations whose
-    body branches on the loop variable into the head, main and tail pieces (each simplified
-    under its own range of the variable). Peeling the edge iterations into serial loops after
-    the parallel one, as for other loops, would run them on the calling thread alone while the
-    others wait: an 8-iteration parallel loop with one tail iteration (N = 1000 in blocks of
-    128 columns) ran 7 blocks on 2 threads, then the 8th on one."""
+    body branches on the loop variable into the pieces [start, stop) (each simplified under
+    its own range of the variable; all but the main one, starting at `main`, partitioned
+    again). Peeling the edge iterations into serial loops after the parallel one, as for other
+    loops, would run them on the calling thread alone while the others wait: an 8-iteration
+    parallel loop with one tail iteration (N = 1000 in blocks of 128 columns) ran 7 blocks on
+    2 threads, then the 8th on one."""
 
     def part(start: int, stop: int) -> Stmt:
-        return simplify_stmt(n.body, {**ranges, n.var: (start, stop - 1)})
+        piece_ranges = {**ranges, n.var: (start, stop - 1)}
+        body = simplify_stmt(n.body, piece_ranges)
+        return body if start == main else partition_tails(body, piece_ranges)
 
-    body = part(head, split)
-    if split < n.extent:
-        body = IfThenElse(BinOp("lt", n.var, Const(split, n.var.dtype)), body, part(split, n.extent))
-    if head:
-        body = IfThenElse(BinOp("lt", n.var, Const(head, n.var.dtype)), part(0, head), body)
+    body = part(*pieces[-1])
+    for start, stop in reversed(pieces[:-1]):
+        body = IfThenElse(BinOp("lt", n.var, Const(stop, n.var.dtype)), part(start, stop), body)
     return For(n.var, n.extent, n.kind, body)
 
 
@@ -291,39 +295,59 @@ def _guards(loop: For) -> list[Expr]:
     return conds
 
 
-def _guard_bounds(loop: For, ranges, op: str):
-    """(coef, lo, hi) for each guard `a op b` in the body with a - b = coef*x + rest, coef > 0,
-    where rest ranges over [lo, hi]. Only guards whose other variables are loops inside this
-    one count: their ranges are then exactly what the guard ranges over."""
+def _guard_bounds(loop: For, ranges):
+    """(op, coef, lo, hi, step) for each guard `a op b` (op "lt" or "ge") in the body with
+    a - b = coef*x + rest or coef*floordiv(x, step) + rest (x: the loop's variable; coef > 0;
+    step 1 for the first form), where rest ranges over [lo, hi]. Only guards whose other variables are loops inside this
+    one count: their ranges are then exactly what the guard ranges over.
+
+    The second form is a block index: blocks of N fused with the blocks of M into one parallel
+    loop reach their columns through floordiv(x, M's blocks), and the guards of the tiles at
+    N's edge hold in every block of columns before the last."""
     inner = {n.var for n in walk_stmt(loop.body) if isinstance(n, For)}
     simp = Simplifier(ranges)
     for cond in _guards(loop):
-        if not (isinstance(cond, BinOp) and cond.op == op and _depends(cond.a, loop.var)):
+        if not (isinstance(cond, BinOp) and cond.op in ("lt", "ge") and _depends(cond.a, loop.var)):
             continue
         if not {x for x in expr_nodes(cond) if isinstance(x, Var)} - {loop.var} <= inner:
             continue
         lin = simp.lin(BinOp("sub", cond.a, cond.b))
-        entry = lin.terms.get(loop.var)
-        if entry is None or entry[0] <= 0:
+        key, step = loop.var, 1
+        if key not in lin.terms:
+            blocks = [(k, t.b.value) for k, (_, t) in lin.terms.items() if isinstance(t, BinOp) and t.op == "floordiv"
+                      and t.a is loop.var and isinstance(t.b, Const) and t.b.value > 0]
+            if len(blocks) != 1:
+                continue
+            key, step = blocks[0]
+        coef = lin.terms[key][0]
+        if coef <= 0:
             continue
         rest = lin.copy()
-        del rest.terms[loop.var]
+        del rest.terms[key]
         lo, hi = simp.lin_range(rest)
         if lo != -float("inf") and hi != float("inf"):
-            yield entry[0], int(lo), int(hi)
+            yield cond.op, coef, int(lo), int(hi), step
 
 
-def _head_point(loop: For, ranges) -> int:
+def _head_point(loop: For, bounds) -> int:
     """Smallest k such that every lower-bound guard `a >= b` holds for all x >= k, clipped to
-    [0, extent]; 0 if there is none."""
-    # coef*x + lo >= 0  <=>  x >= ceil(-lo / coef)
-    return max((min(loop.extent, max(0, -(lo // coef))) for coef, lo, _ in _guard_bounds(loop, ranges, "ge")),
+    [0, extent]; 0 if there is none. `bounds`: `_guard_bounds` of the loop."""
+    # coef*t + lo >= 0  <=>  t >= ceil(-lo / coef), t = floordiv(x, step)  <=>  x >= step * that
+    return max((min(loop.extent, max(0, -(lo // coef)) * step) for op, coef, lo, _, step in bounds if op == "ge"),
                default=0)
 
 
-def _split_point(loop: For, ranges) -> int | None:
+def _split_point(bounds) -> int | None:
     """Largest k such that every upper-bound guard `a < b` holds for all x < k (None if none)."""
-    return min((_max_x(coef, hi) for coef, _, hi in _guard_bounds(loop, ranges, "lt")), default=None)
+    return min((_max_x(coef, hi) * step for op, coef, _, hi, step in bounds if op == "lt"), default=None)
+
+
+def _dead_point(bounds) -> int | None:
+    """Smallest k such that some upper-bound guard `a < b` fails for all x >= k, whatever the
+    inner loops' variables (a block's tiles wholly beyond N's edge): from there its statements
+    are dead. None if there is no upper-bound guard."""
+    # coef*t + lo >= 0  <=>  t >= ceil(-lo / coef), t = floordiv(x, step)  <=>  x >= step * that
+    return min((max(0, -(lo // coef)) * step for op, coef, lo, _, step in bounds if op == "lt"), default=None)
 
 
 def _max_x(coef: int, hi: float) -> int:
@@ -416,21 +440,50 @@ def _conjuncts(c: Expr) -> list[Expr]:
 def reads_beyond(s: Stmt, buffers: Sequence[Buffer]) -> list[tuple[Buffer, float, float]]:
     """The reads of `buffers` in `s` whose element index can leave [0, size): (buffer, lowest,
     highest index) for each, over the full range of every enclosing loop (a vector read
-    counts all its lanes). Guards are not taken into account, so a read that only a
-    condition keeps in bounds is reported too. For GPU kernels a read past the end of
+    counts all its lanes), narrowed only in the branches of conditions `x < c` on a loop
+    variable (the pieces partition_tails cuts a parallel loop into, whose bodies are
+    simplified for their own range). Other guards are not taken into account, so a read that
+    only a condition keeps in bounds is reported too. For GPU kernels a read past the end of
     shared memory is a fault, not a wrong value (`compiler.cuda.lower` checks this)."""
     ids = {id(b) for b in buffers}
-    simp = Simplifier(loop_ranges(s))
     out: list[tuple[Buffer, float, float]] = []
-    for e in stmt_exprs(s):
-        for x in expr_nodes(e):
-            if isinstance(x, Load) and id(x.buffer) in ids:
-                ramp = isinstance(x.index, Ramp)
-                index, span = (x.index.base, x.index.stride * (x.index.lanes - 1)) if ramp else (x.index, 0)
-                low, high = simp.range_of(simp.simplify(index))
-                low, high = low + min(0, span), high + max(0, span)
-                if low < 0 or high > x.buffer.size - 1:
-                    out.append((x.buffer, low, high))
+
+    def check(exprs, ranges):
+        simp = Simplifier(ranges)
+        for e in exprs:
+            for x in expr_nodes(e):
+                if isinstance(x, Load) and id(x.buffer) in ids:
+                    ramp = isinstance(x.index, Ramp)
+                    index, span = (x.index.base, x.index.stride * (x.index.lanes - 1)) if ramp else (x.index, 0)
+                    low, high = simp.range_of(simp.simplify(index))
+                    low, high = low + min(0, span), high + max(0, span)
+                    if low < 0 or high > x.buffer.size - 1:
+                        out.append((x.buffer, low, high))
+
+    def visit(n: Stmt, ranges: dict) -> None:
+        if isinstance(n, For):
+            visit(n.body, {**ranges, n.var: (0, n.extent - 1)})
+        elif isinstance(n, Allocate):
+            visit(n.body, ranges)
+        elif isinstance(n, Seq):
+            for x in n.stmts:
+                visit(x, ranges)
+        elif isinstance(n, IfThenElse):
+            check([n.cond], ranges)
+            then, otherwise = ranges, ranges
+            c = n.cond
+            if (isinstance(c, BinOp) and c.op == "lt" and isinstance(c.a, Var) and c.a in ranges
+                    and isinstance(c.b, Const)):
+                lo, hi = ranges[c.a]
+                then = {**ranges, c.a: (lo, min(hi, c.b.value - 1))}
+                otherwise = {**ranges, c.a: (max(lo, c.b.value), hi)}
+            visit(n.then, then)
+            if n.otherwise is not None:
+                visit(n.otherwise, otherwise)
+        else:
+            check(stmt_exprs(n), ranges)
+
+    visit(s, {})
     return out
 
 
