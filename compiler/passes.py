@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from .expr import BinOp, Call, Cast, Const, Expr, Select, Var, dtype_of
 from .ir import (Allocate, Broadcast, Buffer, For, IfThenElse, Load, PrimFunc, Ramp, Seq, Stmt, Store, expr_nodes,
-                 lanes_of, map_children, map_stmt, seq, stmt_exprs, substitute, walk_stmt)
+                 lanes_of, map_children, map_expr, map_stmt, seq, stmt_exprs, substitute, walk_stmt)
 from .simplify import Simplifier
 from .te import all_of
 
@@ -228,10 +228,12 @@ def partition_tails(s: Stmt, outer_ranges: dict | None = None) -> Stmt:
     """Split a loop `for x in range(E)` whose body holds guards `f(x, inner) < B` (f increasing
     in x) or `g(x, inner) >= B` (g increasing in x) into a head loop, where a lower-bound guard
     may fail, a main loop, where every such guard provably holds and is removed, and a tail
-    loop, where an upper-bound guard may fail. The head and tail pieces are partitioned again:
-    an inner loop whose guards also read this loop's variable (so it was left whole) may split
-    once the piece fixes that variable's range (the tile at N's edge inside the last block of
-    columns). `outer_ranges`: ranges of variables of enclosing loops.
+    loop, where an upper-bound guard may fail (and from where one fails everywhere, a dead
+    loop). The head and tail pieces are partitioned again: an inner loop whose guards also
+    read this loop's variable (so it was left whole) may split once the piece fixes that
+    variable's range (the tile at N's edge inside the last block of columns). A loop whose
+    guards read its variable only through floormod (a block index of fused loops) is versioned
+    on it instead (`_split_modulo`). `outer_ranges`: ranges of variables of enclosing loops.
 
     This is loop peeling for split tails and for zero-padding borders (Halide's / TVM's
     LoopPartition): the hot loop carries no conditions.
@@ -240,7 +242,8 @@ def partition_tails(s: Stmt, outer_ranges: dict | None = None) -> Stmt:
 
     def piece(n: For, start: int, stop: int, kind: str, suffix: str) -> For:
         var = Var(n.var.name + suffix, n.var.dtype)
-        value = BinOp("add", var, Const(start, "int64")) if start else var
+        value = var if not start else BinOp("add", var, Const(start, "int64"))
+        value = Const(start, "int64") if stop - start == 1 else value  # folded: see _fixed
         body = map_stmt(n.body, lambda e: substitute(e, {n.var: value}))
         ranges[var] = (0, stop - start - 1)
         body = simplify_stmt(body, ranges)
@@ -249,42 +252,92 @@ def partition_tails(s: Stmt, outer_ranges: dict | None = None) -> Stmt:
     def fs(n):
         if not isinstance(n, For) or n.kind in ("vectorized",) or n.extent < 2:
             return None
-        bounds = list(_guard_bounds(n, ranges))
-        head = _head_point(n, bounds)
-        holds = _split_point(bounds)
-        split = n.extent if holds is None or holds <= head else min(holds, n.extent)
-        dead = _dead_point(bounds)
-        cuts = {0, head, split, n.extent} | ({dead} if dead is not None and head < dead < n.extent else set())
-        pieces = [(a, b) for a, b in zip(sorted(cuts), sorted(cuts)[1:]) if a < b]
-        if len(pieces) < 2:
-            return None
         if n.kind == "parallel":
-            return _partition_parallel(n, pieces, head, ranges)
+            return _partition_parallel(n, ranges)
+        pieces, main = _pieces(n, ranges, 0, n.extent)
+        if len(pieces) < 2:
+            versioned = _split_modulo(n, ranges)
+            return None if versioned is None else For(n.var, n.extent, n.kind, versioned)
         suffixes = iter(("_t", "_d"))
-        return seq(piece(n, a, b, n.kind, "_h" if b <= head else "" if a == head else next(suffixes))
+        return seq(piece(n, a, b, n.kind, "_h" if b <= main else "" if a == main else next(suffixes))
                    for a, b in pieces)
 
     return map_stmt(s, lambda e: e, fs)
 
 
-def _partition_parallel(n: For, pieces: list[tuple[int, int]], main: int, ranges) -> For:
+def _pieces(loop: For, ranges, start: int, stop: int) -> tuple[list[tuple[int, int]], int]:
+    """The ranges [a, b) that partition_tails cuts [start, stop) of the loop's variable into,
+    and where the main one starts: before the head point a lower-bound guard may fail; from
+    there to the split point every guard holds; then an upper-bound guard may fail, and from
+    the dead point on one fails everywhere."""
+    bounds = list(_guard_bounds(loop, ranges))
+    head = min(stop, max(start, _head_point(loop, bounds)))
+    holds = _split_point(bounds)
+    split = stop if holds is None or holds <= head else min(holds, stop)
+    dead = _dead_point(bounds)
+    cuts = sorted({start, head, split, stop} | ({dead} if dead is not None and head < dead < stop else set()))
+    return [(a, b) for a, b in zip(cuts, cuts[1:]) if a < b], head
+
+
+def _partition_parallel(n: For, ranges) -> For | None:
     """partition_tails of a parallel loop: one parallel loop over all of its iterations whose
-    body branches on the loop variable into the pieces [start, stop) (each simplified under
-    its own range of the variable; all but the main one, starting at `main`, partitioned
-    again). Peeling the edge iterations into serial loops after the parallel one, as for other
-    loops, would run them on the calling thread alone while the others wait: an 8-iteration
-    parallel loop with one tail iteration (N = 1000 in blocks of 128 columns) ran 7 blocks on
-    2 threads, then the 8th on one."""
+    body branches on the loop variable into the pieces (each simplified under its own range
+    of the variable and partitioned again, then its edge pieces' inner loops too; a piece that
+    no further cut splits versioned on a block index, `_split_modulo`). Peeling the edge
+    iterations into serial loops after the parallel one, as for other loops, would run them
+    on the calling thread alone while the others wait: an 8-iteration parallel loop with one
+    tail iteration (N = 1000 in blocks of 128 columns) ran 7 blocks on 2 threads, then the 8th
+    on one. None where nothing is cut."""
 
-    def part(start: int, stop: int) -> Stmt:
-        piece_ranges = {**ranges, n.var: (start, stop - 1)}
-        body = simplify_stmt(n.body, piece_ranges)
-        return body if start == main else partition_tails(body, piece_ranges)
+    def part(start: int, stop: int, body: Stmt) -> Stmt:
+        r = {**ranges, n.var: (start, stop - 1)}
+        loop = For(n.var, n.extent, n.kind, body)
+        pieces, main = _pieces(loop, r, start, stop)
+        if len(pieces) < 2:
+            return _split_modulo(loop, r) or body
+        out = None
+        for a, b in reversed(pieces):
+            piece_ranges = {**ranges, n.var: (a, b - 1)}
+            p = simplify_stmt(_fixed(body, n.var, a) if b - a == 1 else body, piece_ranges)
+            p = part(a, b, p if a == main else partition_tails(p, piece_ranges))
+            out = p if out is None else IfThenElse(BinOp("lt", n.var, Const(b, n.var.dtype)), p, out)
+        return out
 
-    body = part(*pieces[-1])
-    for start, stop in reversed(pieces[:-1]):
-        body = IfThenElse(BinOp("lt", n.var, Const(stop, n.var.dtype)), part(start, stop), body)
-    return For(n.var, n.extent, n.kind, body)
+    body = part(0, n.extent, n.body)
+    return None if body is n.body else For(n.var, n.extent, n.kind, body)
+
+
+def _split_modulo(loop: For, ranges) -> Stmt | None:
+    """The body of `loop` versioned on t < m, t = floormod(x, d) the block index of an
+    upper-bound guard that holds for every t < m (0 < m < d), each version simplified for its
+    range of t, the other one partitioned again; None if there is no such guard. The blocks
+    of N at the end of each row of blocks (blocks of M outermost in a fused parallel loop)
+    then get tiles of their own width, as partition_tails gives blocks of N outermost."""
+    for op, coef, _, hi, t in _guard_bounds(loop, ranges):
+        if op != "lt" or _step(t) is not None or not 0 < _max_x(coef, hi) < t.b.value:
+            continue
+        m, d = _max_x(coef, hi), t.b.value
+        v = Var(f"{loop.var.name}_block", t.dtype)
+        body = map_stmt(loop.body, lambda e: map_expr(e, lambda x: v if _same_block(x, t) else None))
+
+        def version(lo: int, hi: int) -> Stmt:
+            r = {**ranges, v: (lo, hi)}
+            b = simplify_stmt(_fixed(body, v, lo) if lo == hi else body, r)
+            b = b if lo == 0 else partition_tails(b, r)
+            return map_stmt(b, lambda e: substitute(e, {v: t}))
+
+        return IfThenElse(BinOp("lt", t, Const(m, t.dtype)), version(0, m - 1), version(m, d - 1))
+    return None
+
+
+def _fixed(s: Stmt, var: Var, value: int) -> Stmt:
+    """`s` where `var` is `value` (the simplifier folds a range of one value only through
+    floordiv and floormod)."""
+    return map_stmt(s, lambda e: substitute(e, {var: Const(value, var.dtype)}))
+
+
+def _same_block(x: Expr, t: BinOp) -> bool:
+    return isinstance(x, BinOp) and x.op == t.op and x.a is t.a and isinstance(x.b, Const) and x.b.value == t.b.value
 
 
 def _guards(loop: For) -> list[Expr]:
@@ -296,14 +349,15 @@ def _guards(loop: For) -> list[Expr]:
 
 
 def _guard_bounds(loop: For, ranges):
-    """(op, coef, lo, hi, step) for each guard `a op b` (op "lt" or "ge") in the body with
-    a - b = coef*x + rest or coef*floordiv(x, step) + rest (x: the loop's variable; coef > 0;
-    step 1 for the first form), where rest ranges over [lo, hi]. Only guards whose other variables are loops inside this
+    """(op, coef, lo, hi, t) for each guard `a op b` (op "lt" or "ge") in the body with
+    a - b = coef*t + rest, coef > 0, t the loop's variable x, floordiv(x, d) or floormod(x, d),
+    where rest ranges over [lo, hi]. Only guards whose other variables are loops inside this
     one count: their ranges are then exactly what the guard ranges over.
 
-    The second form is a block index: blocks of N fused with the blocks of M into one parallel
-    loop reach their columns through floordiv(x, M's blocks), and the guards of the tiles at
-    N's edge hold in every block of columns before the last."""
+    floordiv and floormod are the block indices of loops fused into one parallel loop: blocks
+    of N fused with the blocks of M reach their columns through floordiv(x, M's blocks) (blocks
+    of N outermost) or floormod(x, N's blocks), and the guards of the tiles at N's edge hold in
+    every block of columns before the last."""
     inner = {n.var for n in walk_stmt(loop.body) if isinstance(n, For)}
     simp = Simplifier(ranges)
     for cond in _guards(loop):
@@ -312,42 +366,44 @@ def _guard_bounds(loop: For, ranges):
         if not {x for x in expr_nodes(cond) if isinstance(x, Var)} - {loop.var} <= inner:
             continue
         lin = simp.lin(BinOp("sub", cond.a, cond.b))
-        key, step = loop.var, 1
-        if key not in lin.terms:
-            blocks = [(k, t.b.value) for k, (_, t) in lin.terms.items() if isinstance(t, BinOp) and t.op == "floordiv"
-                      and t.a is loop.var and isinstance(t.b, Const) and t.b.value > 0]
-            if len(blocks) != 1:
-                continue
-            key, step = blocks[0]
-        coef = lin.terms[key][0]
-        if coef <= 0:
+        keys = [loop.var] if loop.var in lin.terms else [
+            k for k, (_, t) in lin.terms.items() if isinstance(t, BinOp) and t.op in ("floordiv", "floormod")
+            and t.a is loop.var and isinstance(t.b, Const) and t.b.value > 0]
+        if len(keys) != 1 or lin.terms[keys[0]][0] <= 0:
             continue
+        coef, t = lin.terms[keys[0]]
         rest = lin.copy()
-        del rest.terms[key]
+        del rest.terms[keys[0]]
         lo, hi = simp.lin_range(rest)
         if lo != -float("inf") and hi != float("inf"):
-            yield cond.op, coef, int(lo), int(hi), step
+            yield cond.op, coef, int(lo), int(hi), t
+
+
+def _step(t: Expr) -> int | None:
+    """How many iterations of the loop variable x one value of t (x or floordiv(x, d), as
+    `_guard_bounds` gives it) spans: 1 or d; None for floormod(x, d), not monotonic in x."""
+    return 1 if isinstance(t, Var) else t.b.value if t.op == "floordiv" else None
 
 
 def _head_point(loop: For, bounds) -> int:
     """Smallest k such that every lower-bound guard `a >= b` holds for all x >= k, clipped to
     [0, extent]; 0 if there is none. `bounds`: `_guard_bounds` of the loop."""
     # coef*t + lo >= 0  <=>  t >= ceil(-lo / coef), t = floordiv(x, step)  <=>  x >= step * that
-    return max((min(loop.extent, max(0, -(lo // coef)) * step) for op, coef, lo, _, step in bounds if op == "ge"),
-               default=0)
+    return max((min(loop.extent, max(0, -(lo // coef)) * _step(t))
+                for op, coef, lo, _, t in bounds if op == "ge" and _step(t)), default=0)
 
 
 def _split_point(bounds) -> int | None:
     """Largest k such that every upper-bound guard `a < b` holds for all x < k (None if none)."""
-    return min((_max_x(coef, hi) * step for op, coef, _, hi, step in bounds if op == "lt"), default=None)
+    return min((_max_x(coef, hi) * _step(t) for op, coef, _, hi, t in bounds if op == "lt" and _step(t)), default=None)
 
 
 def _dead_point(bounds) -> int | None:
     """Smallest k such that some upper-bound guard `a < b` fails for all x >= k, whatever the
-    inner loops' variables (a block's tiles wholly beyond N's edge): from there its statements
-    are dead. None if there is no upper-bound guard."""
-    # coef*t + lo >= 0  <=>  t >= ceil(-lo / coef), t = floordiv(x, step)  <=>  x >= step * that
-    return min((max(0, -(lo // coef)) * step for op, coef, lo, _, step in bounds if op == "lt"), default=None)
+    inner loops' variables (a block's tiles wholly beyond N): from there its statements are
+    dead. None if there is no upper-bound guard."""
+    return min((max(0, -(lo // coef)) * _step(t) for op, coef, lo, _, t in bounds if op == "lt" and _step(t)),
+               default=None)
 
 
 def _max_x(coef: int, hi: float) -> int:

@@ -180,40 +180,34 @@ def test_a_register_tile_reading_padded_panels_computes_whole_vectors(target):
     check_against_numpy(w, built, target)
 
 
-@pytest.mark.parametrize("target", params(FAMILY))
-def test_a_vector_loop_guarded_lane_by_lane_is_versioned(target):
-    """A tile of C straddling N's edge (blocks of bn = 16 register tiles of the ISA's widest nr,
-    4 vectors: 1024 columns on AVX-512, 512 on AVX2, 256 on generic, over N = 3136, inside a
-    fused parallel loop with the blocks of M outermost: the column block is the parallel
-    variable modulo the blocks of N, which the partitioner cannot split on): its write-back
-    checks the last lane once and stores whole vectors, keeping the lane-by-lane guarded loop
-    for the edge itself."""
-    from tunefleet.compiler import ops
-    from tunefleet.compiler.driver import build_workload
-    from tunefleet.compiler.ir import Store, lanes_of
+def test_a_vector_loop_guarded_lane_by_lane_is_versioned():
+    """A vectorized loop over a tile's 16 columns whose guard keeps them inside N = 100 at a
+    column the loop does not fix (x * 16 + j, x an enclosing loop's variable: the 7th tile
+    holds 4 columns): vectorize versions it, whole vectors where its last lane passes, the
+    guarded loop over single lanes otherwise. partition_tails splits such tiles off where it
+    reaches the enclosing loop's variable; this is the fallback where it does not."""
+    from tunefleet.compiler import passes
+    from tunefleet.compiler.expr import BinOp, Const, Var
+    from tunefleet.compiler.ir import Buffer, Load, Store, lanes_of
 
-    w = ops.make_workload("matmul", {"M": 20, "N": 3136, "K": 8, "bias": True, "epilogue": "relu"})
-    space = ops.config_space(w, target)
-    nr = max(space.knobs["nr"].choices)
-    assert nr == 4 * target.lanes("float32") and 3136 % (nr * 16)  # a block straddles N's edge
-    knobs = {**ops.default_config(w, target).to_json()["knobs"], "mr": 4, "nr": nr, "bm": 2, "bn": 16,
-             "order": "mn_nm", "parallel": "fused", "pack_b": True}
-    built = build_workload(w, space.from_json({"knobs": knobs}), target)
-    versions = [n for n in walk_stmt(built.func.body) if isinstance(n, IfThenElse)
-                and any(isinstance(x, Store) and x.buffer.name == "C" for x in walk_stmt(n.then))
-                and isinstance(n.otherwise, For) and n.otherwise.kind == "ivdep"]
-    assert versions
-    for v in versions:
-        assert all(lanes_of(x.index) > 1 for x in walk_stmt(v.then) if isinstance(x, Store))
-    check_against_numpy(w, built, target)
+    a, c = Buffer("A", (112,), "float32"), Buffer("C", (100,), "float32")
+    x, j = Var("x"), Var("j")
+    col = BinOp("add", BinOp("mul", x, Const(16, "int64")), j)
+    store = Store(c, col, BinOp("mul", Load(a, col), Const(2.0, "float32")))
+    tile = For(j, 16, "vectorized", IfThenElse(BinOp("lt", col, Const(100, "int64")), store))
+    versions = [n for n in walk_stmt(passes.vectorize(For(x, 7, "serial", tile), 16))
+                if isinstance(n, IfThenElse) and n.otherwise is not None]
+    assert len(versions) == 1
+    assert all(lanes_of(n.index) == 16 for n in walk_stmt(versions[0].then) if isinstance(n, Store))
+    assert isinstance(versions[0].otherwise, For) and versions[0].otherwise.kind == "ivdep"
 
 
 @pytest.mark.parametrize("target", params(FAMILY))
 def test_the_row_guards_of_a_tile_straddling_m_leave_its_loop_over_k(target):
     """Register tiles of 6 rows over M = 100 (the last tile has 4) in blocks fused into the
-    parallel loop, whose variable the guards reach through a modulo (the partitioner cannot
-    split there): the tile's loop over K runs unguarded where every row is inside M, the
-    guarded copy only for the edge tile."""
+    parallel loop, whose variable the guards reach through a modulo (the partitioner versions
+    the loop's body on that block index): no tile's loop over K tests a row, the edge tile's
+    computes its 4 rows."""
     from tunefleet.compiler import ops
     from tunefleet.compiler.driver import build_workload
 
@@ -223,25 +217,24 @@ def test_the_row_guards_of_a_tile_straddling_m_leave_its_loop_over_k(target):
     knobs = {**ops.default_config(w, target).to_json()["knobs"], "mr": 6, "nr": nr, "bm": 4, "bn": 2, "ku": 4,
              "parallel": "fused", "kc": 64}
     built = build_workload(w, space.from_json({"knobs": knobs}), target)
-    versions = [n for n in walk_stmt(built.func.body) if isinstance(n, IfThenElse) and isinstance(n.then, For)
-                and isinstance(n.otherwise, For) and n.then.var.name.startswith("k")]
-    assert versions
-    for v in versions:
-        assert not any(isinstance(x, IfThenElse) for x in walk_stmt(v.then))
-        assert any(isinstance(x, IfThenElse) for x in walk_stmt(v.otherwise))
+    loops_over_k = [n for n in walk_stmt(built.func.body) if isinstance(n, For) and n.var.name.startswith("k")]
+    assert loops_over_k
+    assert not any(isinstance(x, IfThenElse) for k in loops_over_k for x in walk_stmt(k.body))
     check_against_numpy(w, built, target)
 
 
 @pytest.mark.parametrize("target", params(FAMILY))
 @pytest.mark.parametrize("bn", [1, 2])
-def test_the_tiles_at_ns_edge_of_blocks_fused_into_the_parallel_loop_are_split_off(target, bn):
+@pytest.mark.parametrize("order", ["nm_nm", "mn_nm"])
+def test_the_tiles_at_ns_edge_of_blocks_fused_into_the_parallel_loop_are_split_off(target, bn, order):
     """Register tiles of 2 vectors over N = 196 (the last is partial on every ISA), bn panels
     per block, the blocks of N and of M fused into one parallel loop, B read in place: the
-    column block is the parallel variable divided by the number of blocks of M. The blocks
-    before the last column block run unguarded, and in the last one the partial tile is
-    computed at its own width (a block's tile wholly beyond N is dropped): no tile falls back
-    to a loop over single lanes, which before kept every tile's accumulators in memory (10x
-    slower: 1024 -> 256 channels at 14², AMD Zen 4)."""
+    column block is the parallel variable divided by the number of blocks of M (blocks of N
+    outermost) or modulo the number of blocks of N. The blocks before the last column block
+    run unguarded, and in the last one the partial tile is computed at its own width (a
+    block's tile wholly beyond N is dropped): no tile falls back to a loop over single lanes,
+    which before kept every tile's accumulators in memory (6-12x slower: 1024 -> 256 channels
+    at 14², AMD Zen 4)."""
     from tunefleet.compiler import ops
     from tunefleet.compiler.driver import build_workload
     from tunefleet.compiler.ir import Store, lanes_of
@@ -251,7 +244,7 @@ def test_the_tiles_at_ns_edge_of_blocks_fused_into_the_parallel_loop_are_split_o
     nr = 2 * target.lanes("float32")
     assert 196 % nr
     knobs = {**ops.default_config(w, target).to_json()["knobs"], "mr": 6, "nr": nr, "bm": 1, "bn": bn, "ku": 4,
-             "order": "nm_nm", "parallel": "fused", "pack_b": False, "pack_a": False, "kc": 64}
+             "order": order, "parallel": "fused", "pack_b": False, "pack_a": False, "kc": 64}
     built = build_workload(w, space.from_json({"knobs": knobs}), target)
     assert not any(isinstance(n, For) and n.kind == "ivdep" for n in walk_stmt(built.func.body))
     stores = [n for n in walk_stmt(built.func.body) if isinstance(n, Store) and n.buffer.name == "C"]
