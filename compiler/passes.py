@@ -421,10 +421,9 @@ def unswitch_invariant_guards(s: Stmt) -> Stmt:
     `_strongest`). Only loops of straight-line code are copied: copying one that holds loops
     (a tile at N's edge, its lanes in scalar loops) doubled GCC's time on it for little gain.
 
-    The row guards of a register tile whose block straddles the end of M depend on the
-    parallel loop's variable through a modulo (blocks fused into one parallel loop), which
-    partition_tails cannot split on; left in the tile's loop over K they cost a compare and a
-    branch per row and step and keep GCC from allocating the accumulators across them.
+    Row guards that partition_tails leaves in a register tile's loop over K (in the tail piece
+    of a block of rows, e.g. `i * 6 < 4` on the tile loop's variable) cost a compare and a
+    branch per row and step there and keep GCC from allocating the accumulators across them.
     Conjuncts that read memory stay in place.
     """
 
