@@ -252,6 +252,24 @@ def test_the_tiles_at_ns_edge_of_blocks_fused_into_the_parallel_loop_are_split_o
     check_against_numpy(w, built, target)
 
 
+def test_reads_beyond_narrows_a_loop_variable_in_the_branches_of_its_pieces():
+    """The pieces of a parallel loop are simplified for their own range of its variable (the
+    last block's expressions may only hold there): a read that stays inside its buffer in the
+    branch where x < 5 holds (or fails) is not reported; the same read unguarded is."""
+    from tunefleet.compiler import passes
+    from tunefleet.compiler.expr import BinOp, Const, Var
+    from tunefleet.compiler.ir import Buffer, Load, Store
+
+    a, c = Buffer("A", (10,), "float32", "local"), Buffer("C", (10,), "float32")
+    x = Var("x")
+    low = Store(c, x, Load(a, BinOp("add", x, Const(5, "int64"))))  # inside A for x < 5
+    high = Store(c, x, Load(a, BinOp("sub", x, Const(5, "int64"))))  # inside A for x >= 5
+    split = BinOp("lt", x, Const(5, "int64"))
+    assert passes.reads_beyond(For(x, 10, "parallel", IfThenElse(split, low, high)), [a]) == []
+    assert len(passes.reads_beyond(For(x, 10, "parallel", IfThenElse(split, high, low)), [a])) == 2
+    assert len(passes.reads_beyond(For(x, 10, "parallel", low), [a])) == 1
+
+
 def check_against_numpy(workload, built, target):
     """Run `built` (built for `target`) on random inputs and compare with the workload's numpy
     reference, where this host executes `target`; elsewhere the gcc build was the check."""
