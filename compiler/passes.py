@@ -254,9 +254,10 @@ def partition_tails(s: Stmt, outer_ranges: dict | None = None) -> Stmt:
             return None
         if n.kind == "parallel":
             return _partition_parallel(n, ranges)
-        pieces, main = _pieces(n, ranges, 0, n.extent)
+        bounds = list(_guard_bounds(n, ranges))
+        pieces, main = _pieces(bounds, 0, n.extent)
         if len(pieces) < 2:
-            versioned = _split_modulo(n, ranges)
+            versioned = _split_modulo(n, bounds, ranges)
             return None if versioned is None else For(n.var, n.extent, n.kind, versioned)
         suffixes = iter(("_t", "_d"))
         return seq(piece(n, a, b, n.kind, "_h" if b <= main else "" if a == main else next(suffixes))
@@ -265,13 +266,12 @@ def partition_tails(s: Stmt, outer_ranges: dict | None = None) -> Stmt:
     return map_stmt(s, lambda e: e, fs)
 
 
-def _pieces(loop: For, ranges, start: int, stop: int) -> tuple[list[tuple[int, int]], int]:
-    """The ranges [a, b) that partition_tails cuts [start, stop) of the loop's variable into,
-    and where the main one starts: before the head point a lower-bound guard may fail; from
-    there to the split point every guard holds; then an upper-bound guard may fail, and from
-    the dead point on one fails everywhere."""
-    bounds = list(_guard_bounds(loop, ranges))
-    head = min(stop, max(start, _head_point(loop, bounds)))
+def _pieces(bounds, start: int, stop: int) -> tuple[list[tuple[int, int]], int]:
+    """The ranges [a, b) that partition_tails cuts [start, stop) of a loop's variable into,
+    given the loop's `_guard_bounds`, and where the main one starts: before the head point a
+    lower-bound guard may fail; from there to the split point every guard holds; then an
+    upper-bound guard may fail, and from the dead point on one fails everywhere."""
+    head = min(stop, max(start, _head_point(bounds)))
     holds = _split_point(bounds)
     split = stop if holds is None or holds <= head else min(holds, stop)
     dead = _dead_point(bounds)
@@ -292,9 +292,10 @@ def _partition_parallel(n: For, ranges) -> For | None:
     def part(start: int, stop: int, body: Stmt) -> Stmt:
         r = {**ranges, n.var: (start, stop - 1)}
         loop = For(n.var, n.extent, n.kind, body)
-        pieces, main = _pieces(loop, r, start, stop)
+        bounds = list(_guard_bounds(loop, r))
+        pieces, main = _pieces(bounds, start, stop)
         if len(pieces) < 2:
-            return _split_modulo(loop, r) or body
+            return _split_modulo(loop, bounds, r) or body
         out = None
         for a, b in reversed(pieces):
             piece_ranges = {**ranges, n.var: (a, b - 1)}
@@ -307,18 +308,20 @@ def _partition_parallel(n: For, ranges) -> For | None:
     return None if body is n.body else For(n.var, n.extent, n.kind, body)
 
 
-def _split_modulo(loop: For, ranges) -> Stmt | None:
+def _split_modulo(loop: For, bounds, ranges) -> Stmt | None:
     """The body of `loop` versioned on t < m, t = floormod(x, d) the block index of an
     upper-bound guard that holds for every t < m (0 < m < d), each version simplified for its
     range of t, the other one partitioned again; None if there is no such guard. The blocks
     of N at the end of each row of blocks (blocks of M outermost in a fused parallel loop)
-    then get tiles of their own width, as partition_tails gives blocks of N outermost."""
-    for op, coef, _, hi, t in _guard_bounds(loop, ranges):
+    then get tiles of their own width, as partition_tails gives blocks of N outermost.
+    `bounds`: `_guard_bounds` of the loop."""
+    for op, coef, _, hi, t in bounds:
         if op != "lt" or _step(t) is not None or not 0 < _max_x(coef, hi) < t.b.value:
             continue
         m, d = _max_x(coef, hi), t.b.value
         v = Var(f"{loop.var.name}_block", t.dtype)
-        body = map_stmt(loop.body, lambda e: map_expr(e, lambda x: v if _same_block(x, t) else None))
+        block = _block_of(t, loop.var)
+        body = map_stmt(loop.body, lambda e: map_expr(e, lambda x: v if _block_of(x, loop.var) == block else None))
 
         def version(lo: int, hi: int) -> Stmt:
             r = {**ranges, v: (lo, hi)}
@@ -336,8 +339,13 @@ def _fixed(s: Stmt, var: Var, value: int) -> Stmt:
     return map_stmt(s, lambda e: substitute(e, {var: Const(value, var.dtype)}))
 
 
-def _same_block(x: Expr, t: BinOp) -> bool:
-    return isinstance(x, BinOp) and x.op == t.op and x.a is t.a and isinstance(x.b, Const) and x.b.value == t.b.value
+def _block_of(x: Expr, var: Var) -> tuple[str, int] | None:
+    """("floordiv" or "floormod", d) where `x` is floordiv(var, d) or floormod(var, d), d > 0: a
+    block index of loops fused into the loop over `var`."""
+    if (isinstance(x, BinOp) and x.op in ("floordiv", "floormod") and x.a is var and isinstance(x.b, Const)
+            and x.b.value > 0):
+        return x.op, x.b.value
+    return None
 
 
 def _guards(loop: For) -> list[Expr]:
@@ -366,9 +374,7 @@ def _guard_bounds(loop: For, ranges):
         if not {x for x in expr_nodes(cond) if isinstance(x, Var)} - {loop.var} <= inner:
             continue
         lin = simp.lin(BinOp("sub", cond.a, cond.b))
-        keys = [loop.var] if loop.var in lin.terms else [
-            k for k, (_, t) in lin.terms.items() if isinstance(t, BinOp) and t.op in ("floordiv", "floormod")
-            and t.a is loop.var and isinstance(t.b, Const) and t.b.value > 0]
+        keys = [loop.var] if loop.var in lin.terms else [k for k, (_, t) in lin.terms.items() if _block_of(t, loop.var)]
         if len(keys) != 1 or lin.terms[keys[0]][0] <= 0:
             continue
         coef, t = lin.terms[keys[0]]
@@ -385,12 +391,12 @@ def _step(t: Expr) -> int | None:
     return 1 if isinstance(t, Var) else t.b.value if t.op == "floordiv" else None
 
 
-def _head_point(loop: For, bounds) -> int:
-    """Smallest k such that every lower-bound guard `a >= b` holds for all x >= k, clipped to
-    [0, extent]; 0 if there is none. `bounds`: `_guard_bounds` of the loop."""
+def _head_point(bounds) -> int:
+    """Smallest k >= 0 such that every lower-bound guard `a >= b` holds for all x >= k; 0 if
+    there is none. `bounds`: `_guard_bounds` of the loop."""
     # coef*t + lo >= 0  <=>  t >= ceil(-lo / coef), t = floordiv(x, step)  <=>  x >= step * that
-    return max((min(loop.extent, max(0, -(lo // coef)) * _step(t))
-                for op, coef, lo, _, t in bounds if op == "ge" and _step(t)), default=0)
+    return max((max(0, -(lo // coef)) * _step(t) for op, coef, lo, _, t in bounds if op == "ge" and _step(t)),
+               default=0)
 
 
 def _split_point(bounds) -> int | None:
