@@ -137,6 +137,16 @@ peak: 256³ 227.7 / 229.2 / 189.5 / 193.8 / 189.1 / 1.22 / 1.20 / 98%, 512³ 225
 / 202.3 / 1.01 / 1.09 / 95%, 128×3072×768 213.0 / 213.0 / 181.5 / 207.5 / 171.4 / 1.10 / 1.25 /
 91%: PyTorch (MKL on an AMD host) trails by 9-25% here, where on the Xeon it ran level with us;
 OpenBLAS's AVX2 kernels run at 94-95% of the peak at the cubes, which leaves 1.1× out of reach.
+
+Intel Xeon model 207 again (48 KiB L1d and 2 MiB L2 per core; main at a1a6635, peak 374), 5 rounds,
+default / best of 16 / numpy / np-AVX2 / PyTorch / ratio to OpenBLAS / to PyTorch / % of the peak:
+256³ 292.5 / 292.5 / 259.4 / 160.7 / 312.2 / 1.11 / 0.90 / 78%, 512³ 341.1 / 341.1 / 296.8 / 174.2 /
+346.1 / 1.16 / 0.98 / 91%, 1024³ 352.6 / 356.7 / 334.4 / 177.7 / 338.4 / 1.11 / 1.04 / 95%, 2048³
+360.5 / 360.5 / 347.4 / 182.4 / 351.8 / 1.06 / 1.03 / 96%, 1000³ 343.2 / 343.2 / 315.9 / 180.3 /
+348.2 / 1.12 / 1.01 / 92%, 128×3072×768 309.3 / 309.6 / 269.1 / 167.1 / 312.1 / 1.47 / 0.97 / 83%.
+OpenBLAS runs at 93% of the peak at 2048³, so 1.1× there asks for more than the peak. At 256³
+(115 µs a call) the default's neighbours, 9 interleaved rounds: kc 128 0.92-1.09, pack_b 1.02-1.05,
+12 × 32 1.03-1.04, bm 1-4 1.00-1.02 — within this host's noise.
 """
 
 from __future__ import annotations

@@ -203,6 +203,17 @@ outermost, now reaches 217.9 (93% of the peak) in interleaved rounds — 34.6 be
 dense 1×512 -> 1000 86.9 (3.91 / 1.79, OpenBLAS 1.39), 1×768 -> 3072 79.4 -> 79.8 (3.07 / 1.16),
 128×768 -> 3072 215.9 -> 216.2 (1.26 / 1.02, OpenBLAS 1.39), pre-packed 226.3 -> 226.8. Every row
 at or above PyTorch.
+
+Intel Xeon (model 207, AVX-512, 48 KiB L1d and 2 MiB L2 per core, 2 vCPUs; main at a1a6635, peak
+372-393), 8 configs, 3 rounds, GFLOP/s default -> best (PyTorch / onnxruntime ÷ ours): 3×3 NCHWc 56²
+308.8 (2.10 / 0.98), 28² 327.0 (1.06 / 0.91), 14² 312.1 (1.09 / 0.91), pre-packed 347.2 (1.25 /
+1.00); 7² 257.1 -> 260.4 (1.46 / 0.88), pre-packed 266.4 -> 268.7 (1.46 / 0.90); s2 512@14² 257.0 ->
+257.2 (1.51 / 0.87), pre-packed 247.2 -> 281.4 (1.62 / 0.91); s2 128@56² 269.2 -> 271.5 (1.12 /
+0.96), s2 256@28² 283.9 (1.16 / 0.99); 1×1 layers 1.31-6.78 / 0.94-1.41, among them 2048 -> 512 at
+7² 194.8 -> 272.3 (1.73 / 0.94): its default, the dot products, runs 1.41× slower than the GEMM's
+tiles here (conv2d.dot_conv_default); dense 1×512 -> 1000 66.1 -> 67.1 (1.66 / 1.39, OpenBLAS
+1.41), 1×768 -> 3072 30.3 (1.18 / 1.15), 128×768 -> 3072 314.3 (1.09 / 0.94, OpenBLAS 1.31),
+pre-packed 323.6 -> 330.3 (1.21 / 1.05). Every row at or above PyTorch.
 """
 
 from __future__ import annotations

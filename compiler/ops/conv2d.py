@@ -868,7 +868,11 @@ def dot_conv_default(space, a: dict, lanes: int, vector_bytes: int) -> dict | No
     193). AMD Zen 4 (AVX-512 on 256-bit units), 2 threads, against the GEMM's default (49
     pixels in 4 vectors of 16: at most 77% of the FMA peak): 512@7² 3×3 1.15-1.18×, its
     stride-2 layer from 14² 1.20×, 1×1 2048 -> 512 at 7² 1.09× (1.19-1.23× once the horizontal
-    sums took a shuffle tree: `tf_hsum_*`), 1×1 stride 2 1024 -> 2048 1.19×."""
+    sums took a shuffle tree: `tf_hsum_*`), 1×1 stride 2 1024 -> 2048 1.19×. On an Intel Xeon
+    (model 207; model 167 alike) the GEMM's tiles win instead, 1×1 at 7², 5 rounds: CI 2048 1.41×,
+    512 1.21×, 256 1.42× — the horizontal sums at a short reduction, and at CI 2048 the tile's 6
+    rows of weights (48 KB) leaving the L1 between pixel tiles. The ISA does not tell the two
+    hosts apart; a search measures both forms first (`default_config` lists both)."""
     OH, OW = out_size(a)
     if (vector_bytes < 64 or OH * OW > IM2COL_MAX_PIXELS or a["CI"] * a["KH"] * a["KW"] < DOT_MIN_K_VECTORS * lanes
             or DOT_ROWS not in knob_choices(space, "dot_rows")):
