@@ -82,6 +82,12 @@ Measured (2-vCPU Intel Xeon, AVX-512, KVM; each phase under the shared CPU lock,
   the load; 0% counted disturbed in both; probe 1.5 ms quiet, 8.0 ms busy. Re-timed quietly:
   busy winner 348.1 vs quiet 344.6 GFLOP/s best, **101.0%** (97.3% by median), different configs
   (7 × 48 tile, bm 8 vs 6 × 64, bm 16; both order nm_mn, B packed per block).
+* on an Intel Xeon (model 207, AVX-512, 2 vCPUs, load 1.4-2.3; main at 658c089, 5 rounds, 4 min):
+  quiet 61 s for 64 trials, disturbance median 0.23, max 1.18, winner validated 255.1 GFLOP/s (CV
+  12.3%); busy 84 s, median 0.80, max 2.06 (one trial above 2), winner validated 196.5 under the
+  load; 0% counted disturbed in both; probe 1.6 ms quiet, 8.0 ms busy. Re-timed quietly: busy
+  winner 319.6 vs quiet 341.2 GFLOP/s best, **93.7%** (94.4% by median), different configs (7 × 48
+  tile, bm 8, bn 4, order nm_mn vs 6 × 48, bm 2, nm_nm; both B packed per block).
 """
 
 from __future__ import annotations
