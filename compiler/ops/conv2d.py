@@ -871,8 +871,10 @@ def dot_conv_default(space, a: dict, lanes: int, vector_bytes: int) -> dict | No
     sums took a shuffle tree: `tf_hsum_*`), 1×1 stride 2 1024 -> 2048 1.19×. On an Intel Xeon
     (model 207; model 167 alike) the GEMM's tiles win instead, 1×1 at 7², 5 rounds: CI 2048 1.41×,
     512 1.21×, 256 1.42× — the horizontal sums at a short reduction, and at CI 2048 the tile's 6
-    rows of weights (48 KB) leaving the L1 between pixel tiles. The ISA does not tell the two
-    hosts apart; a search measures both forms first (`default_config` lists both)."""
+    rows of weights (48 KB) leaving the L1 between pixel tiles (hand-edited C: K blocks of 512
+    1.15× the default, with the transposed pixels' rows also padded off their 8 KiB stride, which
+    put all 10 operand streams in one L1 set, 1.37×: still 0.89× the GEMM's tiles). The ISA does
+    not tell the two hosts apart; a search measures both forms first (`default_config` lists both)."""
     OH, OW = out_size(a)
     if (vector_bytes < 64 or OH * OW > IM2COL_MAX_PIXELS or a["CI"] * a["KH"] * a["KW"] < DOT_MIN_K_VECTORS * lanes
             or DOT_ROWS not in knob_choices(space, "dot_rows")):
