@@ -394,9 +394,7 @@ def _step(t: Expr) -> int | None:
 def _head_point(bounds) -> int:
     """Smallest k >= 0 such that every lower-bound guard `a >= b` holds for all x >= k; 0 if
     there is none. `bounds`: `_guard_bounds` of the loop."""
-    # coef*t + lo >= 0  <=>  t >= ceil(-lo / coef), t = floordiv(x, step)  <=>  x >= step * that
-    return max((max(0, -(lo // coef)) * _step(t) for op, coef, lo, _, t in bounds if op == "ge" and _step(t)),
-               default=0)
+    return max((_first_x(coef, lo, t) for op, coef, lo, _, t in bounds if op == "ge" and _step(t)), default=0)
 
 
 def _split_point(bounds) -> int | None:
@@ -408,8 +406,14 @@ def _dead_point(bounds) -> int | None:
     """Smallest k such that some upper-bound guard `a < b` fails for all x >= k, whatever the
     inner loops' variables (a block's tiles wholly beyond N): from there its statements are
     dead. None if there is no upper-bound guard."""
-    return min((max(0, -(lo // coef)) * _step(t) for op, coef, lo, _, t in bounds if op == "lt" and _step(t)),
-               default=None)
+    return min((_first_x(coef, lo, t) for op, coef, lo, _, t in bounds if op == "lt" and _step(t)), default=None)
+
+
+def _first_x(coef: int, lo: int, t: Expr) -> int:
+    """Smallest x >= 0 from which coef*t + rest >= 0 for every rest >= lo (t = x or
+    floordiv(x, d): `_step`)."""
+    # coef*t + lo >= 0  <=>  t >= ceil(-lo / coef), t = floordiv(x, step)  <=>  x >= step * that
+    return max(0, -(lo // coef)) * _step(t)
 
 
 def _max_x(coef: int, hi: float) -> int:
