@@ -155,22 +155,36 @@ def vectorize(s: Stmt, lanes: int) -> Stmt:
         elif n.extent < width and n.extent in (4, 8, 16):
             w = n.extent
         else:
-            return For(n.var, n.extent, "ivdep", n.body)
-        scalar = For(n.var, n.extent, "ivdep", n.body)
+            return _scalar_loop(n)
         try:
             return vector(n, n.body, w)
         except _NotVectorizable:
             pass
         versioned = _without_lane_guards(n, simp)
         if versioned is None:
-            return scalar
+            return _scalar_loop(n)
         every_lane, body = versioned
         try:
-            return IfThenElse(every_lane, vector(n, body, w), scalar)
+            return IfThenElse(every_lane, vector(n, body, w), _scalar_loop(n))
         except _NotVectorizable:
-            return scalar
+            return _scalar_loop(n)
 
     return map_stmt(s, lambda e: e, fs)
+
+
+def _scalar_loop(n: For) -> Stmt:
+    """A 'vectorized' loop that does not vectorize: an 'ivdep' loop for GCC's auto-vectorizer,
+    or unrolled where it indexes a local buffer by its variable (a register tile's write-back
+    cut short at the tensor's edge, e.g. the outputs of a dot product's tile), which an index
+    known only at run time would keep in memory instead of in vector registers (`codegen.c`'s
+    promotion)."""
+    indexed = (x.index for x in [*walk_stmt(n.body), *(y for e in stmt_exprs(n.body) for y in expr_nodes(e))]
+               if isinstance(x, (Load, Store)) and x.buffer.scope == "local")
+    if any(_depends(i, n.var) for i in indexed):
+        unrolled = unroll(For(n.var, n.extent, "unrolled", n.body))
+        if not isinstance(unrolled, For):  # not too large to unroll
+            return simplify_stmt(unrolled)
+    return For(n.var, n.extent, "ivdep", n.body)
 
 
 _COMPARE = {"lt": -1, "le": -1, "gt": 1, "ge": 1}  # sign of (a - b) the comparison asks for

@@ -78,23 +78,44 @@ def test_dense_skinny_dot_products(target):
     assert not failures(cases, target=target)
 
 
+def _hsum_helpers(source: str) -> dict[int, str]:
+    """The horizontal-sum helpers of a generated source by width (1: `tf_hsum_*`), each its text."""
+    helpers, lines = {}, source.splitlines()
+    for n, line in enumerate(lines):
+        if (m := re.match(r"static inline \S+ tf_hsum(\d*)_", line)):
+            end = n if line.endswith("}") else lines.index("}", n)
+            helpers[int(m[1] or 1)] = "\n".join(lines[n:end + 1])
+    return helpers
+
+
 @pytest.mark.parametrize("target", params(FAMILY))
 def test_dot_products_sum_each_accumulator_by_one_shuffle_tree(target):
-    """Each output of the dot-product form is the sum of its accumulator's lanes: one
-    `tf_hsum_*` call (log2(lanes) whole-register shuffles and additions), not a tree of scalar
-    lane extracts (about 40 instructions per 16 lanes from GCC, more than the FMAs of a short
-    reduction); float32 and float64, with K tails, match numpy."""
-    cases = [(w, ops.default_config(w, target)) for w in (
+    """The outputs of a dot-product tile are the sums of its accumulators' lanes, taken
+    together: dot_rows outputs by one `tf_hsum<w>_*` call (w = dot_rows up to the vector's
+    lanes; 2(w - 1) two-source shuffles transposing while adding, log2(lanes / w) within the
+    groups and one gather) whose vector of w sums takes the bias and epilogue and is stored
+    at once; an output alone (the tile cut short at N's edge, unrolled) by one `tf_hsum_*`
+    call (log2(lanes) shuffles), not a tree of scalar lane extracts (about 40 instructions per
+    16 lanes from GCC, more than the FMAs of a short reduction). The register tile stays in
+    vector registers in both, never an array in memory; float32 and float64, with K tails and
+    both tile widths, match numpy."""
+    cases = [(w, ops.config_space(w, target).from_json({"knobs": {
+        **ops.default_config(w, target).to_json()["knobs"], "dot_rows": rows}})) for rows in (4, 8) for w in (
         ops.make_workload("dense", dict(M=1, N=37, K=75, epilogue="relu")),
-        ops.make_workload("dense", dict(M=3, N=10, K=40, dtype="float64")))]
+        ops.make_workload("dense", dict(M=3, N=11, K=40, dtype="float64")))]
     for w, config in cases:
-        assert config["dot_rows"].val > 0
         source = build_workload(w, config, target).source
-        lanes = target.lanes(w.args["dtype"])
-        helpers = [line for line in source.splitlines() if line.startswith("static inline") and "tf_hsum_" in line]
-        assert len(helpers) == 1 and helpers[0].count("__builtin_shuffle") == lanes.bit_length() - 1
-        assert "tf_hsum_" in source.split(helpers[0])[1]
+        lanes, rows = target.lanes(w.args["dtype"]), config["dot_rows"].val
+        width = min(rows, lanes)
+        helpers = _hsum_helpers(source)
+        assert sorted(helpers) == [1, width]
+        assert helpers[1].count("__builtin_shuffle") == lanes.bit_length() - 1
+        shuffles = 2 * (width - 1) + (lanes // width).bit_length() - 1 + (width < lanes)
+        assert helpers[width].count("__builtin_shuffle") == shuffles
+        body = source.split(helpers[width])[1]
+        assert f"tf_hsum{width}_" in body and "tf_hsum_" in body  # full tiles, and the edge tile's last output
         assert not re.search(r"Y_part_\d+\[\d+\]", source)  # no lane extracted alone
+        assert "Y_part[" not in source  # no register tile in memory
     assert not failures(cases, target=target)
 
 

@@ -14,9 +14,13 @@ horizontal sum per output):
 
 The register tile is mr rows of X × `dot_rows` rows of W, one vector accumulator each (the
 same register count as the GEMM's mr × nr/lanes tile); per vector of K it loads mr + dot_rows
-vectors for mr · dot_rows FMAs. Tiles are blocked bm × bn and the blocks fused into the
-parallel loop (knobs `order`, `parallel`), so at M = 1 the threads split N into contiguous
-ranges of whole rows of W, each streamed once. Knobs nr, pack_a and pack_b do not apply.
+vectors for mr · dot_rows FMAs. The tile's outputs along j are a vectorized loop, so the
+horizontal sums of each row's dot_rows accumulators are taken together, transposing while
+adding, and the bias and epilogue run on a vector of dot_rows outputs (codegen.c's
+`hsum_helper`; 4 sums of 16 lanes in 14 instructions instead of 32). Tiles are blocked bm ×
+bn and the blocks fused into the parallel loop (knobs `order`, `parallel`), so at M = 1 the
+threads split N into contiguous ranges of whole rows of W, each streamed once. Knobs nr,
+pack_a and pack_b do not apply.
 """
 
 from __future__ import annotations
@@ -85,7 +89,12 @@ def schedule_dot(sch, cfg, part: te.Tensor, out: te.Tensor) -> None:
     so.reorder(*b, *outer, *inner, ii, ji)
     so.parallel(so.fuse(*b, *outer) if cfg["parallel"].val == "fused" else so.fuse(*b, outer[0]))
     so.unroll(ii)
-    so.unroll(ji)
+    # The tile's outputs along j as a vector: their horizontal sums taken together (module
+    # docstring); the vectorizer takes loops of 4 lanes and more, 1 or 2 stay unrolled scalars.
+    if rows >= 4:
+        so.vectorize(ji)
+    else:
+        so.unroll(ji)
     sa = sch[part]
     sa.compute_at(so, inner[-1])
     *ab, ai, aj, al = sa.op.axis
