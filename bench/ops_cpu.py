@@ -214,6 +214,18 @@ Intel Xeon (model 207, AVX-512, 48 KiB L1d and 2 MiB L2 per core, 2 vCPUs; main 
 tiles here (conv2d.dot_conv_default); dense 1×512 -> 1000 66.1 -> 67.1 (1.66 / 1.39, OpenBLAS
 1.41), 1×768 -> 3072 30.3 (1.18 / 1.15), 128×768 -> 3072 314.3 (1.09 / 0.94, OpenBLAS 1.31),
 pre-packed 323.6 -> 330.3 (1.21 / 1.05). Every row at or above PyTorch.
+
+AMD EPYC Zen 5 (family 26 model 2, 48 KiB L1d and 1 MiB L2 per core, 2 vCPUs; main at 1606399,
+after the dot products' horizontal sums were taken per tile row; peak 507-531), 8 configs, 3
+rounds, GFLOP/s default -> best (PyTorch / onnxruntime ÷ ours): 3×3 NCHWc 56² 457.4 (2.26 / 0.97),
+28² 469.0 (1.15 / 0.98), 14² 443.2 (1.19 / 0.91), pre-packed 495.2 (1.31 / 1.00; 97% of the peak);
+7² per call 360.0 (1.46 / 0.75), pre-packed 481.9 (2.04 / 1.04); s2 512@14² 359.4 (1.54 / 0.90),
+pre-packed 477.7 (2.06 / 1.03); s2 128@56² 351.6 -> 355.0 (1.28 / 1.14), s2 256@28² 446.5 -> 447.0
+(1.23 / 0.97); 1×1 layers 1.12-11.7 / 0.80-1.74, among them 2048 -> 512 at 7² 333.4 -> 359.2 (1.12 /
+0.80; the dot products by default, the GEMM's tiles best), pre-packed 471.4 (1.48 / 1.06); dense
+1×512 -> 1000 101.7 -> 106.8 (3.19 / 1.52, OpenBLAS 1.33), 1×768 -> 3072 88.5 -> 89.4 (2.42 / 1.12,
+1.03), 128×768 -> 3072 448.1 -> 449.8 (2.38 / 0.99, 1.36), pre-packed 491.3 (3.57 / 1.16, 1.60).
+Every row at or above PyTorch (MKL and oneDNN on an AMD host).
 """
 
 from __future__ import annotations
