@@ -60,7 +60,11 @@ Measured (2-vCPU Intel Xeon, AVX-512, KVM; each phase under the shared CPU lock,
   validated winner became the fastest by its lower quartile (main at 462bca9, 5 rounds): quiet
   disturbance median 0.11, busy 0.86 (max 1.51), 0% counted disturbed; quiet winner 505.2
   GFLOP/s best (503.7 median), busy winner 486.4 (480.6): **96.3%** (95.4%), different configs
-  (busy: A packed, bm 16); the run before it chose the same config under load: 101.2%.
+  (busy: A packed, bm 16); the run before it chose the same config under load: 101.2%. Again
+  (main at 1606399, 5 rounds): quiet winner 493.5 GFLOP/s best (491.8 median), busy winner
+  497.5 (492.1): **100.8%** (100.1%), different configs (busy: 5 × 64 tile, bm 32, B packed per
+  block); busy disturbance median 0.76 (max 1.71), 0% counted disturbed; probe 1.3 ms quiet,
+  7.9 ms busy.
 * on an AMD EPYC Zen 4 (AVX-512 on 256-bit units, 2 vCPUs, load 1.5-2.3), 5 rounds: busy winner
   224.1 vs quiet 220.9 GFLOP/s best, **101.4%** (102.3% by median); after the winner became the
   fastest validated median unless one far more disturbed is faster without it (validation.best):
