@@ -344,22 +344,22 @@ def walk_stmt(s: Stmt) -> Iterable[Stmt]:
             yield from walk_stmt(x)
 
 
+#: The direct sub-expressions of the IR's own expression nodes, by exact type (as expr.children
+#: does for the tensor-expression nodes): lowering and code generation walk millions of nodes.
+_IR_CHILDREN: dict[type, Callable[[Expr], tuple]] = {
+    Load: lambda e: (e.index,), Address: lambda e: (e.index,), TensorAddress: lambda e: e.indices,
+    Ramp: lambda e: (e.base,), Broadcast: lambda e: (e.value,),
+}
+
+
 def expr_nodes(e: Expr) -> Iterable[Expr]:
     """Pre-order traversal of an IR expression (including Load/Ramp/Broadcast children)."""
     stack = [e]
     while stack:
         n = stack.pop()
         yield n
-        if isinstance(n, (Load, Address)):
-            stack.append(n.index)
-        elif isinstance(n, TensorAddress):
-            stack.extend(n.indices)
-        elif isinstance(n, Ramp):
-            stack.append(n.base)
-        elif isinstance(n, Broadcast):
-            stack.append(n.value)
-        else:
-            stack.extend(children(n))
+        get = _IR_CHILDREN.get(type(n))
+        stack.extend(get(n) if get is not None else children(n))
 
 
 def const_int(e: Expr) -> int | None:
@@ -369,14 +369,12 @@ def const_int(e: Expr) -> int | None:
 
 def lanes_of(e: Expr) -> int:
     """Number of vector lanes of an expression (1 for scalars)."""
-    if isinstance(e, (Ramp, Broadcast)):
+    t = type(e)
+    if t is Ramp or t is Broadcast:
         return e.lanes
-    if isinstance(e, Load):
+    if t is Load:
         return lanes_of(e.index)
-    best = 1
-    for c in children(e):
-        best = max(best, lanes_of(c))
-    return best
+    return max((lanes_of(c) for c in children(e)), default=1)
 
 
 def dump(s: Stmt, indent: int = 0) -> str:

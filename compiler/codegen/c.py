@@ -158,17 +158,19 @@ class CGenerator(CStyleRenderer):
         vector additions, where GCC turned a tree of scalar lane extracts into about 40
         instructions per sum of 16 lanes (AMD Zen 4, AVX-512: more than the FMAs of a 512-long
         reduction)."""
-        width = lanes_of(e)
-        leaves, stack = [], [e]
-        while stack:
+        loads, stack = [], [e]
+        while stack:  # the additions' leaves, all loads of promoted buffers (most binops fail here at once)
             node = stack.pop()
-            if isinstance(node, BinOp) and node.op == "add" and lanes_of(node) == width:
+            if isinstance(node, BinOp) and node.op == "add":
                 stack += [node.a, node.b]
-            elif isinstance(node, Load) and id(node.buffer) in self.promoted and (
-                    base := _lane_base(node.index, width, self.promoted[id(node.buffer)][1])) is not None:
-                leaves.append((node.buffer, base))
+            elif isinstance(node, Load) and id(node.buffer) in self.promoted:
+                loads.append(node)
             else:
                 return None
+        width = lanes_of(e)  # each leaf _lane_base accepts has `width` lanes, and so has every addition
+        leaves = [(n.buffer, _lane_base(n.index, width, self.promoted[id(n.buffer)][1])) for n in loads]
+        if any(base is None for _, base in leaves):
+            return None
         buffer = leaves[0][0]
         _, lanes = self.promoted[id(buffer)]
         vector = leaves[0][1] // lanes
@@ -291,9 +293,12 @@ class CGenerator(CStyleRenderer):
             return 0
         lanes = None
         idxs = [n.index for n in walk_stmt(s.body) if isinstance(n, Store) and n.buffer is b]
-        loads = [n.index for e in stmt_exprs(s.body) for n in expr_nodes(e) if isinstance(n, Load) and n.buffer is b]
-        if any(isinstance(n, Address) and n.buffer is b for e in stmt_exprs(s.body) for n in expr_nodes(e)):
-            return 0
+        loads = []
+        for n in (n for e in stmt_exprs(s.body) for n in expr_nodes(e)):
+            if isinstance(n, (Load, Address)) and n.buffer is b:
+                if isinstance(n, Address):
+                    return 0
+                loads.append(n.index)
         strided = [i for i in loads if isinstance(i, Ramp) and i.stride != 1]
         if any(not isinstance(i.base, Const) or i.stride < 1 or i.base.value < 0
                or i.base.value + i.stride * (i.lanes - 1) >= b.size for i in strided):
