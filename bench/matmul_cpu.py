@@ -155,6 +155,19 @@ default / best of 16 / numpy / np-AVX2 / PyTorch / ratio to OpenBLAS / to PyTorc
 OpenBLAS runs at 93% of the peak at 2048³, so 1.1× there asks for more than the peak. At 256³
 (115 µs a call) the default's neighbours, 9 interleaved rounds: kc 128 0.92-1.09, pack_b 1.02-1.05,
 12 × 32 1.03-1.04, bm 1-4 1.00-1.02 — within this host's noise.
+
+Intel Xeon model 167 again (main at 2837cad, peak 446), 5 rounds, default / best of 16 / numpy /
+np-AVX2 / PyTorch / ratio to OpenBLAS / to PyTorch / % of the peak: 256³ 306.7 / 306.7 / 263.3 /
+183.7 / 306.3 / 1.20 / 1.01 / 69%, 512³ 321.7 / 321.7 / 271.1 / 196.4 / 307.3 / 1.18 / 1.05 / 72%,
+1024³ 357.5 / 360.8 / 312.4 / 208.3 / 349.9 / 1.14 / 1.01 / 81%, 2048³ 350.5 / 367.8 / 324.5 / 212.8 /
+371.3 / 1.12 / 1.03 / 82%, 1000³ 313.9 / 315.9 / 300.9 / 207.4 / 343.1 / 1.06 / 0.98 / 71%,
+128×3072×768 296.2 / 301.1 / 247.0 / 197.9 / 298.8 / 1.22 / 1.00 / 67%. At 1024³ against the default,
+medians of 5-7 interleaved rounds: ku 1 1.02, ku 2 0.96, order nm_mn with 2 panels per block
+0.99-1.04; GotoBLAS's loop order — K blocks outside the row tiles of a block of M, a 12 × 32 tile
+whose rows of A stay in the L1 across all 32 panels of B, B's K block (1 MiB) in the L2 — 0.61-0.77
+(kc 128-512, bm 4-64): with every block of K the tiles add into C, whose rows then come from the L3.
+Software prefetch of A's rows in the C model of gemm_tile_levels.py (the next tile's rows, or this
+tile's 1-16 lines ahead, into the L1 or L2) measured level with none.
 """
 
 from __future__ import annotations

@@ -881,7 +881,13 @@ def dot_conv_default(space, a: dict, lanes: int, vector_bytes: int) -> dict | No
     1.10× (1.24×), 512 1.00 -> 1.14× (1.13×), stride 2 1024 -> 2048 1.07-1.10 -> 1.18× (1.08×),
     2048 0.91 -> 0.95× (1.02×: the L1 misses above); a generated-code version of the K blocks
     (a buffer of partial sums per block of tiles, `kc`) measured 0.81-0.88× the default there,
-    GCC spilling its 24 accumulators. The Xeons were not measured again."""
+    GCC spilling its 24 accumulators. An Intel Xeon (model 167) since, 7 rounds, the GEMM's
+    tiles against the default (was 1.41× / 1.21× / 1.42× on the Xeons): CI 256 1.01×, 512 0.98×,
+    stride 2 1024 -> 2048 1.03×, 2048 1.23-1.24× — the dot products now level except at the
+    longest reduction, where other tiles (8 pixels × 3 or 2 rows of weights, whose rows stay in
+    the L1; 2 × 12) measured 0.80-0.86× and 0.40× the default: a host-dependent choice at CI
+    2048 (the GEMM's tiles 1.05× on Zen 5 and 1.23× on this Xeon; the dot products ahead on Zen
+    4), which the search's first two trials make."""
     OH, OW = out_size(a)
     if (vector_bytes < 64 or OH * OW > IM2COL_MAX_PIXELS or a["CI"] * a["KH"] * a["KW"] < DOT_MIN_K_VECTORS * lanes
             or DOT_ROWS not in knob_choices(space, "dot_rows")):
