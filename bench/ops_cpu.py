@@ -226,6 +226,17 @@ pre-packed 477.7 (2.06 / 1.03); s2 128@56² 351.6 -> 355.0 (1.28 / 1.14), s2 256
 1×512 -> 1000 101.7 -> 106.8 (3.19 / 1.52, OpenBLAS 1.33), 1×768 -> 3072 88.5 -> 89.4 (2.42 / 1.12,
 1.03), 128×768 -> 3072 448.1 -> 449.8 (2.38 / 0.99, 1.36), pre-packed 491.3 (3.57 / 1.16, 1.60).
 Every row at or above PyTorch (MKL and oneDNN on an AMD host).
+
+Intel Xeon model 167 again (main at 9a07e8c, after the grouped horizontal sums; peak 443-476), 8
+configs, 3 rounds, GFLOP/s default -> best (PyTorch / onnxruntime ÷ ours): 3×3 NCHWc 56² 317.2 ->
+327.8 (2.11 / 0.97), 28² 328.6 (1.23 / 0.97), 14² 321.3 -> 356.4 (1.36 / 0.90), pre-packed 347.4
+(1.43 / 0.97); 7² per call 257.7 -> 269.6 (1.51 / 0.91), pre-packed 252.2 -> 283.1 (1.65 / 1.05);
+s2 512@14² 243.4 (1.52 / 0.91), pre-packed 221.8 -> 260.4 (1.65 / 0.90); s2 128@56² 262.6 -> 283.3
+(1.31 / 1.03), s2 256@28² 283.3 (1.17 / 0.94); 1×1 layers 1.50-6.50 / 0.96-1.52, among them 2048 ->
+512 at 7² 197.3 -> 244.3 (1.75 / 0.98; the dot products by default, the GEMM's tiles best); dense
+1×512 -> 1000 93.9 (2.14 / 1.97, OpenBLAS 1.32), 1×768 -> 3072 27.2 (1.43 / 1.40, 1.10), 128×768 ->
+3072 322.8 (1.07 / 1.02, 1.41), pre-packed 321.7 -> 326.4 (1.12 / 1.01, 1.40). Every row at or above
+PyTorch, the defaults too.
 """
 
 from __future__ import annotations
