@@ -143,6 +143,13 @@ matmul 1024³ 493.1 vs 466.7 / 213.2 (1.06 / 2.27; 93%), 2048³ 488.5 vs 455.2 /
 92%), 1000³ 483.9 vs 457.7 / 210.2 (1.05 / 2.31; 93%), 128×3072×768 453.1 vs 366.3 / 186.3 (1.26 /
 2.44; 86%), conv2d 512@7² 395.0 vs PyTorch 255.9 (1.55; 75%); 90% of each run's best at the first
 trial (the default) in all five; tuning 33-112 s.
+
+Intel Xeon model 167 again (main at 60bfe19; a noisier hour, peak 429-457), xgb, 64 trials, 5
+rounds, tuned vs numpy / PyTorch (ratios by rounds; % of the peak): matmul 1024³ 341.8 vs 313.0 /
+333.1 (1.09 / 1.04; 77%), 2048³ 346.5 vs 319.2 / 352.1 (1.09 / 1.02; 79%), 1000³ 308.6 vs 291.0 /
+313.7 (1.05 / 0.97; 72%), 128×3072×768 279.9 vs 246.7 / 281.7 (1.13 / 1.00; 64%), conv2d 512@7²
+233.6 vs PyTorch 177.7 (1.37); 90% of each run's best at the first trial except 128×3072×768 (7
+trials) and the conv2d (3); tuning 46-146 s.
 """
 
 from __future__ import annotations
