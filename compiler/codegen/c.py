@@ -293,12 +293,11 @@ class CGenerator(CStyleRenderer):
             return 0
         lanes = None
         idxs = [n.index for n in walk_stmt(s.body) if isinstance(n, Store) and n.buffer is b]
-        loads = []
-        for n in (n for e in stmt_exprs(s.body) for n in expr_nodes(e)):
-            if isinstance(n, (Load, Address)) and n.buffer is b:
-                if isinstance(n, Address):
-                    return 0
-                loads.append(n.index)
+        accesses = [n for e in stmt_exprs(s.body) for n in expr_nodes(e)
+                    if isinstance(n, (Load, Address)) and n.buffer is b]
+        if any(isinstance(n, Address) for n in accesses):
+            return 0
+        loads = [n.index for n in accesses]
         strided = [i for i in loads if isinstance(i, Ramp) and i.stride != 1]
         if any(not isinstance(i.base, Const) or i.stride < 1 or i.base.value < 0
                or i.base.value + i.stride * (i.lanes - 1) >= b.size for i in strided):

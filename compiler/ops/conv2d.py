@@ -886,8 +886,8 @@ def dot_conv_default(space, a: dict, lanes: int, vector_bytes: int) -> dict | No
     stride 2 1024 -> 2048 1.03×, 2048 1.23-1.24× — the dot products now level except at the
     longest reduction, where other tiles (8 pixels × 3 or 2 rows of weights, whose rows stay in
     the L1; 2 × 12) measured 0.80-0.86× and 0.40× the default: a host-dependent choice at CI
-    2048 (the GEMM's tiles 1.05× on Zen 5 and 1.23× on this Xeon; the dot products ahead on Zen
-    4), which the search's first two trials make."""
+    2048 (the GEMM's tiles 1.05× on Zen 5 and 1.23× on the Xeon model 167; the dot products ahead
+    on Zen 4), which the search's first two trials make."""
     OH, OW = out_size(a)
     if (vector_bytes < 64 or OH * OW > IM2COL_MAX_PIXELS or a["CI"] * a["KH"] * a["KW"] < DOT_MIN_K_VECTORS * lanes
             or DOT_ROWS not in knob_choices(space, "dot_rows")):
