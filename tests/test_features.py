@@ -279,7 +279,9 @@ def test_features_are_the_ones_recorded_before_the_gpu_accounting_moved_to_the_c
     """The GPU totals (launch, shared memory, registers) now come from compiler.cuda.resources;
     the vectors stay bit for bit those the featurizer computed on its own (sha256 of the float32
     bytes, recorded with FEATURIZER_VERSION 2; a change of what a column holds bumps the version
-    and re-records them)."""
+    and re-records them). A change of the program lowered re-records the configs it changes:
+    batch_matmul's second CPU config has one guard fewer since a split of K that does not divide
+    it no longer keeps the register tile's columns guarded."""
     assert FEATURIZER_VERSION == RECORDED["featurizer_version"]
     w = ops.make_workload(case["op"], case["args"])
     target = Target.parse(case["target"])
