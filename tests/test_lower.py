@@ -208,6 +208,41 @@ def test_a_vector_loop_guarded_lane_by_lane_is_versioned():
     assert isinstance(versions[0].otherwise, For) and versions[0].otherwise.kind == "ivdep"
 
 
+def test_a_vector_loop_longer_than_whole_vectors_vectorizes_them_and_leaves_the_rest_scalar():
+    """A vectorized loop of 19 lanes at 8 per vector: two vector statements, then a loop over
+    the 3 lanes left (not 19 single lanes)."""
+    from tunefleet.compiler import passes
+    from tunefleet.compiler.expr import BinOp, Const, Var
+    from tunefleet.compiler.ir import Buffer, Load, Store, lanes_of
+
+    a, c = Buffer("A", (19,), "float32"), Buffer("C", (19,), "float32")
+    j = Var("j")
+    lowered = passes.vectorize(For(j, 19, "vectorized", Store(c, j, BinOp("mul", Load(a, j), Const(2.0, "float32")))), 8)
+    stores = [n for n in walk_stmt(lowered) if isinstance(n, Store)]
+    assert [lanes_of(n.index) for n in stores] == [8, 8, 1]
+    rest = [n for n in walk_stmt(lowered) if isinstance(n, For)]
+    assert [(n.extent, n.kind) for n in rest] == [(3, "ivdep")]
+
+
+@pytest.mark.parametrize("target", params(FAMILY))
+def test_a_tile_at_ns_edge_wider_than_a_vector_keeps_its_accumulators_in_vector_registers(target):
+    """B read in place, tiles of 4 vectors, N leaving one vector and 3 columns for the last
+    tile (and 67 = K in steps of 4): that tile computes a vector and 3 lanes per row, its
+    accumulators still vector registers (`C_local_<i>`, lanes addressed by subscript), not an
+    array in memory of scalars as when the whole tile fell back to single lanes."""
+    from tunefleet.compiler import ops
+    from tunefleet.compiler.driver import build_workload
+
+    lanes = target.lanes("float32")
+    N = 2 * 4 * lanes + lanes + 3
+    w = ops.make_workload("matmul", {"M": 20, "N": N, "K": 67})
+    knobs = {**ops.default_config(w, target).to_json()["knobs"], "mr": 4, "nr": 4 * lanes, "bm": 1, "bn": 1,
+             "ku": 4, "kc": 67, "order": "nm_nm", "parallel": "fused", "pack_b": False, "pack_a": False}
+    built = build_workload(w, ops.config_space(w, target).from_json({"knobs": knobs}), target)
+    assert "C_local[" not in built.source
+    check_against_numpy(w, built, target)
+
+
 @pytest.mark.parametrize("target", params(FAMILY))
 def test_the_row_guards_of_a_tile_straddling_m_leave_its_loop_over_k(target):
     """Register tiles of 6 rows over M = 100 (the last tile has 4) in blocks fused into the
