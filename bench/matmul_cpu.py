@@ -168,6 +168,18 @@ whose rows of A stay in the L1 across all 32 panels of B, B's K block (1 MiB) in
 (kc 128-512, bm 4-64): with every block of K the tiles add into C, whose rows then come from the L3.
 Software prefetch of A's rows in the C model of gemm_tile_levels.py (the next tile's rows, or this
 tile's 1-16 lines ahead, into the L1 or L2) measured level with none.
+
+AMD EPYC Zen 4 again (family 25 model 17, main at ab3108b, a slower hour: peak 232), 5 rounds,
+default / best of 16 / numpy / np-AVX2 / PyTorch / ratio to OpenBLAS / to PyTorch / % of the peak:
+256³ 214.2 / 218.1 / 179.8 / 170.2 / 164.0 / 1.38 / 1.35 / 94%, 512³ 208.1 / 208.1 / 198.5 / 181.0 /
+166.7 / 1.04 / 1.29 / 90%, 1024³ 198.8 / 198.8 / 189.1 / 162.8 / 158.3 / 1.24 / 1.33 / 86%, 2048³
+215.0 / 215.0 / 192.6 / 182.6 / 148.0 / 1.09 / 1.37 / 93%, 1000³ 204.9 / 210.8 / 192.0 / 189.2 / 156.2
+/ 1.10 / 1.38 / 91%, 128×3072×768 175.9 / 188.6 / 156.0 / 159.3 / 129.0 / 1.10 / 1.65 / 81%. Shapes
+whose K the unroll of 4 does not divide, after bound inference stopped guarding the columns of
+their tiles (7504089; before, the tile at N's edge ran on single lanes): 127×255×129 194.6 / 199.9 /
+136.7 / 138.4 / 120.3 / 1.43 / 1.87 / 88% (the default was 17.6), 512×500×513 203.8 / 203.8 / 199.0
+/ 164.1 / 154.8 / 1.13 / 1.40 / 89% (was 44.2), 1000×1000×1001 208.8 / 208.8 / 187.9 / 176.0 / 185.3
+/ 1.12 / 1.16 / 91%.
 """
 
 from __future__ import annotations

@@ -237,6 +237,20 @@ s2 512@14² 243.4 (1.52 / 0.91), pre-packed 221.8 -> 260.4 (1.65 / 0.90); s2 128
 1×512 -> 1000 93.9 (2.14 / 1.97, OpenBLAS 1.32), 1×768 -> 3072 27.2 (1.43 / 1.40, 1.10), 128×768 ->
 3072 322.8 (1.07 / 1.02, 1.41), pre-packed 321.7 -> 326.4 (1.12 / 1.01, 1.40). Every row at or above
 PyTorch, the defaults too.
+
+AMD EPYC Zen 4 again (family 25 model 17, main at ab3108b, peak 224-233), 8 configs, 3 rounds,
+GFLOP/s default -> best (PyTorch / onnxruntime ÷ ours): 3×3 NCHWc 56² 199.1 (1.68 / 0.99), 28²
+209.3 (1.06 / 0.98), 14² 201.7 -> 206.9 (1.15 / 1.00), pre-packed 222.7 (1.16 / 1.13); 7² per call
+158.0 -> 166.4 (1.09 / 0.77), pre-packed 221.4 (2.08 / 1.07); s2 512@14² 159.2 (1.82 / 0.93),
+pre-packed 186.6 -> 213.5 (2.27 / 1.28); s2 128@56² 197.0 (1.04 / 0.73), s2 256@28² 184.3 -> 197.1
+(1.20 / 1.06); 1×1 layers 1.22-7.59 / 0.99-2.33, among them 1024 -> 256 at 14² 144.9 -> 178.9
+(1.22 / 1.40; the default alone 0.94× PyTorch: its 12 × 32 tile, where 6 × 32 measured 1.17-1.19×
+the default in 7 interleaved rounds, B packed or read in place alike); dense 1×512 -> 1000 72.5 ->
+77.6 (3.73 / 1.98, OpenBLAS 1.55), 1×768 -> 3072 72.0 (3.14 / 1.30, 1.22), 128×768 -> 3072 206.6
+(1.39 / 1.05, 1.33), pre-packed 202.2 -> 210.7 (1.65 / 1.10, 1.46). B read in place instead of
+packed at 1×1 layers whose blocks do not divide the pixels (the default packs it there), 5 rounds:
+1.03-1.11× at 14² and 28² except 1024 -> 256 (0.94-0.96), and 0.80-0.88× built for AVX2: the rule
+stays.
 """
 
 from __future__ import annotations

@@ -830,8 +830,10 @@ def gemm_conv_default(space, a: dict, lanes: int, vector_bytes: int) -> dict:
     packing: 1.04-1.18× timed in a loop, 1.01-1.19× called once after the caches were
     evicted and the input rewritten (as in a model run); built for AVX2 1.02-1.08× and
     1.02-1.20×, its layers at 28² (tiles of 16 columns divide 784) 1.00-1.05× and 0.99-1.10×;
-    for SSE 0.98-1.04× and 1.03-1.11×. Where the edge block is partial, B in place is 8-13×
-    slower (AVX-512 at 28² and 14²)."""
+    for SSE 0.98-1.04× and 1.03-1.11×. Where the edge block is partial, B in place was 8-13×
+    slower (AVX-512 at 28² and 14²) until partition_tails split off the tile at N's edge; since
+    then, AMD Zen 4, 5 rounds, ResNet-50's 1×1 layers at 14² and 28²: 0.94-1.11× built for
+    AVX-512, 0.80-0.88× for AVX2, so B stays packed there."""
     OH, OW = out_size(a)
     config = gemm.gemm_default(space, a["CO"], OH * OW, a["CI"] * a["KH"] * a["KW"], lanes,
                                4 if a["dtype"] == "float32" else 8)
