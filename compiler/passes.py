@@ -3,7 +3,7 @@ vectorize, hoist heap allocations. Each pass takes and returns a statement."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from .expr import BinOp, Call, Cast, Const, Expr, Select, Var, dtype_of
 from .ir import (Allocate, Broadcast, Buffer, For, IfThenElse, Load, PrimFunc, Ramp, Seq, Stmt, Store, expr_nodes,
@@ -133,7 +133,8 @@ def vectorize(s: Stmt, lanes: int) -> Stmt:
     """Turn 'vectorized' loops into Ramp/Broadcast vector statements, `lanes` float32 lanes per vector.
 
     A loop whose extent is a multiple of the vector width becomes one vector statement per
-    chunk; a power-of-two extent below it uses a narrower vector. A loop whose guards depend
+    chunk; a power-of-two extent below it uses a narrower vector; a longer extent vectorizes
+    its whole vectors and leaves the lanes over to a scalar loop (`_vector_head`). A loop whose guards depend
     on its lanes (the edge of a tile that may straddle the end of a tensor) is versioned when
     each guard is linear in the loop variable: `if (every lane passes) <vector statements>
     else <the guarded loop>`, the check being each guard at its worst lane. Loops that cannot
@@ -174,12 +175,13 @@ def vectorize(s: Stmt, lanes: int) -> Stmt:
     return map_stmt(s, lambda e: e, fs)
 
 
-def _vector_head(n: For, width: int, vector) -> Stmt:
-    """A 'vectorized' loop whose extent is not a multiple of the vector width: its whole
-    vectors, then the lanes left over as a scalar loop (`_scalar_loop`), e.g. a register tile
-    of 4 vectors at a tensor's edge where 63 columns are left: 3 vectors and 15 lanes, not 63
-    lanes (whose unrolled tile of scalars took gcc half a minute at 14 rows and an unroll of 8
-    over K). A loop whose body does not vectorize stays scalar whole."""
+def _vector_head(n: For, width: int, vector: Callable[[For, Stmt, int], Stmt]) -> Stmt:
+    """A 'vectorized' loop longer than, but not a multiple of, the vector width: its whole
+    vectors (`vector`, vectorize's rewrite), then the lanes left over as a scalar loop
+    (`_scalar_loop`). E.g. a register tile of 4 vectors at a tensor's edge where 63 columns
+    are left: 3 vectors and 15 lanes, not 63 single lanes (whose unrolled tile took gcc half a
+    minute at 5 rows and an unroll of 8 over K). A body that does not vectorize stays scalar
+    whole."""
     head = n.extent - n.extent % width
     try:
         main = vector(For(n.var, head, n.kind, n.body), n.body, width)
