@@ -217,7 +217,8 @@ def test_a_vector_loop_longer_than_whole_vectors_vectorizes_them_and_leaves_the_
 
     a, c = Buffer("A", (19,), "float32"), Buffer("C", (19,), "float32")
     j = Var("j")
-    lowered = passes.vectorize(For(j, 19, "vectorized", Store(c, j, BinOp("mul", Load(a, j), Const(2.0, "float32")))), 8)
+    store = Store(c, j, BinOp("mul", Load(a, j), Const(2.0, "float32")))
+    lowered = passes.vectorize(For(j, 19, "vectorized", store), 8)
     stores = [n for n in walk_stmt(lowered) if isinstance(n, Store)]
     assert [lanes_of(n.index) for n in stores] == [8, 8, 1]
     rest = [n for n in walk_stmt(lowered) if isinstance(n, For)]
