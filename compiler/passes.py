@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from .expr import BinOp, Call, Cast, Const, Expr, Select, Var, dtype_of
-from .ir import (Allocate, Broadcast, Buffer, For, IfThenElse, Load, PrimFunc, Ramp, Seq, Stmt, Store, expr_nodes,
-                 lanes_of, map_children, map_expr, map_stmt, seq, stmt_exprs, substitute, walk_stmt)
+from .ir import (Address, Allocate, Broadcast, Buffer, Evaluate, For, IfThenElse, Load, PrimFunc, Ramp, Seq, Stmt, Store,
+                 expr_nodes, lanes_of, map_children, map_expr, map_stmt, seq, stmt_exprs, substitute, walk_stmt)
 from .simplify import Simplifier
 from .te import all_of
 
@@ -19,15 +19,21 @@ def loop_ranges(s: Stmt) -> dict[Var, tuple[int, int]]:
 
 
 def simplify_stmt(s: Stmt, outer_ranges: dict | None = None) -> Stmt:
-    """Simplify every expression; drop guards proven true and branches proven false;
-    shrink a loop whose whole body is guarded by `var < c` to extent c."""
+    """Simplify every expression; drop guards proven true and branches proven false, the
+    stores to a buffer allocated here that nothing reads (a register tile whose write-back a
+    dead piece of partition_tails lost), and loops, branches and allocations left with nothing
+    to do; shrink a loop whose whole body is guarded by `var < c` to extent c."""
     simp = Simplifier({**(outer_ranges or {}), **loop_ranges(s)})
 
     def fs(n):
         if isinstance(n, IfThenElse) and isinstance(n.cond, Const):
             return n.then if n.cond.value else (n.otherwise or Seq([]))
-        if isinstance(n, For) and isinstance(n.body, Seq) and not n.body.stmts:
+        if isinstance(n, (For, Allocate)) and _empty(n.body) or isinstance(n, IfThenElse) and _empty(n.then) and (
+                n.otherwise is None or _empty(n.otherwise)):
             return Seq([])
+        if isinstance(n, Allocate) and not _is_read(n.body, n.buffer):
+            return map_stmt(n.body, lambda e: e, lambda x: Seq([]) if isinstance(x, Store) and x.buffer is n.buffer
+                            else fs(x))
         if isinstance(n, For) and isinstance(n.body, IfThenElse) and n.body.otherwise is None:
             conds = _conjuncts(n.body.cond)
             tight = [c for c in conds if isinstance(c, BinOp) and c.op == "lt" and c.a is n.var
@@ -39,6 +45,24 @@ def simplify_stmt(s: Stmt, outer_ranges: dict | None = None) -> Stmt:
         return None
 
     return map_stmt(s, simp.simplify, fs)
+
+
+def _empty(s: Stmt) -> bool:
+    return isinstance(s, Seq) and not s.stmts
+
+
+def _is_read(s: Stmt, buffer: Buffer) -> bool:
+    """Whether `s` loads from `buffer` other than to store to it again (an accumulator's
+    update), or passes its address to an extern call."""
+    exprs = (e for n in walk_stmt(s) if not (isinstance(n, Store) and n.buffer is buffer) for e in _own_exprs(n))
+    return any(isinstance(x, (Load, Address)) and x.buffer is buffer for e in exprs for x in expr_nodes(e))
+
+
+def _own_exprs(n: Stmt) -> list[Expr]:
+    """The expressions of statement `n` itself, not of the statements inside it."""
+    if isinstance(n, IfThenElse):
+        return [n.cond]
+    return list(stmt_exprs(n)) if isinstance(n, (Store, Evaluate)) else []
 
 
 def remove_unit_loops(s: Stmt) -> Stmt:
@@ -281,7 +305,10 @@ def partition_tails(s: Stmt, outer_ranges: dict | None = None) -> Stmt:
         body = map_stmt(n.body, lambda e: substitute(e, {n.var: value}))
         ranges[var] = (0, stop - start - 1)
         body = simplify_stmt(body, ranges)
-        return For(var, stop - start, kind, body if suffix == "" else partition_tails(body, ranges))
+        if suffix == "":
+            return For(var, stop - start, kind, body)
+        loop = For(var, stop - start, kind, partition_tails(body, ranges))
+        return fs(loop) or loop
 
     def fs(n):
         if not isinstance(n, For) or n.kind in ("vectorized",) or n.extent < 2:

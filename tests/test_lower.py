@@ -225,6 +225,25 @@ def test_a_vector_loop_longer_than_whole_vectors_vectorizes_them_and_leaves_the_
     assert [(n.extent, n.kind) for n in rest] == [(3, "ivdep")]
 
 
+def test_simplify_drops_the_updates_of_a_local_buffer_that_nothing_reads():
+    """An accumulator that is updated but never read (a register tile whose write-back was cut
+    away) goes with its loop and allocation; one that is written back stays, as does one whose
+    address an extern call takes."""
+    from tunefleet.compiler import passes
+    from tunefleet.compiler.expr import BinOp, Var
+    from tunefleet.compiler.ir import Address, Allocate, Buffer, Evaluate, Load, Store, seq
+
+    a, c = Buffer("A", (8,), "float32"), Buffer("C", (1,), "float32")
+    acc = Buffer("acc", (1,), "float32", "local")
+    k = Var("k")
+    update = For(k, 8, "serial", Store(acc, 0, BinOp("add", Load(acc, 0), Load(a, k))))
+    assert not any(isinstance(n, (For, Store)) for n in walk_stmt(passes.simplify_stmt(Allocate(acc, update))))
+    kept = Allocate(acc, seq([update, Store(c, 0, Load(acc, 0))]))
+    assert any(isinstance(n, For) for n in walk_stmt(passes.simplify_stmt(kept)))
+    extern = Allocate(acc, seq([update, Evaluate("consume", [Address(acc, 0)])]))
+    assert any(isinstance(n, For) for n in walk_stmt(passes.simplify_stmt(extern)))
+
+
 @pytest.mark.parametrize("target", params(FAMILY))
 def test_a_tile_at_ns_edge_wider_than_a_vector_keeps_its_accumulators_in_vector_registers(target):
     """B read in place, tiles of 4 vectors, N leaving one vector and 3 columns for the last
@@ -262,6 +281,28 @@ def test_the_row_guards_of_a_tile_straddling_m_leave_its_loop_over_k(target):
     loops_over_k = [n for n in walk_stmt(built.func.body) if isinstance(n, For) and n.var.name.startswith("k")]
     assert loops_over_k
     assert not any(isinstance(x, IfThenElse) for k in loops_over_k for x in walk_stmt(k.body))
+    check_against_numpy(w, built, target)
+
+
+@pytest.mark.parametrize("target", params(FAMILY))
+@pytest.mark.parametrize("parallel", ["outer", "fused"])
+def test_the_tiles_of_the_last_block_of_m_are_cut_to_the_rows_left(target, parallel):
+    """M = 58 in blocks of 8 tiles of 6 rows: the last block holds 10 rows, one whole tile
+    and one of 4 rows; its other 6 tiles are beyond M. Each is cut off on its own: the tile
+    of 4 rows is computed unguarded at its height, no loop is left over tiles beyond M (before,
+    a loop over the last 7 tiles tested each row of each, and only the first had any), and no
+    guard is left inside a serial loop."""
+    from tunefleet.compiler import ops
+    from tunefleet.compiler.driver import build_workload
+
+    w = ops.make_workload("matmul", {"M": 58, "N": 64, "K": 32})
+    knobs = {**ops.default_config(w, target).to_json()["knobs"], "mr": 6, "nr": target.lanes("float32"), "bm": 8,
+             "bn": 1, "ku": 4, "parallel": parallel, "kc": 32, "pack_a": False}
+    built = build_workload(w, ops.config_space(w, target).from_json({"knobs": knobs}), target)
+    serial = [n for n in walk_stmt(built.func.body) if isinstance(n, For) and n.kind != "parallel"]
+    assert not any(isinstance(x, IfThenElse) for n in serial for x in walk_stmt(n.body))
+    loops_over_k = [n for n in walk_stmt(built.func.body) if isinstance(n, For) and n.var.name.startswith("k")]
+    assert len(loops_over_k) == 3  # whole blocks' tiles, the last block's whole tile, its 4 rows
     check_against_numpy(w, built, target)
 
 
