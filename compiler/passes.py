@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from .expr import BinOp, Call, Cast, Const, Expr, Select, Var, dtype_of
-from .ir import (Address, Allocate, Broadcast, Buffer, Evaluate, For, IfThenElse, Load, PrimFunc, Ramp, Seq, Stmt, Store,
-                 expr_nodes, lanes_of, map_children, map_expr, map_stmt, seq, stmt_exprs, substitute, walk_stmt)
+from .ir import (Address, Allocate, Broadcast, Buffer, Evaluate, For, IfThenElse, Load, PrimFunc, Ramp, Seq, Stmt,
+                 Store, expr_nodes, lanes_of, map_children, map_expr, map_stmt, seq, stmt_exprs, substitute, walk_stmt)
 from .simplify import Simplifier
 from .te import all_of
 
@@ -289,7 +289,10 @@ def partition_tails(s: Stmt, outer_ranges: dict | None = None) -> Stmt:
     loop, where an upper-bound guard may fail (and from where one fails everywhere, a dead
     loop). The head and tail pieces are partitioned again: an inner loop whose guards also
     read this loop's variable (so it was left whole) may split once the piece fixes that
-    variable's range (the tile at N's edge inside the last block of columns). A loop whose
+    variable's range (the tile at N's edge inside the last block of columns), and the piece's
+    own loop is cut again by the guards its range leaves (the tiles of the last block of M:
+    58 = 48 + 10 rows in blocks of 8 tiles of 6, a whole tile, one of 4 rows, then 6 beyond
+    M, whose register tiles simplify_stmt drops with their write-back). A loop whose
     guards read its variable only through floormod (a block index of fused loops) is versioned
     on it instead (`_split_modulo`). `outer_ranges`: ranges of variables of enclosing loops.
 
