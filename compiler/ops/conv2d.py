@@ -734,7 +734,7 @@ def default_config(space, workload, target) -> list[dict]:
     if not is_pointwise(a) and not has_method_choice(a):
         return [direct_default(space, a, target)]
     lanes = target.lanes(a["dtype"])
-    gemms = [gemm_conv_default(space, a, lanes, target.vector_bytes)]
+    gemms = [gemm_conv_default(space, a, lanes, target.vector_bytes, target.vector_registers)]
     if (dot := dot_conv_default(space, a, lanes, target.vector_bytes)) is not None:
         gemms.insert(0, {**gemms[0], **dot})
     if is_pointwise(a):
@@ -770,7 +770,8 @@ def panel_gemm_default(space, a: dict, target) -> dict:
     512@7² 3×3 1.35×)."""
     OH, OW = out_size(a)
     M, lanes, item = a["N"] * OH * OW, target.lanes(a["dtype"]), 4 if a["dtype"] == "float32" else 8
-    config = gemm.gemm_default(space, M, a["CO"], a["CI"] * a["KH"] * a["KW"], lanes, item)
+    config = gemm.gemm_default(space, M, a["CO"], a["CI"] * a["KH"] * a["KW"], lanes, item,
+                               registers=target.vector_registers)
     per_call = packed_blocks(a) is None
     config["pack_b"] = per_call
     if per_call and 2 * lanes in knob_choices(space, "nr"):
@@ -812,7 +813,7 @@ def tile_columns(OW: int, limit: int) -> int:
     return min(widths, key=lambda r: (tile_overhang(OW, r), -r))
 
 
-def gemm_conv_default(space, a: dict, lanes: int, vector_bytes: int) -> dict:
+def gemm_conv_default(space, a: dict, lanes: int, vector_bytes: int, registers: int) -> dict:
     """The default of `gemm_template`: matmul's rule (`gemm.gemm_default`) for CO × OH·OW ×
     CI·KH·KW, B packed where its choices demand it. With at most IM2COL_MAX_PIXELS output
     pixels (ResNet's 7² layers), tiles of 2 vectors of pixels (12 rows of weights with 32
@@ -836,7 +837,7 @@ def gemm_conv_default(space, a: dict, lanes: int, vector_bytes: int) -> dict:
     AVX-512, 0.80-0.88× for AVX2, so B stays packed there."""
     OH, OW = out_size(a)
     config = gemm.gemm_default(space, a["CO"], OH * OW, a["CI"] * a["KH"] * a["KW"], lanes,
-                               4 if a["dtype"] == "float32" else 8)
+                               4 if a["dtype"] == "float32" else 8, registers=registers)
     pack_b = knob_choices(space, "pack_b")
     if False in pack_b and OH * OW % (config["nr"] * config["bn"]) == 0:
         config["pack_b"] = False
