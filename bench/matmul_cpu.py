@@ -180,6 +180,20 @@ their tiles (7504089; before, the tile at N's edge ran on single lanes): 127×25
 136.7 / 138.4 / 120.3 / 1.43 / 1.87 / 88% (the default was 17.6), 512×500×513 203.8 / 203.8 / 199.0
 / 164.1 / 154.8 / 1.13 / 1.40 / 89% (was 44.2), 1000×1000×1001 208.8 / 208.8 / 187.9 / 176.0 / 185.3
 / 1.12 / 1.16 / 91%.
+
+Zen 4 again (main at 7056a20, a faster hour: peak 234), same columns: 256³ 226.2 / 227.9 / 189.0 /
+195.6 / 187.5 / 1.23 / 1.21 / 97%, 512³ 225.4 / 225.4 / 203.6 / 216.1 / 199.2 / 1.04 / 1.13 / 96%,
+1024³ 221.1 / 221.1 / 203.6 / 215.5 / 197.8 / 1.04 / 1.12 / 94%, 2048³ 220.5 / 220.5 / 201.8 / 216.2
+/ 195.2 / 1.09 / 1.15 / 94%, 128×3072×768 208.1 / 208.8 / 178.3 / 203.1 / 171.1 / 1.03 / 1.25 / 89%.
+OpenBLAS's AVX2 kernels ran at 92% of the peak at 1024³: 1.1× them would be 101%. With `--target
+"cpu -isa=avx2"` (peak 224): 1024³ 192.0 / 208.6 / 202.7 / 215.4 / 189.5 / 0.99 / 1.08 / 93%, the
+best of 16 the default with ku 8; the default's 6 × 16 tile unrolled by 4 (or 8) spilled a
+register in its loop over K (GCC 12), by 1 or 2 not, so AVX2 now takes ku 2 (`gemm.tile_unroll`).
+After (main at 73cbb16, peak 232), default / best of 16 / np-AVX2 / ratio to OpenBLAS's AVX2 kernels
+(default's before -> after, each run's own): 256³ 202.8 / 202.8 / 195.2 / 1.04 (1.01 -> 1.04), 512³
+221.4 / 221.4 / 214.9 / 1.03 (0.95 -> 1.03), 1024³ 213.0 / 214.0 / 216.9 / 0.98 (0.89 -> 0.98),
+2048³ 211.0 / 212.7 / 210.9 / 1.00 (0.92 -> 1.00); 128×3072×768 (the 4 × 24 tile, unchanged)
+198.7 / 198.7 / 198.3 / 1.00.
 """
 
 from __future__ import annotations

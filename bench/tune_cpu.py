@@ -67,6 +67,13 @@ pixels fill 64 lanes). With `--target "cpu -isa=avx2"`: 1024³ 217.6 vs OpenBLAS
 (0.95; the default 4 × 3-vector tile, 1.07× the old 6 × 2 in interleaved rounds); 90% of each
 run's best at its first trial.
 
+Zen 4 again (main at 7056a20, peak 233-234), xgb, 64 trials, 5 rounds, tuned vs numpy with
+OpenBLAS's AVX-512 / AVX2 kernels and PyTorch (ratios), % of the peak: 1024³ 222.5 vs 202.6 /
+214.8 / 191.5 (1.14 / 1.06 / 1.16), 96%, 62 s; 2048³ 214.0 vs 196.7 / 211.0 / 185.4 (1.08 /
+1.01 / 1.32), 92%; 1000³ 213.0 vs 203.1 / 211.0 / 197.3 (1.05 / 1.03 / 1.08), 91%; 128×3072×768
+204.6 vs 179.7 / 204.7 / 163.8 (1.16 / 1.00 / 1.30), 88%; conv2d 512@7² 197.0 vs PyTorch 184.3
+(1.10), 84%; 90% of each run's best after 1-2 trials.
+
 Intel Xeon (model 207, AVX-512, a noisy host), conv2d 512@7² after its space became the union
 of the im2col GEMM and NCHWc (both defaults measured first; 55 of the 69 trials went to NCHWc
 configs): the validated winner, an NCHWc config, 197.5 vs PyTorch 157.5 (1.27), 90% of the
