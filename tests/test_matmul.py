@@ -91,17 +91,13 @@ def test_default_register_tile_fits_the_vector_registers(N, isa):
 
 
 def innermost_loops(assembly: str) -> list[list[str]]:
-    """The instructions of each innermost loop of GCC's assembly output (a label, then a
-    backward jump to it with no other label jumped back to in between)."""
+    """The instructions of each innermost loop of GCC's assembly output: from a label to a
+    backward jump to it, with no such loop inside."""
     lines = [x.strip() for x in assembly.splitlines()]
     labels = {x[:-1]: i for i, x in enumerate(lines) if re.fullmatch(r"\.L\d+:", x)}
-    loops = []
-    for i, x in enumerate(lines):
-        target = re.fullmatch(r"j\w+\s+(\.L\d+)", x)
-        if target and labels.get(target.group(1), i) < i:
-            body = lines[labels[target.group(1)] + 1:i]
-            loops.append(body)
-    return [b for b in loops if not any(b is not c and len(c) < len(b) and "\n".join(c) in "\n".join(b) for c in loops)]
+    spans = [(labels[m.group(1)], i) for i, x in enumerate(lines)
+             if (m := re.fullmatch(r"j\w+\s+(\.L\d+)", x)) and labels.get(m.group(1), i) < i]
+    return [lines[a + 1:b] for a, b in spans if not any(a <= c and d <= b and (c, d) != (a, b) for c, d in spans)]
 
 
 @pytest.mark.parametrize("shape", [(1024, 1024, 1024), (512, 512, 512)])

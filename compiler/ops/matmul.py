@@ -586,8 +586,8 @@ def tile_unroll(mr: int, nr: int, lanes: int, dtype_bytes: int, registers: int) 
     leave at most one of the target's `registers` vector registers free — 6 rows × 2 vectors
     with 16, whose B vectors each serve 6 rows and so stay in registers (the 3-vector tile
     reads them as FMA memory operands).
-    GCC 12 unrolled by 4 there spills in the loop (a store and a reload, two register moves
-    per 48 FMAs; none by 2). Built for AVX2 on an AMD Zen 4, 2 threads, medians of 5-9
+    GCC 12 unrolled by 4 there spills in the loop (a store and a reload per 48 FMAs; none
+    by 2). Built for AVX2 on an AMD Zen 4, 2 threads, medians of 5-9
     interleaved rounds, ku 2 against 4: matmul 512³ 1.08, 1000³ 1.04, 1024³ 1.06, 2048³ 1.04;
     ResNet-50's 1×1 convolutions 256 -> 64 at 56² 1.02, 1024 -> 256 at 14² 1.10, 128 -> 512 at
     28² 1.07. The 4 × 24 tile of 128×3072×768 measured 0.98 (no spill by 4), and SSE's 6 × 8
