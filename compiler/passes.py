@@ -28,8 +28,9 @@ def simplify_stmt(s: Stmt, outer_ranges: dict | None = None) -> Stmt:
     def fs(n):
         if isinstance(n, IfThenElse) and isinstance(n.cond, Const):
             return n.then if n.cond.value else (n.otherwise or Seq([]))
-        if isinstance(n, (For, Allocate)) and _empty(n.body) or isinstance(n, IfThenElse) and _empty(n.then) and (
-                n.otherwise is None or _empty(n.otherwise)):
+        if isinstance(n, (For, Allocate)) and _empty(n.body):
+            return Seq([])
+        if isinstance(n, IfThenElse) and _empty(n.then) and (n.otherwise is None or _empty(n.otherwise)):
             return Seq([])
         if isinstance(n, Allocate) and not _is_read(n.body, n.buffer):
             return map_stmt(n.body, lambda e: e, lambda x: Seq([]) if isinstance(x, Store) and x.buffer is n.buffer
