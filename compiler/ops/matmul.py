@@ -531,7 +531,7 @@ def gemm_default(space, M: int, N: int, K: int, lanes: int, dtype_bytes: int = 4
       bn·nr columns do not divide N: the packed panels are zero-padded to whole blocks, so the
       register tile reads whole vectors at the edge instead of guarding every lane (which
       keeps it scalar); leave A in place (mr row streams prefetch well);
-    - ku = 4, but 2 for AVX2's tile of 6 rows × 2 vectors (`tile_unroll`);
+    - ku = 4, but 2 for the tiles whose accumulators crowd the registers (`tile_unroll`);
     - where B is packed and its blocks of N are at least MIN_PARALLEL_TASKS, with 32 vector
       registers (AVX-512) always and with 16 (AVX2) where A fits half the L2: pack_b =
       "block" with the threads splitting the blocks of N
@@ -582,18 +582,25 @@ def gemm_default(space, M: int, N: int, K: int, lanes: int, dtype_bytes: int = 4
 
 def tile_unroll(mr: int, nr: int, lanes: int, dtype_bytes: int, registers: int) -> int:
     """The default unroll of the register tile's loop over K: 4, or 2 where, with FMAs on
-    32-byte vectors (AVX2), the tile, the vectors of B it loads per step and a broadcast of A
-    leave at most one of the target's `registers` vector registers free — 6 rows × 2 vectors
-    with 16, whose B vectors each serve 6 rows and so stay in registers (the 3-vector tile
-    reads them as FMA memory operands).
-    GCC 12 unrolled by 4 there spills in the loop (a store and a reload per 48 FMAs; none
-    by 2). Built for AVX2 on an AMD Zen 4, 2 threads, medians of 5-9
-    interleaved rounds, ku 2 against 4: matmul 512³ 1.08, 1000³ 1.04, 1024³ 1.06, 2048³ 1.04;
-    ResNet-50's 1×1 convolutions 256 -> 64 at 56² 1.02, 1024 -> 256 at 14² 1.10, 128 -> 512 at
-    28² 1.07. The 4 × 24 tile of 128×3072×768 measured 0.98 (no spill by 4), and SSE's 6 × 8
-    tile (generic: a multiply and an add apart) 0.96, so both keep 4."""
+    vectors of 32 or 64 bytes (AVX2, AVX-512), the tile's accumulators take at least 3/4 of the
+    target's `registers` vector registers (24 of AVX-512's 32: 6 × 4, 8 × 3, 12 × 2 vectors; 12
+    of AVX2's 16: 6 × 2) and the vectors of B it loads per step stay in registers too (with 16,
+    the 2-vector tiles; the 3-vector tile reads them as FMA memory operands and does not spill).
+    Unrolled by 4 those tiles leave GCC 12 too few registers: it stores and reloads values in
+    the hot loop (AVX-512 6 × 64: 2 stack references per 96 FMAs, 8 × 48 and 12 × 32: 6,
+    14 × 32: 4-16; AVX2 6 × 16: 1 per 48); by 2 none. 20-21 accumulators (5 × 4, 7 × 3) do
+    not spill by 4.
+    Built for AVX2 on an AMD Zen 4, 2 threads, medians of 5-9 interleaved rounds, ku 2
+    against 4: matmul 512³ 1.08, 1000³ 1.04, 1024³ 1.06, 2048³ 1.04; ResNet-50's 1×1
+    convolutions 256 -> 64 at 56² 1.02, 1024 -> 256 at 14² 1.10, 128 -> 512 at 28² 1.07; the
+    4 × 24 tile 0.98, SSE's 6 × 8 tile (generic: a multiply and an add apart) 0.96. Built for
+    AVX-512 on an Intel Xeon (model 167), 2 threads, medians of 9 interleaved rounds: matmul
+    1024³ 1.07, 2048³ 1.04, 1000³ 1.06, 128×3072×768 1.03; 1×1 convolutions 256 -> 64 at 56²
+    1.19, 64 -> 256 at 56² 1.15, 128 -> 512 at 28² 1.04, 1024 -> 256 at 14² (12 × 32) 0.99;
+    dense 128 × 768 -> 3072 1.00; the panel GEMM's 7 × 32 tile 0.98 (not crowded: keeps 4)."""
     vectors = max(1, nr // lanes)
-    return 2 if lanes * dtype_bytes == 32 and vectors == 2 and mr * vectors + vectors + 1 >= registers - 1 else 4
+    crowded = 4 * mr * vectors >= 3 * registers and (vectors == 2 or registers >= 32)
+    return 2 if lanes * dtype_bytes >= 32 and crowded else 4
 
 
 def tile_rows(mr_choices: list[int], nr: int, lanes: int, dtype_bytes: int = 4) -> int:
