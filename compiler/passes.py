@@ -622,12 +622,15 @@ def reads_beyond(s: Stmt, buffers: Sequence[Buffer]) -> list[tuple[Buffer, float
 
 def hoist_heap(s: Stmt) -> Stmt:
     """Move heap allocations out of serial loops (their size is constant) to just inside the
-    innermost enclosing parallel loop, or the function top, so they happen once per task."""
+    innermost enclosing parallel loop, or the function top, so they happen once per task. A
+    buffer allocated in several places (the branches partition_tails made of one loop) is
+    allocated there once."""
     hoisted: list[Allocate] = []
 
     def collect(n: Stmt, in_par: bool) -> Stmt:
         if isinstance(n, Allocate) and n.buffer.scope == "heap" and not in_par:
-            hoisted.append(n)
+            if not any(h.buffer is n.buffer for h in hoisted):
+                hoisted.append(n)
             return collect(n.body, in_par)
         if isinstance(n, For) and n.kind == "parallel" and not in_par:
             return For(n.var, n.extent, n.kind, hoist_heap(n.body))

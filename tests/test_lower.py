@@ -335,6 +335,27 @@ def test_the_tiles_at_ns_edge_of_blocks_fused_into_the_parallel_loop_are_split_o
     check_against_numpy(w, built, target)
 
 
+@pytest.mark.parametrize("target", params(FAMILY))
+def test_a_block_packed_in_every_piece_of_a_partitioned_loop_is_allocated_once(target):
+    """Blocks of M outermost (order mn_nm, each thread's blocks of M in turn), B packed per
+    block inside them (pack_b "block"), M = 58 in blocks of 8 tiles of 6 rows, so the loop is
+    cut into whole blocks and the last one, each packing B into a heap buffer (4096 × 2 vectors:
+    beyond the stack's 64 KiB): the buffer is hoisted to the task once, not once per piece
+    (before: two nested allocations of it, the outer unused)."""
+    from tunefleet.compiler import ops
+    from tunefleet.compiler.driver import build_workload
+    from tunefleet.compiler.ir import Allocate
+
+    w = ops.make_workload("matmul", {"M": 58, "N": 64, "K": 4096})
+    knobs = {**ops.default_config(w, target).to_json()["knobs"], "mr": 6, "nr": 2 * target.lanes("float32"),
+             "bm": 8, "bn": 1, "ku": 4, "order": "mn_nm", "parallel": "outer", "pack_b": "block", "pack_a": False,
+             "kc": 4096}
+    built = build_workload(w, ops.config_space(w, target).from_json({"knobs": knobs}), target)
+    packed = [n for n in walk_stmt(built.func.body) if isinstance(n, Allocate) and n.buffer.name == "B_packed"]
+    assert len(packed) == 1
+    check_against_numpy(w, built, target)
+
+
 def test_reads_beyond_narrows_a_loop_variable_in_the_branches_of_its_pieces():
     """The pieces of a parallel loop are simplified for their own range of its variable (the
     last block's expressions may only hold there): a read that stays inside its buffer in the
