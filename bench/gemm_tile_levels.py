@@ -28,7 +28,10 @@ runs: the 6 × 64 tile L1 195-200 (89-92%), L2 191-194 (88-89%), L3 166-168 (76-
 (6 × 16; AVX2 peak 120): 120 (101%) / 111 (93%) / 91 (76%) / 90 (76%). So on this host the tile
 itself is within about 10% of the peak, and A's rows streamed from the L3 (one tile's 6 rows
 for each panel of B) cost the most: the search's order nm_mn with 2 panels per block, which reads
-them once for both panels, measured 1.04-1.07× the default at 1024³.
+them once for both panels, measured 1.04-1.07× the default at 1024³. The same host later
+(peak 220): 212 (96%) / 190 (86%) / 152 (69%) / 155 (70%), the template's default (its tile
+unrolled by 2 since 167cec2) 173-184 on one thread (78-83%); nm_mn with 2 panels per block then
+measured 0.99×.
 """
 
 from __future__ import annotations

@@ -194,6 +194,21 @@ After (main at 73cbb16, peak 232), default / best of 16 / np-AVX2 / ratio to Ope
 221.4 / 221.4 / 214.9 / 1.03 (0.95 -> 1.03), 1024³ 213.0 / 214.0 / 216.9 / 0.98 (0.89 -> 0.98),
 2048³ 211.0 / 212.7 / 210.9 / 1.00 (0.92 -> 1.00); 128×3072×768 (the 4 × 24 tile, unchanged)
 198.7 / 198.7 / 198.3 / 1.00.
+
+Intel Xeon model 167 again (48 KiB L1d, 2 MiB L2 per core, AMX; main at 167cec2, where AVX-512's
+tiles of 24 accumulators, which GCC 12 spilled unrolled by 4, take ku 2: 1.04-1.07× at the
+sizes below in 9 interleaved rounds; peak 430), 5 rounds, default / best of 16 / numpy / np-AVX2
+/ PyTorch / ratio to OpenBLAS / to PyTorch / % of the peak: 256³ 276.7 / 276.7 / 240.0 / 175.4 /
+280.3 / 1.17 / 0.97 / 64%, 512³ 345.6 / 345.6 / 272.8 / 195.6 / 310.9 / 1.28 / 1.12 / 80%, 1024³
+341.9 / 351.5 / 308.3 / 201.3 / 321.4 / 1.15 / 1.06 / 82%, 2048³ 363.6 / 367.0 / 305.9 / 209.3 /
+354.3 / 1.20 / 1.08 / 85%, 128×3072×768 298.4 / 304.3 / 251.7 / 192.9 / 307.3 / 1.24 / 0.99 / 71%.
+In the interleaved rounds of the ku change the default reached 365 at 1024³ (85% of that
+minute's peak; 83% of one core's on one thread), and stayed the best of its neighbours (per-round
+ratios: nm_mn with 2 or 4 panels per block 0.99 / 0.93, pack_a 0.89, 8 × 48 0.92, 12 × 32
+0.85, kc 512 / 256 0.87 / 0.78). GotoBLAS's order with A's block in the L2 — blocks of 16-32
+row tiles outermost, each packing B's K block (kc 128-256: a 32 KiB panel in the L1 for its
+tiles) — ran at 61-66% of one core's peak: every block of M packs or reads all of B again
+from the L3. Transparent huge pages for A, B and C: level.
 """
 
 from __future__ import annotations

@@ -251,6 +251,18 @@ the default in 7 interleaved rounds, B packed or read in place alike); dense 1×
 packed at 1×1 layers whose blocks do not divide the pixels (the default packs it there), 5 rounds:
 1.03-1.11× at 14² and 28² except 1024 -> 256 (0.94-0.96), and 0.80-0.88× built for AVX2: the rule
 stays.
+
+Intel Xeon model 167 again (main at 4602ff2, AVX-512's tiles of 24 accumulators unrolled by 2;
+peak 424-474), 8 configs, 3 rounds, GFLOP/s default -> best (PyTorch / onnxruntime ÷ ours): 3×3
+NCHWc 56² 306.0 (2.22 / 0.99), 28² 320.9 -> 323.1 (1.24 / 0.98), 14² 301.6 -> 307.7 (1.35 / 0.88),
+pre-packed 317.1 -> 325.5 (1.46 / 0.95); 7² per call 243.1 -> 263.4 (1.51 / 0.89), pre-packed
+263.3 -> 298.0 (1.61 / 1.01); s2 512@14² 266.6 (1.64 / 0.91), pre-packed 220.9 -> 262.0 (1.59 /
+0.90); s2 128@56² 269.9 -> 304.7 (1.30 / 1.04), s2 256@28² 293.3 (1.21 / 0.97); 1×1 layers
+1.75-7.01 / 0.98-1.61, among them 256 -> 64 at 56² 238.9 -> 245.2 (1.85 / 1.24) and 2048 -> 512
+at 7² 208.5 -> 274.4 (1.94 / 1.08; the dot products by default, the GEMM's tiles best); dense
+1×512 -> 1000 87.3 (2.10 / 1.67, OpenBLAS 1.22), 1×768 -> 3072 27.0 -> 27.1 (1.52 / 1.39, 1.15),
+128×768 -> 3072 323.2 -> 330.8 (1.10 / 1.05, 1.47), pre-packed 315.0 -> 319.5 (1.11 / 1.02, 1.40).
+Every row at or above PyTorch, the defaults too.
 """
 
 from __future__ import annotations

@@ -157,6 +157,13 @@ rounds, tuned vs numpy / PyTorch (ratios by rounds; % of the peak): matmul 1024�
 313.7 (1.05 / 0.97; 72%), 128×3072×768 279.9 vs 246.7 / 281.7 (1.13 / 1.00; 64%), conv2d 512@7²
 233.6 vs PyTorch 177.7 (1.37); 90% of each run's best at the first trial except 128×3072×768 (7
 trials) and the conv2d (3); tuning 46-146 s.
+
+Intel Xeon model 167 again (main at 4602ff2: AVX-512's tiles of 24 accumulators unrolled by 2;
+peak 431-467), xgb, 64 trials, 5 rounds, tuned vs numpy / PyTorch (ratios by rounds; % of the
+peak): matmul 1024³ 381.2 vs 325.9 / 367.0 (1.15 / 1.05; 82%), 2048³ 399.9 vs 340.7 / 368.8 (1.14
+/ 1.04; 86%), 1000³ 358.2 vs 315.9 / 349.3 (1.13 / 1.03; 78%), 128×3072×768 298.1 vs 256.6 / 305.4
+(1.18 / 0.98; 66%), conv2d 512@7² 256.9 vs PyTorch 181.5 (1.42; 60%); 90% of each run's best at
+the first trial except 1000³ (7 trials) and the conv2d (34); tuning 37-137 s.
 """
 
 from __future__ import annotations
