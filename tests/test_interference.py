@@ -12,6 +12,7 @@ import dataclasses
 import statistics
 import subprocess
 import sys
+import threading
 
 import helpers_ops  # noqa: F401  (the "faulty" operator's plugin)
 import pytest
@@ -201,6 +202,15 @@ def test_stolen_time_and_reference_slowdown_from_recorded_numbers():
     uneven = {1: (20_000_000, 0), 2: (10_000_000, 10_000_000)}
     assert interference.stolen_fraction({}, even) == pytest.approx(1.0)
     assert interference.stolen_fraction({}, uneven) == 0.0
+    # The critical path: the even split's waiting thread, the uneven split's busier one.
+    assert interference.critical_thread({}, even) == 2 and interference.critical_thread({}, uneven) == 1
+    assert interference.critical_thread(before, before) is None
+    # The reference on the shared CPU (index 1) ran 40% slower: that slowed the even split's
+    # critical path, not the uneven one's, whose thread on the free CPU (index 0) set its time.
+    shared = [[1.0e-4, 1.4e-4], [1.0e-4, 1.4e-4]]
+    assert interference.reference_slowdown(shared, [1e-4, 1e-4]) == pytest.approx(0.4)
+    assert interference.reference_slowdown(shared, [1e-4, 1e-4], critical=1) == pytest.approx(0.4)
+    assert interference.reference_slowdown(shared, [1e-4, 1e-4], critical=0) == 0.0
     # Ranked with the time-sharing taken out, the even split (20 ms measured) wins over the
     # uneven one (20 ms too), as it does on a quiet host (10 ms against 20).
     assert MeasureResult("ok", [0.02], disturbance=1.0).own_throughput() == pytest.approx(100.0)
@@ -218,6 +228,7 @@ def test_probes_read_this_process_and_restore_its_affinity():
     mask = affinity()
     times = interference.sched_times()
     assert times and all(run >= 0 and wait >= 0 for run, wait in times.values())
+    assert interference.thread_cpus()[threading.get_native_id()] in mask  # where this thread runs now
     seconds = interference.reference_seconds(mask)
     assert len(seconds) == len(mask) and all(s > 0 for s in seconds)
     assert affinity() == mask

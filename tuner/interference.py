@@ -34,8 +34,8 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["REFERENCE_ADDS", "REFERENCE_BLOCKS", "sched_times", "stolen_fraction", "reference_seconds",
-           "reference_slowdown", "disturbance"]
+__all__ = ["REFERENCE_ADDS", "REFERENCE_BLOCKS", "sched_times", "thread_cpus", "stolen_fraction", "critical_thread",
+           "reference_seconds", "reference_slowdown", "disturbance"]
 
 #: Integer additions of one block of the reference kernel (about 0.1 ms on a 3 GHz Zen 3 core).
 REFERENCE_ADDS = 4000
@@ -62,6 +62,44 @@ def sched_times(task_dir: Path = Path("/proc/self/task")) -> dict[int, tuple[int
     return out
 
 
+def thread_cpus(task_dir: Path = Path("/proc/self/task")) -> dict[int, int]:
+    """``{thread id: the CPU it last ran on}`` for every thread of this process (field 39,
+    ``processor``, of ``/proc/self/task/<tid>/stat``: proc(5)); empty when it cannot be read."""
+    out: dict[int, int] = {}
+    try:
+        tids = os.listdir(task_dir)
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            fields = (task_dir / tid / "stat").read_text().rsplit(")", 1)[1].split()
+            out[int(tid)] = int(fields[36])  # fields from 3 (state) on: 39 is the 37th
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+def _busy_deltas(before: Mapping[int, tuple[int, int]], after: Mapping[int, tuple[int, int]]
+                 ) -> dict[int, tuple[int, int]]:
+    """``{thread id: (run ns, wait ns)}`` between two :func:`sched_times` snapshots of the
+    threads that ran at least _BUSY_FRACTION as long as the busiest (threads born in between
+    count from 0); empty when no thread ran."""
+    deltas = {tid: (run - before.get(tid, (0, 0))[0], wait - before.get(tid, (0, 0))[1])
+              for tid, (run, wait) in after.items()}
+    busiest = max((run for run, _ in deltas.values()), default=0)
+    if busiest <= 0:
+        return {}
+    return {tid: (run, wait) for tid, (run, wait) in deltas.items() if run >= _BUSY_FRACTION * busiest}
+
+
+def critical_thread(before: Mapping[int, tuple[int, int]], after: Mapping[int, tuple[int, int]]) -> int | None:
+    """The thread on the kernel's critical path between two :func:`sched_times` snapshots: of
+    the busy threads (:func:`stolen_fraction`'s), the one runnable longest; None when no thread
+    ran. Its CPU is the one whose speed set the kernel's time (:func:`reference_slowdown`)."""
+    busy = _busy_deltas(before, after)
+    return max(busy, key=lambda tid: sum(busy[tid])) if busy else None
+
+
 def stolen_fraction(before: Mapping[int, tuple[int, int]], after: Mapping[int, tuple[int, int]]) -> float:
     """The time-sharing slowdown minus 1 of the kernel's critical path between two
     :func:`sched_times` snapshots: the longest a thread was runnable (ran or waited on a run
@@ -74,15 +112,11 @@ def stolen_fraction(before: Mapping[int, tuple[int, int]], after: Mapping[int, t
     loop, an even split's thread there waits as long as it runs (1.0), but a split that gives
     that thread a third of the work finishes it no later than the other thread's two thirds
     (0.0), as it would on a quiet host."""
-    deltas = []
-    for tid, (run, wait) in after.items():
-        run0, wait0 = before.get(tid, (0, 0))
-        deltas.append((run - run0, wait - wait0))
-    busiest = max((run for run, _ in deltas), default=0)
-    if busiest <= 0:
+    busy = _busy_deltas(before, after)
+    if not busy:
         return 0.0
-    runnable = max(run + wait for run, wait in deltas if run >= _BUSY_FRACTION * busiest)
-    return max(0.0, runnable / busiest - 1.0)
+    runnable = max(run + wait for run, wait in busy.values())
+    return max(0.0, runnable / max(run for run, _ in busy.values()) - 1.0)
 
 
 def reference_seconds(cpus: Sequence[int], adds: int = REFERENCE_ADDS, blocks: int = REFERENCE_BLOCKS) -> list[float]:
@@ -105,15 +139,24 @@ def reference_seconds(cpus: Sequence[int], adds: int = REFERENCE_ADDS, blocks: i
     return out
 
 
-def reference_slowdown(samples: Iterable[Sequence[float]], calibration: Sequence[float]) -> float:
+def reference_slowdown(samples: Iterable[Sequence[float]], calibration: Sequence[float],
+                       critical: int | None = None) -> float:
     """How much slower than ``calibration`` (seconds per CPU, the fastest seen) the reference
     ran: per CPU the mean of ``samples`` (e.g. before and after, each seconds per CPU) over
-    the calibration, the largest over the CPUs, minus 1, at least 0."""
+    the calibration, minus 1, at least 0 — of the CPU at index ``critical`` (where the kernel's
+    critical path ran: :func:`critical_thread`), else the largest over the CPUs.
+
+    A CPU shared with a lasting load slows the reference there, but the kernel only where its
+    critical path runs: a parallel split that gives that CPU's thread less work finishes no
+    later (Intel Xeon model 167, one of 2 CPUs kept busy, a 1024³ matmul split 2:1 toward the
+    free CPU: 0.33-0.43 by the largest, as if a third slower, where it ran as fast as on a quiet
+    host; even splits 0.88-0.89 — too close for the winner's choice to tell them apart, so the
+    uneven split won and ran at 60% of the quiet winner's speed)."""
     samples = [list(s) for s in samples]
     if not samples or not calibration:
         return 0.0
     ratios = [sum(s[i] for s in samples) / len(samples) / calibration[i] for i in range(len(calibration))]
-    return max(0.0, max(ratios) - 1.0)
+    return max(0.0, (ratios[critical] if critical is not None else max(ratios)) - 1.0)
 
 
 def disturbance(stolen: float, slowdown: float) -> float:

@@ -22,7 +22,8 @@ only this process with it. It talks to the runner over a pipe:
    ``<name>_packed``, between two interference probes (:mod:`.interference`: the
    reference kernel on each CPU, the threads' schedstat):
    ``("result", "ok", costs, "", probe)``, costs in seconds per call, ``probe`` =
-   ``{"stolen": fraction, "reference": [seconds per CPU before, ... after]}``.
+   ``{"stolen": fraction, "critical_cpu": the CPU of the thread on the kernel's critical path
+   (or None), "reference": [seconds per CPU before, ... after]}``.
 
 A Python exception, or a nonzero return code of the kernel, ends with
 ``("result", "runtime_error", [], text)``. Output of the process (C runtime
@@ -132,8 +133,10 @@ def child_main(conn: Connection, job: dict) -> None:
         costs = kernel.time(*arrays, number=protocol.number, repeat=protocol.repeat,
                             min_repeat_ms=round(protocol.min_repeat_ms), cooldown_ms=round(protocol.cooldown_ms),
                             flush_cache=protocol.flush_cache)
-        stolen = interference.stolen_fraction(sched, interference.sched_times())
-        probe = {"stolen": stolen, "reference": [before, interference.reference_seconds(job["cpus"])]}
+        after, cpus = interference.sched_times(), interference.thread_cpus()  # before the reference moves a thread
+        probe = {"stolen": interference.stolen_fraction(sched, after),
+                 "critical_cpu": cpus.get(interference.critical_thread(sched, after)),
+                 "reference": [before, interference.reference_seconds(job["cpus"])]}
         conn.send(("result", "ok", costs.tolist(), "", probe))
     except Exception as exc:
         conn.send(("result", "runtime_error", [], f"{type(exc).__name__}: {exc}"))

@@ -216,7 +216,9 @@ class LocalMeasurer:
         for side in samples:
             for cpu, seconds in zip(self.cpus, side):
                 self.calibration[cpu] = min(self.calibration.get(cpu, seconds), seconds)
-        slowdown = interference.reference_slowdown(samples, [self.calibration[c] for c in self.cpus])
+        critical = probe.get("critical_cpu")
+        slowdown = interference.reference_slowdown(samples, [self.calibration[c] for c in self.cpus],
+                                                   self.cpus.index(critical) if critical in self.cpus else None)
         return interference.disturbance(probe["stolen"], slowdown)
 
     def _attempt(self, inp: MeasureInput, built: BuildResult, protocol: MeasureProtocol) -> MeasureResult:
