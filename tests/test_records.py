@@ -156,6 +156,22 @@ def test_the_winner_is_the_fastest_median_unless_a_far_more_disturbed_one_is_fas
     assert validation.best([dot, ("short", "short", MeasureResult("ok", [0.5] * 5))]) == "dot"  # most repeats only
 
 
+def test_under_a_load_that_lasted_through_every_finalists_rounds_own_throughput_decides():
+    """Where even the fastest finalist was disturbed beyond the probes' noise, the load lasted
+    through all their rounds and the lower quartile tells their splits apart, not their speed
+    (Intel Xeon model 167, one CPU of 2 busy, 1024³ matmul: a 6 × 48 tile first by it at 0.82,
+    17% slower quietly than a 6 × 64 tile at 1.04 with the highest own throughput)."""
+    narrow = ("6x48", "6x48", MeasureResult("ok", [10.3e-3] * 10 + [14.0e-3] * 20, disturbance=0.82))
+    wide = ("6x64", "6x64", MeasureResult("ok", [10.6e-3] * 10 + [12.0e-3] * 20, disturbance=1.04))
+    other = ("other", "other", MeasureResult("ok", [10.4e-3] * 10 + [11.8e-3] * 20, disturbance=0.90))
+    assert narrow[2].lower_quartile < min(wide[2].lower_quartile, other[2].lower_quartile)
+    assert wide[2].own_throughput() > other[2].own_throughput() > narrow[2].own_throughput()
+    assert validation.best([narrow, wide, other]) == validation.best([other, wide, narrow]) == "6x64"
+    # a search trial that showed less own throughput caps the config's rank, as for a credited one
+    wide_trial = ("6x64", "6x64", MeasureResult("ok", [15.0e-3] * 10, disturbance=0.90))
+    assert validation.best([wide_trial, narrow, wide, other]) == "other"
+
+
 def test_a_burst_over_two_of_a_finalists_three_rounds_does_not_decide_the_winner():
     """Bursts only add time: the fastest finalist is the one with the fastest lower quartile of its
     repeats (Zen 5, a 1×1 convolution: the default's rounds at 100, 100, 52 µs, another config's at
