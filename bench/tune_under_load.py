@@ -98,6 +98,16 @@ Measured (2-vCPU Intel Xeon, AVX-512, KVM; each phase under the shared CPU lock,
   load; 0% counted disturbed in both; probe 1.5 ms quiet, 7.9 ms busy. Re-timed quietly: busy
   winner 216.9 vs quiet 219.5 GFLOP/s best, **98.8%** (99.1% by median), different configs (the
   default's 6 × 64 tile, B packed per block, parallel outer vs bm 16, B packed first, fused).
+* Intel Xeon model 167 again (main at 4602ff2, 5 rounds, 2 min): busy winner 231.4 vs quiet
+  385.1 GFLOP/s best, **60.1%**: the busy run took a split of 2:1 blocks toward the free CPU
+  (bm 64, order mn_mn, A packed), whose disturbance, 0.43, counted the busy CPU's reference
+  slowdown though its thread there was not on the critical path; the even splits' 0.88-0.89 were
+  within the probes' noise (0.5) of it, so the lower quartile decided. After the reference
+  slowdown became that of the critical path's CPU (f3ce6ef): 83.1% — the finalists now all even
+  splits at 0.82-1.04, and the lower quartile under the load chose a 6 × 48 tile; after own
+  throughput decides where every finalist was disturbed beyond the noise (8967c2d): **91.2%** and
+  **99.2%** (90.1% and 99.9% by median) in two runs; busy disturbance median 0.81-0.84, max
+  1.09-1.21, quiet 0.09-0.12; 0% counted disturbed; probe 7.9 ms per trial busy.
 """
 
 from __future__ import annotations
