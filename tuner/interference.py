@@ -31,11 +31,14 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 __all__ = ["REFERENCE_ADDS", "REFERENCE_BLOCKS", "sched_times", "thread_cpus", "stolen_fraction", "critical_thread",
            "reference_seconds", "reference_slowdown", "disturbance"]
+
+T = TypeVar("T")
 
 #: Integer additions of one block of the reference kernel (about 0.1 ms on a 3 GHz Zen 3 core).
 REFERENCE_ADDS = 4000
@@ -45,38 +48,38 @@ REFERENCE_BLOCKS = 5
 _BUSY_FRACTION = 0.1
 
 
-def sched_times(task_dir: Path = Path("/proc/self/task")) -> dict[int, tuple[int, int]]:
-    """``{thread id: (run ns, run-queue wait ns)}`` of every thread of this process, from
-    schedstat; empty when it cannot be read."""
-    out: dict[int, tuple[int, int]] = {}
+def _per_thread(task_dir: Path, name: str, parse: Callable[[str], T]) -> dict[int, T]:
+    """``{thread id: parse(text of <task_dir>/<tid>/<name>)}`` for every thread whose file
+    reads and parses; empty when ``task_dir`` cannot be listed."""
+    out: dict[int, T] = {}
     try:
         tids = os.listdir(task_dir)
     except OSError:
         return out
     for tid in tids:
         try:
-            run, wait, _ = (task_dir / tid / "schedstat").read_text().split()
-        except (OSError, ValueError):
+            out[int(tid)] = parse((task_dir / tid / name).read_text())
+        except (OSError, ValueError, IndexError):
             continue
-        out[int(tid)] = (int(run), int(wait))
     return out
+
+
+def _run_and_wait(schedstat: str) -> tuple[int, int]:
+    run, wait, _ = schedstat.split()
+    return int(run), int(wait)
+
+
+def sched_times(task_dir: Path = Path("/proc/self/task")) -> dict[int, tuple[int, int]]:
+    """``{thread id: (run ns, run-queue wait ns)}`` of every thread of this process, from
+    schedstat; empty when it cannot be read."""
+    return _per_thread(task_dir, "schedstat", _run_and_wait)
 
 
 def thread_cpus(task_dir: Path = Path("/proc/self/task")) -> dict[int, int]:
     """``{thread id: the CPU it last ran on}`` for every thread of this process (field 39,
-    ``processor``, of ``/proc/self/task/<tid>/stat``: proc(5)); empty when it cannot be read."""
-    out: dict[int, int] = {}
-    try:
-        tids = os.listdir(task_dir)
-    except OSError:
-        return out
-    for tid in tids:
-        try:
-            fields = (task_dir / tid / "stat").read_text().rsplit(")", 1)[1].split()
-            out[int(tid)] = int(fields[36])  # fields from 3 (state) on: 39 is the 37th
-        except (OSError, ValueError, IndexError):
-            continue
-    return out
+    ``processor``, of ``/proc/self/task/<tid>/stat``: proc(5); the fields after the command's
+    closing parenthesis start at 3); empty when it cannot be read."""
+    return _per_thread(task_dir, "stat", lambda stat: int(stat.rsplit(")", 1)[1].split()[39 - 3]))
 
 
 def _busy_deltas(before: Mapping[int, tuple[int, int]], after: Mapping[int, tuple[int, int]]
