@@ -105,9 +105,10 @@ Measured (2-vCPU Intel Xeon, AVX-512, KVM; each phase under the shared CPU lock,
   within the probes' noise (0.5) of it, so the lower quartile decided. After the reference
   slowdown became that of the critical path's CPU (f3ce6ef): 83.1% — the finalists now all even
   splits at 0.82-1.04, and the lower quartile under the load chose a 6 × 48 tile; after own
-  throughput decides where every finalist was disturbed beyond the noise (8967c2d): **91.2%** and
-  **99.2%** (90.1% and 99.9% by median) in two runs; busy disturbance median 0.81-0.84, max
-  1.09-1.21, quiet 0.09-0.12; 0% counted disturbed; probe 7.9 ms per trial busy.
+  throughput decides where every finalist was disturbed beyond the noise (8967c2d): **91.2%**,
+  **99.2%** and **98.0%** (90.1%, 99.9% and 100.7% by median) in three runs; busy disturbance
+  median 0.81-0.84, max 1.09-1.21, quiet 0.09-0.12; 0% counted disturbed; probe 7.9 ms per
+  trial busy.
 """
 
 from __future__ import annotations
