@@ -204,10 +204,14 @@ def test_dot_products_are_the_default_of_long_few_pixel_gemms_with_32_vector_reg
     vectors, the dot products come first among the configs a search measures first (then the
     GEMM's tiles, then NCHWc's), in one block of tiles over all the pixels, so the weights are
     read once per call; with AVX2's 16 registers or a short reduction the GEMM's tiles stay
-    the default. (The rule, for targets of every ISA, whatever this host runs.)"""
+    the default, and at 1×1 also where the dot products' 6 rows of weights overflow a 32 KiB L1
+    (CI 2048: 48 KiB; at CI 512 and 1024 they fit), the dot products second. (The rule, for
+    targets of every ISA, whatever this host runs.)"""
     avx512, avx2 = Target("cpu", "avx512"), Target("cpu", "avx2")
     resnet_3x3 = _workload("conv2d_nchw", RESNET[1])
     resnet_1x1 = _workload("conv2d_nchw", dict(CI=2048, CO=512, H=7, W=7, KH=1, KW=1))
+    resnet_1x1_up = _workload("conv2d_nchw", dict(CI=512, CO=2048, H=7, W=7, KH=1, KW=1))
+    resnet_1x1_s2 = _workload("conv2d_nchw", dict(CI=1024, CO=2048, H=14, W=14, KH=1, KW=1, stride=2))
     short = _workload("conv2d_nchw", dict(CI=128, CO=512, H=7, W=7, KH=1, KW=1))
 
     def firsts(w, target):
@@ -215,7 +219,8 @@ def test_dot_products_are_the_default_of_long_few_pixel_gemms_with_32_vector_reg
                 for c in ops.preferred_configs(w, target)]
 
     assert firsts(resnet_3x3, avx512) == [("panel", 0), ("gemm", 4), ("gemm", 0), ("nchwc", 0)]
-    assert firsts(resnet_1x1, avx512) == [("gemm", 4), ("gemm", 0)]
+    assert firsts(resnet_1x1_up, avx512) == firsts(resnet_1x1_s2, avx512) == [("gemm", 4), ("gemm", 0)]
+    assert firsts(resnet_1x1, avx512) == [("gemm", 0), ("gemm", 4)]
     dot = ops.preferred_configs(resnet_3x3, avx512)[1]
     assert dot["mr"].val * dot["dot_rows"].val == 24 and dot["bn"].val * dot["dot_rows"].val >= 49
     assert firsts(resnet_3x3, avx2) == [("panel", 0), ("gemm", 0), ("nchwc", 0)]

@@ -714,7 +714,8 @@ def default_config(space, workload, target) -> list[dict]:
     method choice every method's default (the search measures them first): with pre-packed
     weights the panel GEMM's and NCHWc's, `panel_gemm_first` deciding which comes first; with
     OIHW weights the im2col GEMM's (where `dot_conv_default` applies, its dot products first,
-    the GEMM's tiles second), NCHWc's and the panel GEMM's, which comes first with vectors of
+    the GEMM's tiles second; at 1×1 the other way round where the dot products' rows of weights
+    overflow the L1: `dot_weights_stay_in_l1`), NCHWc's and the panel GEMM's, which comes first with vectors of
     at least 32 bytes (AVX2, AVX-512): packing the weights per call into panels of 2 vectors
     costs less than the lanes the other two leave idle at 7² (AMD Zen 5, 2 threads, medians of
     11 alternating timings against the best of the others' defaults: 512@7² 3×3 1.10×, its
@@ -736,7 +737,10 @@ def default_config(space, workload, target) -> list[dict]:
     lanes = target.lanes(a["dtype"])
     gemms = [gemm_conv_default(space, a, lanes, target.vector_bytes, target.vector_registers)]
     if (dot := dot_conv_default(space, a, lanes, target.vector_bytes)) is not None:
-        gemms.insert(0, {**gemms[0], **dot})
+        dot = {**gemms[0], **dot}
+        if is_pointwise(a) and not dot_weights_stay_in_l1(a, dot):
+            return [gemms[0], dot]
+        gemms.insert(0, dot)
     if is_pointwise(a):
         return gemms
     direct = direct_default(direct_view(space, a), a, target)
@@ -860,6 +864,23 @@ def gemm_conv_default(space, a: dict, lanes: int, vector_bytes: int, registers: 
 DOT_MIN_K_VECTORS = 16
 #: Rows of pixels per register tile of the default dot products (with 24 // DOT_ROWS rows of weights).
 DOT_ROWS = 4
+#: The L1 data cache the default's rows of weights must fit for its dot products to come first
+#: at 1×1 (`dot_weights_stay_in_l1`): the smallest of the fleet's hosts (AMD Zen 3 and Zen 4:
+#: 32 KiB; Zen 5 and Intel Xeon model 167: 48 KiB).
+DOT_L1_BYTES = 32 << 10
+
+
+def dot_weights_stay_in_l1(a: dict, dot: dict) -> bool:
+    """Whether the rows of weights one tile of the dot products `dot` (knobs, `mr` rows of
+    CI·KH·KW elements of a["dtype"]) reads fit DOT_L1_BYTES, so they stay in the L1 while the
+    tile moves over the pixels. Where they do not, a 1×1 convolution's default is the GEMM's
+    tiles and its dot products come second: 2048 -> 512 at 7² (6 rows × 2048 × 4 bytes = 48
+    KiB), 2 threads, the GEMM's tiles against the dot products: AMD Zen 5 1.21× (9 rounds;
+    512 -> 2048 at 7², 24 KiB, 0.87×, and 1024 -> 2048 stride 2 from 14², 24 KiB, 0.88×, keep
+    the dot products first), Intel Xeon model 167 1.23-1.32×, model 207 1.41×; only the AMD Zen 4
+    (AVX-512 on 256-bit units, where the GEMM's 49 pixels in 4 vectors cost most) measured the
+    dot products ahead there (1.19-1.23×), which the search's second trial finds."""
+    return dot["mr"] * a["CI"] * a["KH"] * a["KW"] * te.dtype_of(a["dtype"]).bytes <= DOT_L1_BYTES
 
 
 def dot_conv_default(space, a: dict, lanes: int, vector_bytes: int) -> dict | None:
@@ -893,7 +914,8 @@ def dot_conv_default(space, a: dict, lanes: int, vector_bytes: int) -> dict | No
     longest reduction, where other tiles (8 pixels × 3 or 2 rows of weights, whose rows stay in
     the L1; 2 × 12) measured 0.80-0.86× and 0.40× the default: a host-dependent choice at CI
     2048 (the GEMM's tiles 1.05× on Zen 5 and 1.23× on the Xeon model 167; the dot products ahead
-    on Zen 4), which the search's first two trials make."""
+    on Zen 4), which the search's first two trials make; since re-timed on Zen 5 at 1.21×, so
+    the GEMM's tiles come first there (`dot_weights_stay_in_l1`)."""
     OH, OW = out_size(a)
     if (vector_bytes < 64 or OH * OW > IM2COL_MAX_PIXELS or a["CI"] * a["KH"] * a["KW"] < DOT_MIN_K_VECTORS * lanes
             or DOT_ROWS not in knob_choices(space, "dot_rows")):
