@@ -209,6 +209,21 @@ ratios: nm_mn with 2 or 4 panels per block 0.99 / 0.93, pack_a 0.89, 8 × 48 0.9
 row tiles outermost, each packing B's K block (kc 128-256: a 32 KiB panel in the L1 for its
 tiles) — ran at 61-66% of one core's peak: every block of M packs or reads all of B again
 from the L3. Transparent huge pages for A, B and C: level.
+
+AMD EPYC Zen 5 again (family 26 model 2; main at ff6d3a6, AVX-512's crowded tiles unrolled by
+2; peak 567), 5 rounds, default / best of 16 / numpy / np-AVX2 / PyTorch / ratio to OpenBLAS /
+to PyTorch / % of the peak: 256³ 525.4 / 525.4 / 473.6 / 262.4 / 222.9 / 1.53 / 2.37 / 93%, 512³
+539.8 / 539.8 / 493.1 / 262.6 / 230.9 / 1.28 / 2.34 / 95%, 1024³ 534.0 / 534.7 / 510.4 / 265.1 /
+230.0 / 1.08 / 2.33 / 94%, 2048³ 529.6 / 533.3 / 495.9 / 269.9 / 233.0 / 1.08 / 2.27 / 94%,
+128×3072×768 481.9 / 483.6 / 388.6 / 253.8 / 212.2 / 1.34 / 2.30 / 85%. The unroll by 2 against
+4 here (7 interleaved rounds, medians): matmul 1.00-1.01, the 1×1 convolutions 1.00-1.02 (12 × 32
+at 14² 1.02). OpenBLAS at 90% of the peak at 1024³ leaves 1.1× at 99%. The skinny product's 15%:
+packing B's panels per call, 11% here (the same code without its packing loop 1.12×, B
+pre-packed as KN64n 1.08-1.10×, 92% of the peak), bound by the L3's latency on rows 12 KiB apart
+(36 GB/s per core); prefetching the next panel during the tiles 0.93-0.95×, 8-24 rows ahead in
+the packing loop 0.96×, bn 2 / 4 0.96 / 0.98, kc 96-384 0.97-1.00, all of B packed first 0.99,
+packing it row by row 0.82, B in place 0.93; 64-byte aligned arrays (numpy's are 16-byte
+aligned) 1.03×.
 """
 
 from __future__ import annotations

@@ -263,6 +263,23 @@ at 7² 208.5 -> 274.4 (1.94 / 1.08; the dot products by default, the GEMM's tile
 1×512 -> 1000 87.3 (2.10 / 1.67, OpenBLAS 1.22), 1×768 -> 3072 27.0 -> 27.1 (1.52 / 1.39, 1.15),
 128×768 -> 3072 323.2 -> 330.8 (1.10 / 1.05, 1.47), pre-packed 315.0 -> 319.5 (1.11 / 1.02, 1.40).
 Every row at or above PyTorch, the defaults too.
+
+AMD EPYC Zen 5 again (family 26 model 2; main at ff6d3a6; peak 540-555), 8 configs, 3 rounds,
+GFLOP/s default -> best (PyTorch / onnxruntime ÷ ours): 3×3 NCHWc 56² 504.0 (2.33 / 0.98), 28²
+502.7 (1.16 / 0.97), 14² 474.2 (1.26 / 0.93), pre-packed 506.9 (1.37 / 1.01); 7² per call 354.5
+-> 358.7 (1.28 / 0.74), pre-packed 488.5 (1.84 / 1.01); s2 512@14² 394.0 (1.51 / 0.81), pre-packed
+505.6 (1.80 / 1.05); s2 128@56² 487.7 (1.31 / 1.11), s2 256@28² 428.0 -> 429.5 (1.20 / 1.00); 1×1
+layers 1.37-9.84 / 0.99-1.76, among them 2048 -> 512 at 7² 318.8 -> 390.4 (1.37 / 0.99; the dot
+products by default, the GEMM's tiles best), pre-packed 495.9 -> 501.6 (1.45 / 1.06); dense 1×512
+-> 1000 109.8 (2.82 / 1.43, OpenBLAS 1.37), 1×768 -> 3072 94.5 (2.46 / 1.08, 1.05), 128×768 -> 3072
+468.6 (2.69 / 0.97, 1.47), pre-packed 519.3 -> 523.1 (2.45 / 1.06, 1.52). Every row at or above
+PyTorch. After the GEMM's tiles came first at 1×1 where the dot products' rows of weights
+overflow the L1 (ac8074a; 5 rounds): 2048 -> 512 at 7² 391.5 by default (1.17 / 0.84). B read
+in place instead of packed at the 1×1 layers whose pixels leave the last tile partial (7
+interleaved rounds, medians): 14² 1024 -> 256 1.05-1.08×, 256 -> 1024 1.02×, 512 -> 512 1.07×;
+28² 512 -> 128 1.10×, 128 -> 512 1.03×; 17² 768 -> 192 1.07×; built for AVX2 at 14² 1.03× —
+but 0.68-0.82× at 7², and on a Zen 4 0.94-1.11× (AVX-512) and 0.80-0.88× (AVX2), so the
+default keeps packing there.
 """
 
 from __future__ import annotations

@@ -164,6 +164,13 @@ peak): matmul 1024³ 381.2 vs 325.9 / 367.0 (1.15 / 1.05; 82%), 2048³ 399.9 vs 
 / 1.04; 86%), 1000³ 358.2 vs 315.9 / 349.3 (1.13 / 1.03; 78%), 128×3072×768 298.1 vs 256.6 / 305.4
 (1.18 / 0.98; 66%), conv2d 512@7² 256.9 vs PyTorch 181.5 (1.42; 60%); 90% of each run's best at
 the first trial except 1000³ (7 trials) and the conv2d (34); tuning 37-137 s.
+
+AMD EPYC Zen 5 again (family 26 model 2; main at ff6d3a6; peak 534-564), xgb, 64 trials, 5
+rounds, tuned vs numpy / PyTorch (ratios by rounds; % of the peak): matmul 1024³ 517.1 vs 489.9 /
+226.1 (1.25 / 2.39 — one slow numpy round; 1.06 by the bests; 97%), 2048³ 519.5 vs 488.4 / 228.5
+(1.07 / 2.31; 94%), 1000³ 518.2 vs 501.8 / 229.0 (1.03 / 2.28; 94%), 128×3072×768 482.8 vs 376.7 /
+209.2 (1.28 / 2.73; 86%), conv2d 512@7² 414.5 vs PyTorch 289.1 (1.45; 73%); 90% of each run's best
+at the first trial except the conv2d (9 trials, 4 s); tuning 28-99 s.
 """
 
 from __future__ import annotations

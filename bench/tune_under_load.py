@@ -109,6 +109,12 @@ Measured (2-vCPU Intel Xeon, AVX-512, KVM; each phase under the shared CPU lock,
   **99.2%** and **98.0%** (90.1%, 99.9% and 100.7% by median) in three runs; busy disturbance
   median 0.81-0.84, max 1.09-1.21, quiet 0.09-0.12; 0% counted disturbed; probe 7.9 ms per
   trial busy.
+* AMD EPYC Zen 5 again (family 26 model 2; main at ff6d3a6, with the critical path's reference
+  slowdown and own throughput under a lasting load, 5 rounds, three runs): busy winner **96.3%**,
+  **100.0%** and **97.3%** of the quiet one (97.1%, 100.3% and 97.4% by median; quiet winners
+  524.9-529.9 GFLOP/s best); busy disturbance median 0.75-0.80, max 0.97-1.63, 0% counted
+  disturbed; different configs each time (busy: 8 × 48 bm 64; 6 × 64 bm 8 bn 8; 6 × 48 bm 64
+  nm_mn; all B packed per block).
 """
 
 from __future__ import annotations
