@@ -311,7 +311,10 @@ class Sandbox:
         hidden folders and /tmp. The folders leading to them on a tmpfs are made 0755 (bwrap
         would make them 0700, closed to the sandbox's uid). A folder the sandbox's uid cannot
         enter (a 0700 checkout, or a folder holding one) is covered with a 0755 tmpfs showing
-        only what leads to the paths shown, and a 0700 folder to show is shown entry by entry."""
+        only what leads to the paths shown, and a 0700 folder to show is shown entry by entry,
+        each only if it still exists when bwrap starts (``--ro-bind-try``): an entry can vanish
+        after the listing (pytest's ``pytest-cache-files-*`` in a checkout's root made a worker's
+        sandbox probe fail with "Can't find source path")."""
         tmpfs = [Path("/tmp"), *(h for h in self.hidden if h.is_dir())]
         made: set[Path] = set()
         args: list[str] = []
@@ -330,7 +333,7 @@ class Sandbox:
 
         mounts = [("--ro-bind", p) for p in read_only if _enterable(p)]
         for closed in (p for p in read_only if not _enterable(p)):
-            mounts += [("--ro-bind", entry) for entry in sorted(closed.iterdir())
+            mounts += [("--ro-bind-try", entry) for entry in sorted(closed.iterdir())
                        if not any(entry == h or h.is_relative_to(entry) for h in self.hidden)]
         for kind, path in [*mounts, ("--bind", scratch)]:
             lead_to(path)

@@ -84,6 +84,25 @@ def test_a_library_of_parts_builds_in_the_sandbox(sandboxed: Path) -> None:
     assert os.stat(built.so_path).st_uid == os.geteuid()
 
 
+def test_an_entry_of_a_closed_folder_that_vanishes_before_the_sandbox_starts_is_left_out(sandboxed: Path,
+                                                                                      tmp_path: Path) -> None:
+    """A 0700 folder shown read-only (a checkout made by ``mktemp -d``) is shown entry by entry
+    from a listing; an entry removed between the listing and bwrap's start (pytest's
+    ``pytest-cache-files-*`` in a checkout's root) must not stop the sandbox from starting, and
+    the entries that remain are shown."""
+    closed = tmp_path / "checkout"
+    closed.mkdir(mode=0o700)
+    (closed / "kept.txt").write_text("shown\n")
+    (closed / "pytest-cache-files-x").mkdir()
+    box = sandbox.current()
+    limits = sandbox.Limits(cpu_s=30, address_space=None, file_size=1 << 20, processes=sandbox.default_processes())
+    with box.scratch() as scratch:
+        command = box.command(["cat", str(closed / "kept.txt")], scratch=scratch, limits=limits, read_only=[closed])
+        (closed / "pytest-cache-files-x").rmdir()
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout) == (0, "shown\n"), done.stderr
+
+
 @pytest.mark.parametrize("parent", ["/tmp", "/tmp/closed", "/var/tmp/closed"], ids=["tmp", "closed-in-tmp", "closed"])
 def test_a_python_installed_where_nobody_could_reach_it_starts_in_the_sandbox(sandboxed: Path, tmp_path: Path,
                                                                               parent: str) -> None:
