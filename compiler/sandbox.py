@@ -49,7 +49,7 @@ from pathlib import Path
 from .toolchain import compiler_command
 
 __all__ = ["UNSANDBOXED", "SandboxUnavailable", "Limits", "Sandbox", "ENV_VAR", "SANDBOX_UID", "active", "enable",
-           "current", "detect", "hidden_paths", "import_paths", "clean_output", "OUTPUT_LIMIT"]
+           "current", "detect", "hidden_paths", "own_folders", "import_paths", "clean_output", "OUTPUT_LIMIT"]
 
 #: The variable that turns the sandbox on ("1") for this process and its children.
 ENV_VAR = "TUNEFLEET_SANDBOX"
@@ -156,18 +156,24 @@ def _tool(name: str) -> str:
     return found
 
 
+def own_folders() -> list[Path]:
+    """The folders tunefleet writes what no candidate may read: ``TUNEFLEET_HOME`` (default
+    ``~/.tunefleet``: database, artifacts, credentials), ``TUNEFLEET_ARTIFACT_DIR`` and
+    ``TUNEFLEET_CACHE_DIR`` (the build cache holds every task's sources), where set."""
+    env = os.environ
+    folders = [Path(env.get("TUNEFLEET_HOME") or Path.home() / ".tunefleet").expanduser()]
+    return folders + [Path(env[var]).expanduser() for var in ("TUNEFLEET_ARTIFACT_DIR", "TUNEFLEET_CACHE_DIR")
+                      if env.get(var)]
+
+
 def hidden_paths() -> list[Path]:
     """Folders and files no sandboxed process may see: the user's home, ``/root``, ``/home``,
-    ``/run``, ``TUNEFLEET_HOME`` (default ``~/.tunefleet``), ``TUNEFLEET_ARTIFACT_DIR``,
-    ``TUNEFLEET_CACHE_DIR`` (the build cache holds every task's sources), the folder of an
-    SQLite ``TUNEFLEET_DATABASE_URL``, and the files named by ``*_TOKEN_FILE`` variables.
-    Only those that exist are listed."""
+    ``/run``, :func:`own_folders`, the folder of an SQLite ``TUNEFLEET_DATABASE_URL``, and the
+    files named by ``*_TOKEN_FILE`` variables. Only those that exist are listed (bwrap cannot
+    cover a missing path on the read-only root), so :meth:`Sandbox.find` makes the own folders
+    first."""
     env = os.environ
-    paths = [Path.home(), Path("/root"), Path("/home"), Path("/run"),
-             Path(env.get("TUNEFLEET_HOME") or Path.home() / ".tunefleet").expanduser()]
-    for var in ("TUNEFLEET_ARTIFACT_DIR", "TUNEFLEET_CACHE_DIR"):
-        if env.get(var):
-            paths.append(Path(env[var]).expanduser())
+    paths = [Path.home(), Path("/root"), Path("/home"), Path("/run"), *own_folders()]
     database = env.get("TUNEFLEET_DATABASE_URL", "")
     if database.startswith("sqlite:///") and len(database) > len("sqlite:///"):
         paths.append(Path(database.removeprefix("sqlite:///")).expanduser().parent)
@@ -230,7 +236,12 @@ class Sandbox:
     @classmethod
     def find(cls) -> Sandbox:
         """The sandbox of this host and process. Raises SandboxUnavailable if a tool is missing
-        (it does not start one: see :func:`detect`)."""
+        (it does not start one: see :func:`detect`). Makes the :func:`own_folders` that do not
+        exist yet, so they are hidden too: a build cache configured outside the home and made
+        by the first build after this would otherwise show every task's sources."""
+        for folder in own_folders():
+            with contextlib.suppress(OSError):
+                folder.mkdir(parents=True, exist_ok=True)
         hidden = hidden_paths()
         return cls(bwrap_path(), _tool("setpriv"), _tool("prlimit"), os.geteuid() == 0, tuple(hidden),
                    tuple(_exposed_paths(hidden, import_paths())))

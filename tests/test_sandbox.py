@@ -103,6 +103,29 @@ def test_an_entry_of_a_closed_folder_that_vanishes_before_the_sandbox_starts_is_
     assert (done.returncode, done.stdout) == (0, "shown\n"), done.stderr
 
 
+def test_a_build_cache_made_after_the_sandbox_was_found_is_hidden(sandboxed: Path, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """TUNEFLEET_CACHE_DIR set to a folder outside the home (and the sandbox's private /tmp) that
+    does not exist yet when the sandbox is found: the first build makes it later, and another
+    task's source in it must stay out of a candidate's reach."""
+    cache = Path(f"/var/tmp/tunefleet-cache-{os.getpid()}-{tmp_path.name}")
+    monkeypatch.setenv("TUNEFLEET_CACHE_DIR", str(cache))
+    sandbox._sandbox.cache_clear()
+    try:
+        box = sandbox.current()
+        (cache / "ab").mkdir(parents=True, exist_ok=True)
+        (cache / "ab" / "other_task.c").write_text("int other_users_kernel;\n")
+        limits = sandbox.Limits(cpu_s=30, address_space=None, file_size=1 << 20,
+                                processes=sandbox.default_processes())
+        with box.scratch() as scratch:
+            done = subprocess.run(box.command(["cat", str(cache / "ab" / "other_task.c")], scratch=scratch,
+                                              limits=limits), capture_output=True, text=True, timeout=120)
+        assert done.returncode != 0 and "No such file" in done.stderr, (done.stdout, done.stderr)
+        assert cache.resolve() in box.hidden
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+
+
 @pytest.mark.parametrize("parent", ["/tmp", "/tmp/closed", "/var/tmp/closed"], ids=["tmp", "closed-in-tmp", "closed"])
 def test_a_python_installed_where_nobody_could_reach_it_starts_in_the_sandbox(sandboxed: Path, tmp_path: Path,
                                                                               parent: str) -> None:
