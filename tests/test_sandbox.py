@@ -9,6 +9,7 @@ import site
 import subprocess
 import sys
 import venv
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -84,6 +85,18 @@ def test_a_library_of_parts_builds_in_the_sandbox(sandboxed: Path) -> None:
     assert os.stat(built.so_path).st_uid == os.geteuid()
 
 
+def run_sandboxed(argv: list[str], read_only: Sequence[Path] = (),
+                  before_start: Callable[[], object] = lambda: None) -> subprocess.CompletedProcess:
+    """`argv` run in this process's sandbox (sandbox.current()) in a fresh scratch directory, with
+    `read_only` shown; `before_start` runs after bwrap's command line is made, before it starts."""
+    box = sandbox.current()
+    limits = sandbox.Limits(cpu_s=30, address_space=None, file_size=1 << 20, processes=sandbox.default_processes())
+    with box.scratch() as scratch:
+        command = box.command(argv, scratch=scratch, limits=limits, read_only=read_only)
+        before_start()
+        return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
 def test_an_entry_of_a_closed_folder_that_vanishes_before_the_sandbox_starts_is_left_out(sandboxed: Path,
                                                                                       tmp_path: Path) -> None:
     """A 0700 folder shown read-only (a checkout made by ``mktemp -d``) is shown entry by entry
@@ -94,12 +107,8 @@ def test_an_entry_of_a_closed_folder_that_vanishes_before_the_sandbox_starts_is_
     closed.mkdir(mode=0o700)
     (closed / "kept.txt").write_text("shown\n")
     (closed / "pytest-cache-files-x").mkdir()
-    box = sandbox.current()
-    limits = sandbox.Limits(cpu_s=30, address_space=None, file_size=1 << 20, processes=sandbox.default_processes())
-    with box.scratch() as scratch:
-        command = box.command(["cat", str(closed / "kept.txt")], scratch=scratch, limits=limits, read_only=[closed])
-        (closed / "pytest-cache-files-x").rmdir()
-        done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    done = run_sandboxed(["cat", str(closed / "kept.txt")], read_only=[closed],
+                         before_start=(closed / "pytest-cache-files-x").rmdir)
     assert (done.returncode, done.stdout) == (0, "shown\n"), done.stderr
 
 
@@ -115,11 +124,7 @@ def test_a_build_cache_made_after_the_sandbox_was_found_is_hidden(sandboxed: Pat
         box = sandbox.current()
         (cache / "ab").mkdir(parents=True, exist_ok=True)
         (cache / "ab" / "other_task.c").write_text("int other_users_kernel;\n")
-        limits = sandbox.Limits(cpu_s=30, address_space=None, file_size=1 << 20,
-                                processes=sandbox.default_processes())
-        with box.scratch() as scratch:
-            done = subprocess.run(box.command(["cat", str(cache / "ab" / "other_task.c")], scratch=scratch,
-                                              limits=limits), capture_output=True, text=True, timeout=120)
+        done = run_sandboxed(["cat", str(cache / "ab" / "other_task.c")])
         assert done.returncode != 0 and "No such file" in done.stderr, (done.stdout, done.stderr)
         assert cache.resolve() in box.hidden
     finally:
