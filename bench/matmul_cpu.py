@@ -5,11 +5,13 @@ best of up to 16 configs from the template's space (the default's neighbourhood 
 random points whose register tile fits the vector registers), numpy — timed in child
 processes with OPENBLAS_CORETYPE removed (OpenBLAS's AVX-512 kernels) and with it set
 (AVX2 kernels) — and, where it is installed, PyTorch's torch.mm (MKL / oneDNN, with our timing
-protocol), in interleaved rounds of fresh processes (ours, ours, numpy, numpy, torch, ...).
+protocol), in interleaved rounds of fresh processes (peak, ours, ours, numpy, numpy, torch, ...).
 Prints GFLOP/s (best over the rounds), the ratios OpenBLAS time / ours (OpenBLAS's faster
 kernels of each round) and PyTorch time / ours (each the median over the rounds of the ratio
 within a round, `common.round_ratio`) and the percentage of the fp32 FMA peak that the bench
-measures itself.
+measures itself, in the same rounds as the row's timings (the best over them: a peak measured
+once at the start, in a disturbed minute, read 167 GFLOP/s on a Xeon model 207 whose kernels
+then ran at 314 — 188% of it).
 
     python bench/matmul_cpu.py [--sizes 1024 2048] [--configs 16] [--threads N] [--processes 5]
                                [--target "cpu -isa=avx2"]
@@ -236,7 +238,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import (PROCESSES, export, host_target, interleaved_seconds, kernel_code, numpy_env, numpy_matmul_code, peak_gflops,  # noqa: E402
+from common import (PROCESSES, export, host_target, interleaved_seconds, kernel_code, numpy_env, numpy_matmul_code, peak_code,  # noqa: E402
                     quick_seconds, round_ratio, scratch_dir)
 from ops_cpu import torch_available, torch_code, torch_env  # noqa: E402
 
@@ -272,12 +274,11 @@ def main() -> None:
     os.environ["TUNEFLEET_NUM_THREADS"] = str(args.threads)
     target = args.target
     lanes = target.lanes("float32")
-    peak = peak_gflops(args.threads, target)
-    print(f"target {target}, {args.threads} threads, measured fp32 FMA peak {peak:.0f} GFLOP/s")
+    print(f"target {target}, {args.threads} threads; peak: the fp32 FMA peak measured in each row's rounds")
     have_torch = torch_available()
     print(f"PyTorch {'installed: its column times torch.mm (MKL / oneDNN)' if have_torch else 'not installed'}")
     header = (f"{'M×N×K':>14} {'default':>9} {'best/16':>9} {'numpy':>9} {'np-AVX2':>9} {'torch':>9} {'best/np':>8} "
-              f"{'best/pt':>8} {'%peak':>6}  best config")
+              f"{'best/pt':>8} {'peak':>6} {'%peak':>6}  best config")
     print(header)
     rng = np.random.default_rng(0)
     for size in args.sizes:
@@ -295,12 +296,14 @@ def main() -> None:
         best_cfg, best_built = trials[0][1], trials[0][2]
         default_built = next(t[2] for t in trials if t[1].index == default.index)
         artifacts = [export(b, w, scratch_dir("tf-bench-")) for b in (default_built, best_built)]
-        codes = [kernel_code(a) for a in artifacts] + [numpy_matmul_code(M, N, K)] * 2
-        envs = [None, None, numpy_env(False), numpy_env(True)]
+        codes = [peak_code(args.threads, target)] + [kernel_code(a) for a in artifacts] + [numpy_matmul_code(M, N, K)] * 2
+        envs = [None, None, None, numpy_env(False), numpy_env(True)]
         if have_torch:
             codes.append(torch_code("matmul", w.args, args.threads, "repeats"))
             envs.append(torch_env(target))
-        s_default, s_best, s_np, s_np_avx2, *s_torch = interleaved_seconds(codes, envs=envs, processes=args.processes)
+        s_peak, s_default, s_best, s_np, s_np_avx2, *s_torch = interleaved_seconds(codes, envs=envs,
+                                                                                   processes=args.processes)
+        peak = 1 / min(s_peak)  # GFLOP/s: the peak's code prints seconds per GFLOP
         s_ours = [min(d, b) for d, b in zip(s_default, s_best)]
         # OpenBLAS at its best on this host: its AVX2 kernels beat its AVX-512 ones where AVX-512
         # runs on 256-bit units (AMD Zen 4); built for AVX2, ours meets its AVX2 kernels alone.
@@ -310,7 +313,7 @@ def main() -> None:
             pt_gflops, pt_ratio = f"{gf(min(s_torch[0])):.1f}", f"{round_ratio(s_torch[0], s_ours):.2f}"
         print(f"{f'{M}x{N}x{K}':>14} {gf(min(s_default)):9.1f} {gf(min(s_ours)):9.1f} {gf(min(s_np)):9.1f} "
               f"{gf(min(s_np_avx2)):9.1f} {pt_gflops:>9} {round_ratio(s_openblas, s_ours):8.2f} {pt_ratio:>8} "
-              f"{100 * gf(min(s_ours)) / peak:5.0f}%  "
+              f"{peak:6.0f} {100 * gf(min(s_ours)) / peak:5.0f}%  "
               f"{best_cfg.to_json()['knobs']} ({time.time() - t0:.0f}s)", flush=True)
 
 if __name__ == "__main__":
