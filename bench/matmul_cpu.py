@@ -296,7 +296,8 @@ def main() -> None:
         best_cfg, best_built = trials[0][1], trials[0][2]
         default_built = next(t[2] for t in trials if t[1].index == default.index)
         artifacts = [export(b, w, scratch_dir("tf-bench-")) for b in (default_built, best_built)]
-        codes = [peak_code(args.threads, target)] + [kernel_code(a) for a in artifacts] + [numpy_matmul_code(M, N, K)] * 2
+        codes = [peak_code(args.threads, target), *(kernel_code(a) for a in artifacts),
+                 *[numpy_matmul_code(M, N, K)] * 2]
         envs = [None, None, None, numpy_env(False), numpy_env(True)]
         if have_torch:
             codes.append(torch_code("matmul", w.args, args.threads, "repeats"))
