@@ -12,6 +12,9 @@ from .simplify import Simplifier
 from .te import all_of
 
 MAX_UNROLL_STMTS = 2048
+#: Vector widths (elements) a loop is cut into, widest first; narrower ones than the target's
+#: width serve a loop's lanes left over (`vectorize`).
+VECTOR_WIDTHS = (16, 8, 4)
 
 
 def loop_ranges(s: Stmt) -> dict[Var, tuple[int, int]]:
@@ -158,8 +161,9 @@ def vectorize(s: Stmt, lanes: int) -> Stmt:
     """Turn 'vectorized' loops into Ramp/Broadcast vector statements, `lanes` float32 lanes per vector.
 
     A loop whose extent is a multiple of the vector width becomes one vector statement per
-    chunk; a power-of-two extent below it uses a narrower vector; a longer extent vectorizes
-    its whole vectors and leaves the lanes over to a scalar loop (`_vector_head`). A loop whose guards depend
+    chunk; a power-of-two extent below it uses a narrower vector; any other extent above the
+    narrowest width is cut into whole vectors, narrower ones, and fewer lanes than the
+    narrowest left to a scalar loop (`_vector_head`). A loop whose guards depend
     on its lanes (the edge of a tile that may straddle the end of a tensor) is versioned when
     each guard is linear in the loop variable: `if (every lane passes) <vector statements>
     else <the guarded loop>`, the check being each guard at its worst lane. Loops that cannot
@@ -178,9 +182,9 @@ def vectorize(s: Stmt, lanes: int) -> Stmt:
         width = lanes * 4 // max((dtype_of(x.buffer.dtype).bytes for x in stores), default=4)
         if n.extent % width == 0:
             w = width
-        elif n.extent < width and n.extent in (4, 8, 16):
+        elif n.extent < width and n.extent in VECTOR_WIDTHS:
             w = n.extent
-        elif n.extent > width:
+        elif n.extent > min(VECTOR_WIDTHS):
             return _vector_head(n, width, vector)
         else:
             return _scalar_loop(n)
@@ -201,20 +205,40 @@ def vectorize(s: Stmt, lanes: int) -> Stmt:
 
 
 def _vector_head(n: For, width: int, vector: Callable[[For, Stmt, int], Stmt]) -> Stmt:
-    """A 'vectorized' loop longer than, but not a multiple of, the vector width: its whole
-    vectors (`vector`, vectorize's rewrite), then the lanes left over as a scalar loop
-    (`_scalar_loop`). E.g. a register tile of 4 vectors at a tensor's edge where 63 columns
-    are left: 3 vectors and 15 lanes, not 63 single lanes (whose unrolled tile took gcc half a
-    minute at 5 rows and an unroll of 8 over K). A body that does not vectorize stays scalar
-    whole."""
-    head = n.extent - n.extent % width
+    """A 'vectorized' loop that is not a whole number of vectors: its whole vectors of the
+    vector width (`vector`, vectorize's rewrite), then of each narrower width of
+    VECTOR_WIDTHS that still fits, then the lanes left over (fewer than the narrowest) as a
+    scalar loop (`_scalar_loop`). E.g. a register tile of 4 vectors of 16 lanes at a tensor's
+    edge where 63 columns are left: 3 vectors, one of 8 lanes, one of 4, and 3 single lanes,
+    not 63 single lanes (whose unrolled tile took gcc half a minute at 5 rows and an unroll
+    of 8 over K); 15 columns: 8 + 4 + 3 (15 single lanes of 11 rows made 2800 of a kernel's
+    3100 lines). A body that does not vectorize stays scalar whole."""
+    pieces, start = [], 0
+    for w in (w for w in VECTOR_WIDTHS if w <= width):
+        count = (n.extent - start) // w * w
+        if count:
+            pieces.append((start, count, w))
+            start += count
+    if not pieces:
+        return _scalar_loop(n)
     try:
-        main = vector(For(n.var, head, n.kind, n.body), n.body, width)
+        vectors = []
+        for first, count, w in pieces:
+            body = _shifted(n.body, n.var, n.var, first)
+            vectors.append(vector(For(n.var, count, n.kind, body), body, w))
     except _NotVectorizable:
         return _scalar_loop(n)
+    if start == n.extent:
+        return seq(vectors)
     var = Var(n.var.name + "_r", n.var.dtype)
-    rest = map_stmt(n.body, lambda e: substitute(e, {n.var: BinOp("add", var, Const(head, "int64"))}))
-    return seq([main, _scalar_loop(For(var, n.extent - head, n.kind, rest))])
+    return seq([*vectors, _scalar_loop(For(var, n.extent - start, n.kind, _shifted(n.body, n.var, var, start)))])
+
+
+def _shifted(body: Stmt, old: Var, new: Var, first: int) -> Stmt:
+    """`body` with `old` replaced by `new` + `first` (the piece of a loop from `first` on)."""
+    if first == 0 and new is old:
+        return body
+    return map_stmt(body, lambda e: substitute(e, {old: BinOp("add", new, Const(first, "int64"))}))
 
 
 def _scalar_loop(n: For) -> Stmt:

@@ -225,6 +225,43 @@ def test_a_vector_loop_longer_than_whole_vectors_vectorizes_them_and_leaves_the_
     assert [(n.extent, n.kind) for n in rest] == [(3, "ivdep")]
 
 
+def test_a_vector_loop_narrower_than_a_vector_is_cut_into_narrower_vectors():
+    """A vectorized loop of 15 lanes at 16 per vector (and 31: one whole vector first): a
+    vector of 8 lanes, one of 4, then a loop over the 3 lanes left (not 15 single lanes)."""
+    from tunefleet.compiler import passes
+    from tunefleet.compiler.expr import BinOp, Const, Var
+    from tunefleet.compiler.ir import Buffer, Load, Store, lanes_of
+
+    for extent, lanes in ((15, [8, 4, 1]), (31, [16, 8, 4, 1])):
+        a, c = Buffer("A", (extent,), "float32"), Buffer("C", (extent,), "float32")
+        j = Var("j")
+        store = Store(c, j, BinOp("mul", Load(a, j), Const(2.0, "float32")))
+        lowered = passes.vectorize(For(j, extent, "vectorized", store), 16)
+        stores = [n for n in walk_stmt(lowered) if isinstance(n, Store)]
+        assert [lanes_of(n.index) for n in stores] == lanes
+        assert [(n.extent, n.kind) for n in walk_stmt(lowered) if isinstance(n, For)] == [(3, "ivdep")]
+
+
+@pytest.mark.parametrize("target", params([t for t in FAMILY if t.lanes("float32") >= 8]))
+def test_a_tile_at_ns_edge_narrower_than_a_vector_keeps_its_accumulators_in_registers(target):
+    """B read in place, tiles of one vector, N leaving one lane less than a vector for the
+    last tile (15 columns of 16 lanes: vectors of 8 and 4 lanes and 3 single lanes per row; 7
+    of 8: 4 lanes and 3): its accumulators are variables GCC holds in registers (`C_local_<i>`
+    or, where the vectors differ in width, `C_local_p<first element>`), among them vectors of
+    4 lanes, not an array in memory of single lanes; the result matches numpy."""
+    from tunefleet.compiler import ops
+    from tunefleet.compiler.driver import build_workload
+
+    lanes = target.lanes("float32")
+    w = ops.make_workload("matmul", {"M": 20, "N": 3 * lanes - 1, "K": 67})
+    knobs = {**ops.default_config(w, target).to_json()["knobs"], "mr": 4, "nr": lanes, "bm": 1, "bn": 1,
+             "ku": 4, "kc": 67, "order": "nm_nm", "parallel": "fused", "pack_b": False, "pack_a": False}
+    built = build_workload(w, ops.config_space(w, target).from_json({"knobs": knobs}), target)
+    assert "C_local[" not in built.source
+    assert "tf_f32x4 C_local_" in built.source
+    check_against_numpy(w, built, target)
+
+
 def test_simplify_drops_the_updates_of_a_local_buffer_that_nothing_reads():
     """An accumulator that is updated but never read (a register tile whose write-back was cut
     away) goes with its loop and allocation; one that is written back stays, as does one whose

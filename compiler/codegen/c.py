@@ -6,7 +6,8 @@ From a lowered `PrimFunc`:
   loads/stores through an `aligned(4)` variant of the type and broadcasts by scalar-vector
   arithmetic, so GCC emits FMAs (the default `-ffp-contract=fast` contracts a*b+c);
 - local buffers whose every access is a whole aligned vector (or a constant element) are
-  promoted to vector variables, which GCC keeps in registers (a register tile);
+  promoted to vector variables, which GCC keeps in registers (a register tile); those whose
+  vectors differ in width (a tile cut at a tensor's edge) to a variable per piece;
 - each outermost parallel loop is lifted into a static function run by the runtime's
   `tf_parallel_for` over a closure struct holding the captured pointers and variables.
 The runtime header is included; the runtime itself is linked by `compiler.build`.
@@ -108,6 +109,7 @@ class CGenerator(CStyleRenderer):
         self.vec_types: set[tuple[str, int]] = set()
         self.lane_sums: set[tuple[str, int, int]] = set()  # (dtype, lanes, width) of horizontal sums
         self.promoted: dict[int, tuple[Buffer, int]] = {}  # buffer id -> (buffer, lanes)
+        self.pieces: dict[int, dict[int, int]] = {}  # buffer id -> {first element: lanes} (_pieces)
         self.n_closures = 0
         self.in_parallel = False
         self.heap_in_scope: list[Buffer] = []
@@ -197,6 +199,8 @@ class CGenerator(CStyleRenderer):
         b = e.buffer
         if id(b) in self.promoted:
             return self.promoted_access(b, e.index)
+        if id(b) in self.pieces:
+            return self.piece_load(b, e.index)
         name = self.buf(b)
         if isinstance(e.index, Ramp):
             r = e.index
@@ -226,6 +230,26 @@ class CGenerator(CStyleRenderer):
             return f"{name}_{index.base.value // lanes}"
         return f"{name}_{index.value // lanes}[{index.value % lanes}]"
 
+    def piece_access(self, b: Buffer, index: Expr) -> tuple[str, list[str]]:
+        """A Const or stride-1 Ramp `index` of a buffer promoted in pieces (`_pieces`): (the
+        piece's variable where `index` names all of it, [ ]), else ("", the lvalues of the lanes
+        of the piece it names)."""
+        first, lanes = (index.base.value, index.lanes) if isinstance(index, Ramp) else (index.value, 1)
+        base = max(f for f in self.pieces[id(b)] if f <= first)
+        var = f"{self.buf(b)}_p{base}"
+        if first == base and lanes == self.pieces[id(b)][base]:
+            return var, []
+        return "", [f"{var}[{first - base + i}]" for i in range(lanes)]
+
+    def piece_load(self, b: Buffer, index: Expr) -> str:
+        """A load of a buffer promoted in pieces: a piece's variable, one of its lanes, or a
+        vector built from several of its lanes."""
+        whole, lanes = self.piece_access(b, index)
+        if whole or len(lanes) == 1:
+            return whole or lanes[0]
+        self.vec_types.add((b.dtype, len(lanes)))
+        return f"(({vec_type(b.dtype, len(lanes))}){{{', '.join(lanes)}}})"
+
     # ----------------------------------------------------------------- statements
     def store(self, s: Store, ind: int) -> list[str]:
         pad = "  " * ind
@@ -233,6 +257,14 @@ class CGenerator(CStyleRenderer):
         value = self.expr(s.value)
         if id(b) in self.promoted:
             return [f"{pad}{self.promoted_access(b, s.index)} = {value};"]
+        if id(b) in self.pieces:
+            whole, lanes = self.piece_access(b, s.index)
+            if whole or len(lanes) == 1:
+                return [f"{pad}{whole or lanes[0]} = {value};"]
+            self.vec_types.add((b.dtype, len(lanes)))
+            t = vec_type(b.dtype, len(lanes))
+            return [f"{pad}{{ {t} tf_s = {value};", *(f"{pad}  {x} = tf_s[{i}];" for i, x in enumerate(lanes)),
+                    f"{pad}}}"]
         name = self.buf(b)
         if isinstance(s.index, Ramp):
             r = s.index
@@ -283,6 +315,18 @@ class CGenerator(CStyleRenderer):
             out = self.scoped([f"{t} {decl};"], s.body, ind)
             del self.promoted[id(b)]
             return out
+        pieces = self._pieces(s)
+        if pieces:
+            self.pieces[id(b)] = pieces
+            decls = []
+            for first, lanes in pieces.items():
+                t = DTYPES[b.dtype].ctype if lanes == 1 else vec_type(b.dtype, lanes)
+                if lanes > 1:
+                    self.vec_types.add((b.dtype, lanes))
+                decls.append(f"{t} {name}_p{first};")
+            out = self.scoped(decls, s.body, ind)
+            del self.pieces[id(b)]
+            return out
         return self.scoped([f"{ct} {name}[{b.size}] __attribute__((aligned(64)));"], s.body, ind)
 
     def _promotable(self, s: Allocate) -> int:
@@ -316,6 +360,43 @@ class CGenerator(CStyleRenderer):
             return 0
         return lanes
 
+    def _pieces(self, s: Allocate) -> dict[int, int]:
+        """{first element: lanes} of a local buffer whose accesses are constant elements and
+        stride-1 vectors of constant base but not all of one width (a register tile cut at a
+        tensor's edge into vectors of 16, 8 and 4 lanes and single lanes: `passes.vectorize`):
+        its pieces, each the widest access from its first element on, none overlapping
+        another; every access lies within one piece, and each becomes a variable (a vector, or
+        a scalar for a lone element) that GCC keeps in a register. Empty where that does not
+        hold (the buffer then stays an array)."""
+        b = s.buffer
+        if any(isinstance(n, For) and n.kind == "parallel" for n in walk_stmt(s.body)):
+            return {}
+        idxs = [n.index for n in walk_stmt(s.body) if isinstance(n, Store) and n.buffer is b]
+        for e in stmt_exprs(s.body):
+            for n in expr_nodes(e):
+                if isinstance(n, Address) and n.buffer is b:
+                    return {}
+                if isinstance(n, Load) and n.buffer is b:
+                    idxs.append(n.index)
+        spans = []
+        for i in idxs:
+            if isinstance(i, Ramp) and i.stride == 1 and isinstance(i.base, Const):
+                spans.append((i.base.value, i.lanes))
+            elif isinstance(i, Const):
+                spans.append((i.value, 1))
+            else:
+                return {}
+        pieces: dict[int, int] = {}
+        end = -1
+        for first, lanes in sorted(set(spans), key=lambda x: (x[0], -x[1])):
+            if first + lanes <= end:
+                continue  # inside the piece before
+            if first < end or first < 0 or first + lanes > b.size:
+                return {}
+            pieces[first] = lanes
+            end = first + lanes
+        return pieces if any(lanes > 1 for lanes in pieces.values()) else {}
+
     def parallel_for(self, s: For, ind: int) -> list[str]:
         pad = "  " * ind
         fn = f"{self.func.name}_par{self.n_closures}"
@@ -334,7 +415,7 @@ class CGenerator(CStyleRenderer):
             if isinstance(n, Store) and id(n.buffer) not in allocated:
                 bufs[id(n.buffer)] = n.buffer
         for b in bufs.values():
-            if id(b) in self.promoted:
+            if id(b) in self.promoted or id(b) in self.pieces:
                 raise NotImplementedError(f"register-promoted buffer {b.name} used inside a parallel loop")
         ptr = {id(b): ("const " if self.is_input(b) else "") + f"{DTYPES[b.dtype].ctype}*" for b in bufs.values()}
         fields = [f"  {ptr[id(b)]} {self.buf(b)};" for b in bufs.values()]
