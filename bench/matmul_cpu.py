@@ -226,6 +226,15 @@ pre-packed as KN64n 1.08-1.10×, 92% of the peak), bound by the L3's latency on 
 the packing loop 0.96×, bn 2 / 4 0.96 / 0.98, kc 96-384 0.97-1.00, all of B packed first 0.99,
 packing it row by row 0.82, B in place 0.93; 64-byte aligned arrays (numpy's are 16-byte
 aligned) 1.03×.
+
+Intel Xeon model 207 again (main at 1ea56ce, the peak now measured in each row's rounds: 311-335;
+a noisy hour, kernel medians up to 25% below their bests), 5 rounds, default / best of 16 / numpy /
+np-AVX2 / PyTorch / ratio to OpenBLAS / to PyTorch / % of the peak: 256³ 280.7 / 280.7 / 214.3 /
+135.7 / 277.5 / 1.21 / 0.99 / 84%, 512³ 234.7 / 234.7 / 184.5 / 121.9 / 252.4 / 1.27 / 0.90 / 72%,
+1024³ 246.5 / 254.7 / 282.2 / 127.3 / 303.0 / 1.19 / 1.00 / 81%, 2048³ 236.3 / 237.2 / 206.6 / 125.9
+/ 241.0 / 1.17 / 0.99 / 76%, 128×3072×768 212.9 / 212.9 / 146.5 / 107.6 / 261.9 / 1.30 / 0.95 / 66%.
+An earlier run that hour, with the peak measured once at the start, read 167 GFLOP/s for it while
+the kernels ran at 314 (188% "of the peak"), hence the peak in the rounds.
 """
 
 from __future__ import annotations

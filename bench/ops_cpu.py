@@ -280,6 +280,13 @@ interleaved rounds, medians): 14² 1024 -> 256 1.05-1.08×, 256 -> 1024 1.02×, 
 28² 512 -> 128 1.10×, 128 -> 512 1.03×; 17² 768 -> 192 1.07×; built for AVX2 at 14² 1.03× —
 but 0.68-0.82× at 7², and on a Zen 4 0.94-1.11× (AVX-512) and 0.80-0.88× (AVX2), so the
 default keeps packing there.
+
+Intel Xeon model 207 (AVX-512; a noisy host: medians up to 30% below the bests), after the lanes
+left at a tensor's edge took vectors of 8 and 4 lanes and a tile of mixed widths stayed in
+registers (59e0aae), `--only dw`, 8 configs, 3 rounds (peak 324-351), default -> best (÷PyTorch /
+÷onnxruntime): 32@112² 74.1 -> 75.6 (15.27 / 2.01), 64@112² s2 24.7 -> 42.8 (4.96 / 3.21), 512@14²
+39.0 (2.74 / 1.37). Against the build before that change, 7-9 interleaved rounds, medians: 512@14²
+1.33-1.49× (the AVX2 build 1.33×), 1×1 1024 -> 256 at 14² 1.02-1.06×, 256 -> 1024 level.
 """
 
 from __future__ import annotations

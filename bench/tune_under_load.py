@@ -115,6 +115,11 @@ Measured (2-vCPU Intel Xeon, AVX-512, KVM; each phase under the shared CPU lock,
   524.9-529.9 GFLOP/s best); busy disturbance median 0.75-0.80, max 0.97-1.63, 0% counted
   disturbed; different configs each time (busy: 8 × 48 bm 64; 6 × 64 bm 8 bn 8; 6 × 48 bm 64
   nm_mn; all B packed per block).
+* Intel Xeon model 207 (AVX-512; main at 1ea56ce, a noisy hour: the quiet winner re-timed at
+  214.1 median / 232.4 best GFLOP/s, 5 rounds, one run): busy winner **113.6%** of the quiet one
+  (104.7% by median); quiet disturbance median 0.39, busy 0.92 (max 1.99), 0% counted disturbed;
+  different configs (busy 6 × 64 bm 4 bn 4 nm_mn ku 8; quiet 6 × 64 bm 64; both B packed per
+  block).
 """
 
 from __future__ import annotations
