@@ -94,7 +94,7 @@ def test_dot_products_sum_each_accumulator_by_one_shuffle_tree(target):
     together: dot_rows outputs by one `tf_hsum<w>_*` call (w = dot_rows up to the vector's
     lanes; 2(w - 1) two-source shuffles transposing while adding, log2(lanes / w) within the
     groups and one gather) whose vector of w sums takes the bias and epilogue and is stored
-    at once; at N's edge the tile cut short takes 4 outputs so where at least 4 are left
+    at once; at N's edge the tile cut short sums 4 outputs at once where at least 4 are left
     (5 of 8 rows: 4, then 1), and an output alone by one `tf_hsum_*` call (log2(lanes)
     shuffles), not a tree of scalar lane extracts (about 40 instructions per
     16 lanes from GCC, more than the FMAs of a short reduction). The register tile stays in
