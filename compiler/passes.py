@@ -184,7 +184,7 @@ def vectorize(s: Stmt, lanes: int) -> Stmt:
             w = width
         elif n.extent < width and n.extent in VECTOR_WIDTHS:
             w = n.extent
-        elif n.extent > min(VECTOR_WIDTHS):
+        elif n.extent > min(width, *VECTOR_WIDTHS):
             return _vector_head(n, width, vector)
         else:
             return _scalar_loop(n)
@@ -214,13 +214,11 @@ def _vector_head(n: For, width: int, vector: Callable[[For, Stmt, int], Stmt]) -
     of 8 over K); 15 columns: 8 + 4 + 3 (15 single lanes of 11 rows made 2800 of a kernel's
     3100 lines). A body that does not vectorize stays scalar whole."""
     pieces, start = [], 0
-    for w in (w for w in VECTOR_WIDTHS if w <= width):
+    for w in (width, *(w for w in VECTOR_WIDTHS if w < width)):
         count = (n.extent - start) // w * w
         if count:
             pieces.append((start, count, w))
             start += count
-    if not pieces:
-        return _scalar_loop(n)
     try:
         vectors = []
         for first, count, w in pieces:

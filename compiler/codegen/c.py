@@ -333,15 +333,11 @@ class CGenerator(CStyleRenderer):
         """Vector width if every access to the buffer is a constant element or an aligned whole
         vector, or a load of one lane of each of several of them (a strided Ramp of constant base)."""
         b = s.buffer
-        if any(isinstance(n, For) and n.kind == "parallel" for n in walk_stmt(s.body)):
+        accesses = _register_accesses(s)
+        if accesses is None:
             return 0
+        idxs, loads = accesses
         lanes = None
-        idxs = [n.index for n in walk_stmt(s.body) if isinstance(n, Store) and n.buffer is b]
-        accesses = [n for e in stmt_exprs(s.body) for n in expr_nodes(e)
-                    if isinstance(n, (Load, Address)) and n.buffer is b]
-        if any(isinstance(n, Address) for n in accesses):
-            return 0
-        loads = [n.index for n in accesses]
         strided = [i for i in loads if isinstance(i, Ramp) and i.stride != 1]
         if any(not isinstance(i.base, Const) or i.stride < 1 or i.base.value < 0
                or i.base.value + i.stride * (i.lanes - 1) >= b.size for i in strided):
@@ -369,17 +365,11 @@ class CGenerator(CStyleRenderer):
         a scalar for a lone element) that GCC keeps in a register. Empty where that does not
         hold (the buffer then stays an array)."""
         b = s.buffer
-        if any(isinstance(n, For) and n.kind == "parallel" for n in walk_stmt(s.body)):
+        accesses = _register_accesses(s)
+        if accesses is None:
             return {}
-        idxs = [n.index for n in walk_stmt(s.body) if isinstance(n, Store) and n.buffer is b]
-        for e in stmt_exprs(s.body):
-            for n in expr_nodes(e):
-                if isinstance(n, Address) and n.buffer is b:
-                    return {}
-                if isinstance(n, Load) and n.buffer is b:
-                    idxs.append(n.index)
         spans = []
-        for i in idxs:
+        for i in [*accesses[0], *accesses[1]]:
             if isinstance(i, Ramp) and i.stride == 1 and isinstance(i.base, Const):
                 spans.append((i.base.value, i.lanes))
             elif isinstance(i, Const):
@@ -515,6 +505,20 @@ def _group_sums(x: str, it: str, lanes: int, group: int) -> list[str]:
         steps.append(f"{x} += __builtin_shuffle({x}, ({it}){{{', '.join(str(i ^ half) for i in range(lanes))}}});")
         half //= 2
     return steps
+
+
+def _register_accesses(s: Allocate) -> tuple[list[Expr], list[Expr]] | None:
+    """(indices of the stores, indices of the loads) of the local buffer `s` allocates, or None
+    where it cannot live in registers: a parallel loop inside its scope, or its address taken."""
+    b = s.buffer
+    if any(isinstance(n, For) and n.kind == "parallel" for n in walk_stmt(s.body)):
+        return None
+    stores = [n.index for n in walk_stmt(s.body) if isinstance(n, Store) and n.buffer is b]
+    accesses = [n for e in stmt_exprs(s.body) for n in expr_nodes(e)
+                if isinstance(n, (Load, Address)) and n.buffer is b]
+    if any(isinstance(n, Address) for n in accesses):
+        return None
+    return stores, [n.index for n in accesses]
 
 
 def _lane_base(index: Expr, width: int, lanes: int) -> int | None:
