@@ -122,6 +122,17 @@ def test_cpp_program_links_against_the_header_like_a_user(artifact, tmp_path):
     np.testing.assert_array_equal(np.array(run.stdout.split(), dtype=np.float32), (a @ b).ravel())
 
 
+def test_the_demos_cpp_program_calls_the_kernel_and_times_it(artifact, tmp_path):
+    """`tunefleet demo`'s generated C++ program (from the manifest's arguments) reads the inputs,
+    writes an output equal to numpy's and prints its milliseconds per call."""
+    from tunefleet.commands.demo import _cpp_check
+
+    a, b = inputs()
+    error, ms = _cpp_check(artifact, read_manifest(artifact), [a, b], a @ b, tmp_path / "cpp")
+    assert error == 0.0
+    assert 0 < ms < 1000
+
+
 def test_c_program_gets_a_shape_error_from_checked_entry_point(artifact, tmp_path):
     (tmp_path / "main.c").write_text(C_CHECKED_MAIN)
     run = compile_and_run("gcc", tmp_path / "main.c",

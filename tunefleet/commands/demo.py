@@ -27,6 +27,10 @@ FALLBACK_OP, FALLBACK_ARGS = "matmul", {"M": 512, "N": 512, "K": 512}
 #: Largest accepted max |out - ref| / max |ref| of a float32 kernel (as the workers check).
 TOLERANCE = 1e-4
 _C_TYPES = {"float32": "float", "float64": "double"}
+#: Calls are timed in TIMING_WINDOWS windows of at least 10 calls and TIMING_WINDOW_S seconds;
+#: the best window's time per call is reported, from Python and from C++ alike, so a burst of
+#: other work (the service's processes exiting just before) does not read as binding overhead.
+TIMING_WINDOWS, TIMING_WINDOW_S = 5, 0.1
 
 
 def _can_sandbox() -> bool:
@@ -109,7 +113,8 @@ def demo_command(trials: int, out_dir: Path, port: int) -> None:
 
     _step("calling it from Python")
     py_error, py_ms, inputs, ref, manifest = _python_check(workload, folder)
-    click.echo(f"    max relative error vs numpy {py_error:.2e}, {py_ms:.3f} ms per call")
+    click.echo(f"    max relative error vs numpy {py_error:.2e}, {py_ms:.3f} ms per call "
+               f"(best of {TIMING_WINDOWS} windows)")
     _step("calling it from C++")
     cpp = _cpp_check(folder, manifest, inputs, ref, out_dir / "cpp")
     if cpp is None:
@@ -154,7 +159,8 @@ def _rel_error(out, ref) -> float:
 
 
 def _python_check(workload, folder: Path):
-    """Output error against numpy and milliseconds per call of the kernel from Python."""
+    """Output error against numpy and milliseconds per call of the kernel from Python (the best
+    of TIMING_WINDOWS windows)."""
     import numpy as np
 
     import tunefleet
@@ -166,17 +172,20 @@ def _python_check(workload, folder: Path):
     out = kernel(*inputs)
     ref = workload.reference(*inputs)[0]
     error = _rel_error(out, ref)
-    calls, t0 = 0, time.perf_counter()
-    while calls < 10 or time.perf_counter() - t0 < 0.5:
-        kernel(*inputs, out=[out])
-        calls += 1
-    return error, (time.perf_counter() - t0) / calls * 1e3, inputs, ref, read_manifest(folder)
+    best_s = float("inf")
+    for _ in range(TIMING_WINDOWS):
+        calls, t0 = 0, time.perf_counter()
+        while calls < 10 or time.perf_counter() - t0 < TIMING_WINDOW_S:
+            kernel(*inputs, out=[out])
+            calls += 1
+        best_s = min(best_s, (time.perf_counter() - t0) / calls)
+    return error, best_s * 1e3, inputs, ref, read_manifest(folder)
 
 
 def _cpp_check(folder: Path, manifest: dict, inputs, ref, work: Path) -> tuple[float, float] | None:
     """Write main.cpp against the artifact's header, build it with g++, run it on `inputs`
-    (written as raw files) and return its output's error against `ref` and its ms per call;
-    None without g++."""
+    (written as raw files) and return its output's error against `ref` and its ms per call (the
+    best of TIMING_WINDOWS windows, as from Python); None without g++."""
     import numpy as np
 
     gxx = shutil.which("g++")
@@ -198,7 +207,8 @@ def _cpp_check(folder: Path, manifest: dict, inputs, ref, work: Path) -> tuple[f
 
 def _main_cpp(name: str, args: list[dict]) -> str:
     """A C++ program that reads each input from <dir>/<arg>.bin, calls the kernel, writes each
-    output to <dir>/<arg>.out.bin and prints milliseconds per call."""
+    output to <dir>/<arg>.out.bin and prints milliseconds per call (the best of TIMING_WINDOWS
+    windows of at least 10 calls and TIMING_WINDOW_S seconds)."""
     decls, reads, writes = [], [], []
     for a in args:
         count = 1
@@ -212,7 +222,8 @@ def _main_cpp(name: str, args: list[dict]) -> str:
             reads.append(f'    if (!read(dir + "/{a["name"]}.bin", {a["name"]})) return 2;')
     call = f"{name}({', '.join(a['name'] + '.data()' for a in args)})"
     return f"""// Calls the tunefleet kernel {name} from C++: inputs from <dir>/<arg>.bin, outputs to
-// <dir>/<arg>.out.bin; prints milliseconds per call. Written by `tunefleet demo`.
+// <dir>/<arg>.out.bin; prints milliseconds per call, the best of {TIMING_WINDOWS} windows.
+// Written by `tunefleet demo`.
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -242,16 +253,20 @@ int main(int argc, char** argv) {{
         std::fprintf(stderr, "{name}: %s\\n", tunefleet_last_error());
         return 1;
     }}
-    int calls = 0;
-    const auto t0 = std::chrono::steady_clock::now();
-    double elapsed = 0;
-    while (calls < 10 || elapsed < 0.5) {{
-        {call};
-        ++calls;
-        elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    double best = 1e300;
+    for (int window = 0; window < {TIMING_WINDOWS}; ++window) {{
+        int calls = 0;
+        const auto t0 = std::chrono::steady_clock::now();
+        double elapsed = 0;
+        while (calls < 10 || elapsed < {TIMING_WINDOW_S}) {{
+            {call};
+            ++calls;
+            elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        }}
+        if (elapsed / calls < best) best = elapsed / calls;
     }}
 {chr(10).join(writes)}
-    std::printf("%.6f ms per call\\n", elapsed / calls * 1e3);
+    std::printf("%.6f ms per call\\n", best * 1e3);
     return 0;
 }}
 """
