@@ -1,6 +1,8 @@
 """depthwise_conv2d_nchw: random configs of the CPU template, built with gcc and checked
 against numpy, over MobileNet depthwise layers (few configs) and small odd shapes (many)."""
 
+import pytest
+from isa_targets import FAMILY, params
 from ops_check import failures, sample
 
 from tunefleet.compiler import ops
@@ -67,3 +69,24 @@ def test_strided_default_computes_no_column_beyond_the_output():
     for isa in ("avx512", "avx2", "generic"):
         config = ops.default_config(w, Target("cpu", isa))
         assert tile_overhang(56, config["tile_w"].val) == 0, (isa, config)
+
+
+@pytest.mark.parametrize("target", params(FAMILY))
+def test_strided_default_takes_row_bands_where_the_padded_plane_outgrows_the_l1(target):
+    """A strided layer whose padded plane exceeds L1D_BYTES (MobileNet's 64@112²/2: 52 KiB) is
+    split into row bands, each task padding its own rows; 144@56²/2 (13 KiB) and the unstrided
+    32@112² keep one plane per task. The banded default matches numpy (built only where this
+    host does not execute the target)."""
+    from tunefleet.compiler.ops.common import L1D_BYTES
+    from tunefleet.compiler.ops.depthwise import padded_plane_bytes
+
+    parallel = {}
+    for args in MOBILENET[:3]:
+        w = ops.make_workload("depthwise_conv2d_nchw",
+                              {"N": 1, "KH": 3, "KW": 3, "padding": 1, "bias": True, "epilogue": "relu", **args})
+        parallel[args["C"]] = ops.default_config(w, target)["parallel"].val, padded_plane_bytes(w.args)
+        if args["C"] == 64:
+            assert not failures(sample(w, 0, seed=0, target=target), target=target)
+    assert parallel[64][0] == "n_c_oh" and parallel[64][1] > L1D_BYTES, parallel
+    assert parallel[144][0] == "n_c" and parallel[144][1] <= L1D_BYTES, parallel
+    assert parallel[32][0] == "n_c", parallel

@@ -62,7 +62,7 @@ from ..schedule import create_schedule
 from ..space import ConfigSpace
 from . import dot
 from . import matmul as gemm
-from .common import RegisterTileFits, kernel_args, knob_choices
+from .common import L1D_BYTES, RegisterTileFits, kernel_args, knob_choices
 from .conv_common import (MAX_DIM, check_conv, conv_args, conv_flop, finish, has_epilogue, load_or_zero,
                           np_conv2d_nchw, np_finish, out_size, tile_overhang)
 from .registry import ArgDef, OpDef, Workload, WorkloadError, register
@@ -865,9 +865,8 @@ DOT_MIN_K_VECTORS = 16
 #: Rows of pixels per register tile of the default dot products (with 24 // DOT_ROWS rows of weights).
 DOT_ROWS = 4
 #: The L1 data cache the default's rows of weights must fit for its dot products to come first
-#: at 1×1 (`dot_weights_stay_in_l1`): the smallest of the fleet's hosts (AMD Zen 3 and Zen 4:
-#: 32 KiB; Zen 5 and Intel Xeon model 167: 48 KiB).
-DOT_L1_BYTES = 32 << 10
+#: at 1×1 (`dot_weights_stay_in_l1`): the smallest of the fleet's hosts.
+DOT_L1_BYTES = L1D_BYTES
 
 
 def dot_weights_stay_in_l1(a: dict, dot: dict) -> bool:

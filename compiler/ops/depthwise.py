@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import te
 from ..schedule import create_schedule
-from .common import RegisterTileFits, kernel_args, knob_choices
+from .common import L1D_BYTES, RegisterTileFits, kernel_args, knob_choices
 from .conv_common import (check_conv, conv_args, conv_flop, finish, has_epilogue, load_or_zero, np_depthwise_nchw,
                           np_finish, out_size, tile_overhang)
 from .registry import OpDef, register
@@ -148,7 +148,13 @@ def default_config(space, workload, target) -> dict:
     """Rows of two vectors (one when the output is narrower; for a strided one the width of those
     that computes fewest columns beyond the output), rows per tile by `tile_rows` up to
     about 8 accumulators (half the AVX2 register file, a quarter of AVX-512's, leaving room
-    for the unrolled taps), kw unrolled, one plane per task."""
+    for the unrolled taps), kw unrolled, one plane per task — but for a strided convolution
+    whose padded plane outgrows L1D_BYTES one row band per task (parallel "n_c_oh", each task
+    padding the rows of its band), as the tiles otherwise read the plane's padded copy from the
+    L2. AMD Zen 5, 2 threads, medians of 7-9 interleaved rounds, bands against planes:
+    MobileNet's 64@112²/2 and 96@112²/2 (52 KiB padded planes) 1.15× / 1.13× (AVX-512), 1.06× /
+    1.03× (AVX2 build); with 13 KiB planes (128@56²/2) bands lose (0.92×), and an unstrided
+    112² plane (32@112²: 1.07× AVX-512, 0.88× AVX2) stays whole."""
     a = workload.args
     lanes = target.lanes(a["dtype"])
     OH, OW = out_size(a)
@@ -158,9 +164,18 @@ def default_config(space, workload, target) -> dict:
     # fill. MobileNet 64@112²/2 (56 columns), Xeon model 207: 8 columns × 8 rows (7 tiles) instead
     # of 32 × 4 (2 tiles, 64 computed): 1.14x per round. Stride 1 (112 columns): 16 instead of 32
     # 0.90-0.97x.
-    tile_w = min(fitting, key=lambda w: (tile_overhang(OW, w), -w)) if a["stride"][1] > 1 else fitting[-1]
+    strided = a["stride"][1] > 1
+    tile_w = min(fitting, key=lambda w: (tile_overhang(OW, w), -w)) if strided else fitting[-1]
     tile_h = tile_rows(OH, [h for h in heights if h * max(1, tile_w // lanes) <= 8])
-    return {"tile_w": tile_w, "tile_h": tile_h, "unroll_kw": True, "parallel": "n_c"}
+    bands = strided and padded_plane_bytes(a) > L1D_BYTES
+    return {"tile_w": tile_w, "tile_h": tile_h, "unroll_kw": True, "parallel": "n_c_oh" if bands else "n_c"}
+
+
+def padded_plane_bytes(a: dict) -> int:
+    """Bytes of one (image, channel) plane of `depthwise_nchw`'s padded, column-phase-split data:
+    stride_w × (H + 2·pad_h) × ceil((W + 2·pad_w) / stride_w) elements of a["dtype"]."""
+    (_, sw), (ph, pw) = a["stride"], a["padding"]
+    return sw * (a["H"] + 2 * ph) * -(-(a["W"] + 2 * pw) // sw) * te.dtype_of(a["dtype"]).bytes
 
 
 def tile_rows(OH: int, heights: list[int]) -> int:
