@@ -227,6 +227,14 @@ the packing loop 0.96×, bn 2 / 4 0.96 / 0.98, kc 96-384 0.97-1.00, all of B pac
 packing it row by row 0.82, B in place 0.93; 64-byte aligned arrays (numpy's are 16-byte
 aligned) 1.03×.
 
+AMD EPYC Zen 5 again (family 26 model 2; main at a6f5229; a slower instance or a busier hour: peak
+in the rounds 473-490), 5 rounds, default / best of 16 / numpy / np-AVX2 / PyTorch / ratio to
+OpenBLAS / to PyTorch / % of the peak: 256³ 449.9 / 449.9 / 397.9 / 219.8 / 180.2 / 1.26 / 2.52 /
+94%, 512³ 445.9 / 445.9 / 404.6 / 220.8 / 189.1 / 1.29 / 2.39 / 94%, 1024³ 452.4 / 452.4 / 398.3 /
+212.1 / 196.1 / 1.16 / 2.29 / 92%, 2048³ 446.7 / 446.7 / 398.2 / 219.4 / 187.5 / 1.12 / 2.34 / 93%,
+1000³ 441.6 / 444.9 / 422.0 / 217.7 / 192.2 / 1.07 / 2.32 / 94%, 128×3072×768 378.0 / 378.0 / 306.9 /
+192.5 / 150.3 / 1.25 / 2.55 / 81%. OpenBLAS ran at 81-89% of the peak here (88-90% before).
+
 Intel Xeon model 207 again (main at 1ea56ce, the peak now measured in each row's rounds: 311-335;
 a noisy hour, kernel medians up to 25% below their bests), 5 rounds, default / best of 16 / numpy /
 np-AVX2 / PyTorch / ratio to OpenBLAS / to PyTorch / % of the peak: 256³ 280.7 / 280.7 / 214.3 /

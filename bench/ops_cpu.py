@@ -287,6 +287,14 @@ registers (59e0aae), `--only dw`, 8 configs, 3 rounds (peak 324-351), default ->
 ÷onnxruntime): 32@112² 74.1 -> 75.6 (15.27 / 2.01), 64@112² s2 24.7 -> 42.8 (4.96 / 3.21), 512@14²
 39.0 (2.74 / 1.37). Against the build before that change, 7-9 interleaved rounds, medians: 512@14²
 1.33-1.49× (the AVX2 build 1.33×), 1×1 1024 -> 256 at 14² 1.02-1.06×, 256 -> 1024 level.
+
+AMD EPYC Zen 5 again (main at a6f5229; peak 459-496), `--only dw bmm dense`, 8 configs, 3 rounds,
+default -> best (÷PyTorch / ÷onnxruntime): depthwise 32@112² 128.9 -> 137.7 (35.7 / 1.77), 64@112²
+s2 43.2 -> 58.7 (3.09 / 1.67), 512@14² 78.2 (3.40 / 1.50); bmm 12×128×64 457.7 (2.54); dense
+1×512 -> 1000 100.9 (3.09 / 1.49, OpenBLAS 1.37), 1×768 -> 3072 87.0 -> 97.2 (2.76 / 1.29, 1.22),
+128×768 -> 3072 360.4 (3.78 / 1.13, 1.51), pre-packed 423.8 (2.81 / 1.27, 1.78). After the
+strided depthwise default took row bands where its padded plane outgrows the L1 (bfd93ea):
+64@112² s2 54.0 by default (best 64.9: 16 columns, a whole vector, instead of 8).
 """
 
 from __future__ import annotations

@@ -171,6 +171,12 @@ rounds, tuned vs numpy / PyTorch (ratios by rounds; % of the peak): matmul 1024�
 (1.07 / 2.31; 94%), 1000³ 518.2 vs 501.8 / 229.0 (1.03 / 2.28; 94%), 128×3072×768 482.8 vs 376.7 /
 209.2 (1.28 / 2.73; 86%), conv2d 512@7² 414.5 vs PyTorch 289.1 (1.45; 73%); 90% of each run's best
 at the first trial except the conv2d (9 trials, 4 s); tuning 28-99 s.
+
+AMD EPYC Zen 5 again (main at a6f5229; peak 473-507, a noisier instance), xgb, 64 trials, 5
+rounds, tuned vs numpy / PyTorch (ratios by rounds; % of the peak): matmul 1024³ 431.7 vs 372.8 /
+189.9 (1.16 / 2.34; 91%), 2048³ 457.9 vs 427.1 / 190.6 (1.06 / 2.42; 94%), 1000³ 422.2 vs 420.6 /
+199.3 (1.00 / 2.13; 84%), 128×3072×768 404.4 vs 317.1 / 168.8 (1.23 / 2.41; 80%), conv2d 512@7²
+321.3 vs PyTorch 220.2 (1.46; 67%); 90% of each run's best within 5 trials (4 s); tuning 38-139 s.
 """
 
 from __future__ import annotations

@@ -120,6 +120,11 @@ Measured (2-vCPU Intel Xeon, AVX-512, KVM; each phase under the shared CPU lock,
   (104.7% by median); quiet disturbance median 0.39, busy 0.92 (max 1.99), 0% counted disturbed;
   different configs (busy 6 × 64 bm 4 bn 4 nm_mn ku 8; quiet 6 × 64 bm 64; both B packed per
   block).
+* AMD EPYC Zen 5 again (main at a6f5229; a noisier instance: quiet disturbance median 0.72),
+  one run: busy winner **96.4%** of the quiet one (103.0% by median; quiet winner 405.0 best,
+  369.4 median); busy disturbance median 0.77, max 2.13, 0% counted disturbed; different configs
+  (busy 6 × 64 bm 8, B packed per block, parallel over N; quiet 6 × 64 bm 4 bn 4 mn_nm, all of B
+  packed first).
 """
 
 from __future__ import annotations
