@@ -864,22 +864,20 @@ def gemm_conv_default(space, a: dict, lanes: int, vector_bytes: int, registers: 
 DOT_MIN_K_VECTORS = 16
 #: Rows of pixels per register tile of the default dot products (with 24 // DOT_ROWS rows of weights).
 DOT_ROWS = 4
-#: The L1 data cache the default's rows of weights must fit for its dot products to come first
-#: at 1×1 (`dot_weights_stay_in_l1`): the smallest of the fleet's hosts.
-DOT_L1_BYTES = L1D_BYTES
 
 
 def dot_weights_stay_in_l1(a: dict, dot: dict) -> bool:
     """Whether the rows of weights one tile of the dot products `dot` (knobs, `mr` rows of
-    CI·KH·KW elements of a["dtype"]) reads fit DOT_L1_BYTES, so they stay in the L1 while the
-    tile moves over the pixels. Where they do not, a 1×1 convolution's default is the GEMM's
-    tiles and its dot products come second: 2048 -> 512 at 7² (6 rows × 2048 × 4 bytes = 48
-    KiB), 2 threads, the GEMM's tiles against the dot products: AMD Zen 5 1.21× (9 rounds;
-    512 -> 2048 at 7², 24 KiB, 0.87×, and 1024 -> 2048 stride 2 from 14², 24 KiB, 0.88×, keep
-    the dot products first), Intel Xeon model 167 1.23-1.32×, model 207 1.41×; only the AMD Zen 4
-    (AVX-512 on 256-bit units, where the GEMM's 49 pixels in 4 vectors cost most) measured the
-    dot products ahead there (1.19-1.23×), which the search's second trial finds."""
-    return dot["mr"] * a["CI"] * a["KH"] * a["KW"] * te.dtype_of(a["dtype"]).bytes <= DOT_L1_BYTES
+    CI·KH·KW elements of a["dtype"]) reads fit L1D_BYTES (the smallest L1d of the fleet), so
+    they stay in the L1 while the tile moves over the pixels. Where they do not, a 1×1
+    convolution's default is the GEMM's tiles and its dot products come second: 2048 -> 512 at
+    7² (6 rows × 2048 × 4 bytes = 48 KiB), 2 threads, the GEMM's tiles against the dot
+    products: AMD Zen 5 1.21× (9 rounds; 512 -> 2048 at 7², 24 KiB, 0.87×, and 1024 -> 2048
+    stride 2 from 14², 24 KiB, 0.88×, keep the dot products first), Intel Xeon model 167
+    1.23-1.32×, model 207 1.41×; only the AMD Zen 4 (AVX-512 on 256-bit units, where the GEMM's
+    49 pixels in 4 vectors cost most) measured the dot products ahead there (1.19-1.23×), which
+    the search's second trial finds."""
+    return dot["mr"] * a["CI"] * a["KH"] * a["KW"] * te.dtype_of(a["dtype"]).bytes <= L1D_BYTES
 
 
 def dot_conv_default(space, a: dict, lanes: int, vector_bytes: int) -> dict | None:
