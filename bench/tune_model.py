@@ -138,7 +138,7 @@ OPSET = 20  # Gelu is an ONNX operator from opset 20
 #: in the caches); "cold", each repeat one call after the caches are flushed (TVM's
 #: enable_cpu_cache_flush with number=1), as a layer of a model run reads its weights from memory.
 PROTOCOLS = {"hot": MeasureProtocol(),
-             "cold": MeasureProtocol(number=1, repeat=10, min_repeat_ms=0, flush_cache=True)}
+             "cold": MeasureProtocol(min_repeat_ms=0, flush_cache=True)}  # number 1: one call a repeat
 
 
 def _model(g: Graph, name: str, inputs: dict[str, list[int]], out: str, out_shape: list[int]) -> onnx.ModelProto:
