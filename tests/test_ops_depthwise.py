@@ -57,18 +57,25 @@ def test_tile_rows_avoid_computing_rows_that_are_never_stored():
 
 
 
-def test_strided_default_computes_no_column_beyond_the_output():
-    """MobileNet's 64@112²/2 has 56 output columns: tiles of two vectors compute 64 and fill a
-    padded plane 16 input columns wider per row (1.29x slower on a Xeon, AVX-512); on every
-    CPU target the default takes a width that divides 56."""
+def test_strided_default_tiles_one_vector_wide():
+    """MobileNet's strided layers have 56 and 28 output columns: on every CPU target the
+    default tiles them one vector wide (half of AVX-512's 16 lanes left 1.08x on a Xeon, two of
+    generic's 4 lanes 1.31x), computing at most a quarter of a row's columns beyond the output;
+    a narrower output takes the width that computes fewest."""
     from tunefleet.compiler.ops.conv_common import tile_overhang
+    from tunefleet.compiler.ops.depthwise import strided_tile_width
     from tunefleet.compiler.target import Target
 
-    w = ops.make_workload("depthwise_conv2d_nchw", {"N": 1, "C": 64, "H": 112, "W": 112, "KH": 3, "KW": 3,
-                                                     "stride": 2, "padding": 1})
     for isa in ("avx512", "avx2", "generic"):
-        config = ops.default_config(w, Target("cpu", isa))
-        assert tile_overhang(56, config["tile_w"].val) == 0, (isa, config)
+        lanes = Target("cpu", isa).lanes("float32")
+        for C, H in ((64, 112), (128, 56)):
+            w = ops.make_workload("depthwise_conv2d_nchw", {"N": 1, "C": C, "H": H, "W": H, "KH": 3, "KW": 3,
+                                                             "stride": 2, "padding": 1})
+            tile_w = ops.default_config(w, Target("cpu", isa))["tile_w"].val
+            assert tile_w == lanes and 4 * tile_overhang(H // 2, tile_w) <= H // 2, (isa, C, tile_w)
+    # 20 columns: one vector of 16 would compute 12 beyond them, so half a vector (24 computed)
+    assert strided_tile_width(20, [8, 16], 16) == 8
+    assert strided_tile_width(3, [8], 16) == 8
 
 
 @pytest.mark.parametrize("target", params(FAMILY))

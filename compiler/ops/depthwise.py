@@ -145,8 +145,8 @@ def cpu_template(cfg, workload, target):
 
 
 def default_config(space, workload, target) -> dict:
-    """Rows of two vectors (one when the output is narrower; for a strided one the width of those
-    that computes fewest columns beyond the output), rows per tile by `tile_rows` up to
+    """Rows of two vectors (one when the output is narrower; for a strided one at most one
+    vector, `strided_tile_width`), rows per tile by `tile_rows` up to
     about 8 accumulators (half the AVX2 register file, a quarter of AVX-512's, leaving room
     for the unrolled taps), kw unrolled, one plane per task — but for a strided convolution
     whose padded plane outgrows L1D_BYTES one row band per task (parallel "n_c_oh", each task
@@ -160,15 +160,26 @@ def default_config(space, workload, target) -> dict:
     OH, OW = out_size(a)
     widths, heights = knob_choices(space, "tile_w"), knob_choices(space, "tile_h")
     fitting = [w for w in widths if w <= max(widths[0], min(2 * lanes, OW))]
-    # strided: each column computed beyond OW costs `stride` more columns of the padded plane to
-    # fill. MobileNet 64@112²/2 (56 columns), Xeon model 207: 8 columns × 8 rows (7 tiles) instead
-    # of 32 × 4 (2 tiles, 64 computed): 1.14x per round. Stride 1 (112 columns): 16 instead of 32
-    # 0.90-0.97x.
     strided = a["stride"][1] > 1
-    tile_w = min(fitting, key=lambda w: (tile_overhang(OW, w), -w)) if strided else fitting[-1]
+    tile_w = strided_tile_width(OW, fitting, lanes) if strided else fitting[-1]
     tile_h = tile_rows(OH, [h for h in heights if h * max(1, tile_w // lanes) <= 8])
     bands = strided and padded_plane_bytes(a) > L1D_BYTES
     return {"tile_w": tile_w, "tile_h": tile_h, "unroll_kw": True, "parallel": "n_c_oh" if bands else "n_c"}
+
+
+def strided_tile_width(OW: int, widths: list[int], lanes: int) -> int:
+    """Output columns per tile of a strided depthwise convolution, from `widths` (ascending):
+    the widest of at most one vector whose last tile computes at most a quarter of its columns
+    beyond OW, else the one that computes fewest. Each column computed beyond OW costs `stride`
+    more columns of the padded plane to fill, and a tile of two vectors reads twice as many
+    phase-split input columns per tap as one. Per-round medians, 7-9 interleaved rounds:
+    MobileNet's 64@112²/2 (56 columns), Intel Xeon model 167: one AVX-512 vector (16, 64
+    computed) against half (8, none beyond) 1.08×, and built for generic 4 against 8 1.31×; AMD
+    Zen 5: 16 against 8 1.07-1.14×; Xeon model 207: 8 against two vectors (32) 1.14×. 28 columns
+    (128@56²/2), built for AVX2: 8 against 4 1.05× (Xeon 167) and 1.20× (Zen 5); generic 4
+    against 8 1.26×."""
+    one_vector = [w for w in widths if w <= lanes and 4 * tile_overhang(OW, w) <= OW + tile_overhang(OW, w)]
+    return one_vector[-1] if one_vector else min(widths, key=lambda w: (tile_overhang(OW, w), -w))
 
 
 def padded_plane_bytes(a: dict) -> int:
