@@ -148,13 +148,16 @@ def default_config(space, workload, target) -> dict:
     """Rows of two vectors (one when the output is narrower; for a strided one at most one
     vector, `strided_tile_width`), rows per tile by `tile_rows` up to
     about 8 accumulators (half the AVX2 register file, a quarter of AVX-512's, leaving room
-    for the unrolled taps), kw unrolled, one plane per task — but for a strided convolution
-    whose padded plane outgrows L1D_BYTES one row band per task (parallel "n_c_oh", each task
-    padding the rows of its band), as the tiles otherwise read the plane's padded copy from the
-    L2. AMD Zen 5, 2 threads, medians of 7-9 interleaved rounds, bands against planes:
-    MobileNet's 64@112²/2 and 96@112²/2 (52 KiB padded planes) 1.15× / 1.13× (AVX-512), 1.06× /
-    1.03× (AVX2 build); with 13 KiB planes (128@56²/2) bands lose (0.92×), and an unstrided
-    112² plane (32@112²: 1.07× AVX-512, 0.88× AVX2) stays whole."""
+    for the unrolled taps), kw unrolled, one plane per task — but where the padded plane
+    outgrows L1D_BYTES one row band per task (parallel "n_c_oh", each task padding the rows of
+    its band), as the tiles otherwise read the plane's padded copy from the L2: for a strided
+    convolution on any ISA, for an unstrided one with AVX-512's vectors (whose tiles outrun the
+    L2; AVX2's, a third as fast there, do not). 2 threads, medians of 7-9 interleaved rounds,
+    bands against planes: MobileNet's 64@112²/2 and 96@112²/2 (52 KiB padded planes) on an AMD
+    Zen 5 1.15× / 1.13× (AVX-512), 1.06× / 1.03× (AVX2 build), on an Intel Xeon model 167 1.72×
+    (AVX-512, tiles one vector wide); with 13 KiB planes (128@56²/2) bands lose (0.92×);
+    unstrided 32@112²: 1.07× (Zen 5) and 1.31× (Xeon 167) with AVX-512, 0.88× and 0.95× built
+    for AVX2."""
     a = workload.args
     lanes = target.lanes(a["dtype"])
     OH, OW = out_size(a)
@@ -163,7 +166,7 @@ def default_config(space, workload, target) -> dict:
     strided = a["stride"][1] > 1
     tile_w = strided_tile_width(OW, fitting, lanes) if strided else fitting[-1]
     tile_h = tile_rows(OH, [h for h in heights if h * max(1, tile_w // lanes) <= 8])
-    bands = strided and padded_plane_bytes(a) > L1D_BYTES
+    bands = padded_plane_bytes(a) > L1D_BYTES and (strided or target.vector_bytes >= 64)
     return {"tile_w": tile_w, "tile_h": tile_h, "unroll_kw": True, "parallel": "n_c_oh" if bands else "n_c"}
 
 
