@@ -82,10 +82,11 @@ class Graph:
         self.nodes.append(helper.make_node(op, inputs, [name], name=name, **attrs))
         return name
 
-    def conv(self, x: str, ci: int, co: int, k: int, stride: int, relu: bool) -> str:
+    def conv(self, x: str, ci: int, co: int, k: int, stride: int, relu: bool, group: int = 1) -> str:
+        """A k × k Conv (padding k // 2) of `group` groups with a bias, then a Relu if `relu`."""
         pad = k // 2
-        h = self.node("Conv", [x, self.weight(co, ci, k, k), self.weight(co)], kernel_shape=[k, k],
-                      strides=[stride, stride], pads=[pad] * 4)
+        h = self.node("Conv", [x, self.weight(co, ci // group, k, k), self.weight(co)], kernel_shape=[k, k],
+                      strides=[stride, stride], pads=[pad] * 4, group=group)
         return self.node("Relu", [h]) if relu else h
 
 
@@ -115,19 +116,7 @@ def onnxruntime_profile(model: onnx.ModelProto, feed: dict[str, np.ndarray], run
     """`model` run on `feed` (input name → array) at graph optimization `level` ("disable",
     "basic", "extended", "all"): ({profiled node name: median seconds per run}, {profiled node
     name: its operator}, median seconds of a whole run)."""
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.graph_optimization_level = getattr(
-        ort.GraphOptimizationLevel, "ORT_DISABLE_ALL" if level == "disable" else f"ORT_ENABLE_{level.upper()}")
-    options.enable_profiling = True
-    options.profile_file_prefix = os.path.join(tempfile.mkdtemp(), "ort")
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    session.run(None, feed)  # warm-up, left out below
-    walls = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        session.run(None, feed)
-        walls.append(time.perf_counter() - start)
+    session, wall = _onnxruntime_runs(model, feed, runs, threads, level, profile=True)
     events = json.loads(Path(session.end_profiling()).read_text())
     per_node: dict[str, list[float]] = {}
     ops: dict[str, str] = {}
@@ -137,7 +126,35 @@ def onnxruntime_profile(model: onnx.ModelProto, feed: dict[str, np.ndarray], run
             per_node.setdefault(name, []).append(e["dur"] * 1e-6)
             ops[name] = e["args"].get("op_name", "")
     medians = {name: statistics.median(d[1:] if len(d) > runs else d) for name, d in per_node.items()}
-    return medians, ops, statistics.median(walls)
+    return medians, ops, wall
+
+
+def onnxruntime_seconds(model: onnx.ModelProto, feed: dict[str, np.ndarray], runs: int, threads: int,
+                        level: str = "all") -> float:
+    """Median seconds of a whole run of `model` on `feed` (`runs` runs after a warm-up, not
+    profiled) at graph optimization `level`; "all" is onnxruntime's default, where its layout
+    transformer runs convolutions in its blocked NCHWc layout between the nodes."""
+    return _onnxruntime_runs(model, feed, runs, threads, level, profile=False)[1]
+
+
+def _onnxruntime_runs(model: onnx.ModelProto, feed: dict[str, np.ndarray], runs: int, threads: int, level: str, *,
+                      profile: bool) -> tuple[ort.InferenceSession, float]:
+    """(the session, median seconds of a whole run over `runs` runs after a warm-up)."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.graph_optimization_level = getattr(
+        ort.GraphOptimizationLevel, "ORT_DISABLE_ALL" if level == "disable" else f"ORT_ENABLE_{level.upper()}")
+    if profile:
+        options.enable_profiling = True
+        options.profile_file_prefix = os.path.join(tempfile.mkdtemp(), "ort")
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    session.run(None, feed)  # warm-up, left out below
+    walls = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        session.run(None, feed)
+        walls.append(time.perf_counter() - start)
+    return session, statistics.median(walls)
 
 
 def main() -> None:
@@ -194,7 +211,9 @@ def model_order_seconds(bundle, directory: str | os.PathLike, tuned, constants: 
     L3), as a model run does and as onnxruntime's profiled nodes see them; the per-kernel loop
     of `compare_tasks` finds one layer's weights in the caches. Each activation input is
     rewritten just before its call (untimed), as the node producing it would have left it in
-    the caches."""
+    the caches, and the nodes write their outputs into two buffers in turn, as a model run's
+    memory plan reuses the buffer of an activation two nodes back (onnxruntime's arena does)
+    instead of each node writing to memory of its own that a pass has long evicted."""
     library = ctypes.CDLL(str(Path(directory) / bundle.manifest["library"]))
     rng = np.random.default_rng(3)
     calls = []
@@ -205,12 +224,16 @@ def model_order_seconds(bundle, directory: str | os.PathLike, tuned, constants: 
             arrays = bundle.arguments(node, random_feeds(match, rng))
             tensors = [entry["tensor"] for entry in bundle.nodes[node]["args"] if not entry["output"]]
             produced = [(array, array.copy()) for array, tensor in zip(arrays, tensors) if tensor not in constants]
-            arrays += [np.empty(a.shape, dtype=a.dtype) for a in kernel.args if a.is_output]
             function = getattr(library, kernel.name)
-            function.argtypes = [ctypes.c_void_p] * len(arrays)
+            function.argtypes = [ctypes.c_void_p] * (len(arrays) + sum(a.is_output for a in kernel.args))
             function.restype = ctypes.c_int
-            calls.append((node, function, [a.ctypes.data for a in arrays], produced, arrays))
+            outputs = [np.dtype(a.dtype).itemsize * int(np.prod(a.shape)) for a in kernel.args if a.is_output]
+            calls.append((node, function, [a.ctypes.data for a in arrays], outputs, produced, arrays))
     calls.sort(key=lambda call: call[0])
+    aligned = [[-(-size // 64) * 64 for size in call[3]] for call in calls]
+    buffers = [np.empty(max(sum(sizes) for sizes in aligned) + 64, np.uint8) for _ in range(2)]
+    calls = [(node, function, pointers + _pointers_into(buffers[i % 2], sizes), produced, arrays)
+             for i, ((node, function, pointers, _, produced, arrays), sizes) in enumerate(zip(calls, aligned))]
     seconds: dict[str, list[float]] = {node: [] for node, *_ in calls}
     for _ in range(passes + 1):  # the first pass warms up (page faults, the thread pool), left out
         for node, function, pointers, produced, _ in calls:
@@ -221,6 +244,16 @@ def model_order_seconds(bundle, directory: str | os.PathLike, tuned, constants: 
                 raise RuntimeError(f"the kernel of node {node} failed")
             seconds[node].append(time.perf_counter() - start)
     return {node: statistics.median(times[1:]) for node, times in seconds.items()}
+
+
+def _pointers_into(buffer: np.ndarray, sizes: list[int]) -> list[int]:
+    """Addresses of consecutive 64-byte aligned regions of `sizes` bytes in `buffer`."""
+    start = -buffer.ctypes.data % 64
+    pointers = []
+    for size in sizes:
+        pointers.append(buffer.ctypes.data + start)
+        start += size
+    return pointers
 
 
 def compare_tasks(tuned, bundle, profile: dict[str, float], in_order: dict[str, float]) -> tuple[float, float, float]:
@@ -251,8 +284,9 @@ def compare_tasks(tuned, bundle, profile: dict[str, float], in_order: dict[str, 
 
 def _shape(workload) -> str:
     a = workload.args
-    if "CI" in a:
-        return f"{a['CI']}->{a['CO']} {a['H']}x{a['W']} k{a['KH']} s{a['stride'][0]} {a['epilogue']}"
+    if "CI" in a or "C" in a:
+        channels = f"{a['CI']}->{a['CO']}" if "CI" in a else f"dw {a['C']}"
+        return f"{channels} {a['H']}x{a['W']} k{a['KH']} s{a['stride'][0]} {a['epilogue']}"
     return f"{'b' + str(a['batch']) + ' ' if 'batch' in a else ''}M{a['M']} N{a['N']} K{a['K']} {a.get('epilogue', '')}"
 
 

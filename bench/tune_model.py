@@ -1,9 +1,11 @@
-"""Benchmark: whole-model tuning of ResNet-50 and a BERT-base encoder layer with one fixed
-global trial budget each, against onnxruntime node by node (and PyTorch when installed).
+"""Benchmark: whole-model tuning of ResNet-50, MobileNet v1 and a BERT-base encoder layer with
+one fixed global trial budget each, against onnxruntime node by node and whole (and PyTorch
+when installed).
 
-Both graphs are built with onnx.helper at their real shapes (random weights, no download):
+The graphs are built with onnx.helper at their real shapes (random weights, no download):
 ResNet-50 v1.5 at batch 1, 3×224×224 (batch norm folded into the convolutions' biases; the
-stride on the bottlenecks' 3×3 convolution), and one BERT-base encoder layer at sequence 128
+stride on the bottlenecks' 3×3 convolution), MobileNet v1 at batch 1, 3×224×224 (its 13
+depthwise-separable blocks, ReLU), and one BERT-base encoder layer at sequence 128
 (hidden 768, 12 heads, FFN 3072: Q/K/V and output projections, Q·Kᵀ and attention·V as batched
 MatMuls, the scaled Softmax, two LayerNormalizations, the Gelu feed-forward). Each is tuned by
 `tune_model` with `--trials` trials in all (Ansor's gradient task scheduler by default,
@@ -15,11 +17,16 @@ of the same nodes (bench/model_cpu.py's
 `compare_tasks`; ResNet-50 at onnxruntime's "extended" level, where it fuses Conv + Relu into a
 node named after the Conv, BERT with its graph optimizations off, as already "basic" fuses
 MatMul + Add into nodes of other names: each of our nodes is one of its nodes), then
-the totals, the tuning wall time, the trials measured, this host's ISA and load average.
+the totals, the tuning wall time, the trials measured, this host's ISA and load average. Then
+the whole model: our kernels in model order plus onnxruntime's time for the nodes we leave to it,
+against onnxruntime's whole run at its default level ("all": its layout transformer keeps the
+convolutions' activations in its blocked NCHWc layout between nodes, which the node-by-node
+levels above do not — ResNet-50 ran 1.5× and MobileNet 1.6-2.2× faster whole at "all" than at
+"extended" on an Intel Xeon model 167, so that line is the peer a user would deploy).
 PyTorch (when importable) runs the same model's tuned operators (conv2d / linear / matmul) at
 its default threads, as a second peer for the tuned share.
 
-    python bench/tune_model.py [--model resnet50 bert] [--trials 64] [--runs 10] [--out DIR] [--no-prepack]
+    python bench/tune_model.py [--model resnet50 mobilenet bert] [--trials 64] [--runs 10] [--out DIR] [--no-prepack]
                                [--protocol hot|cold]
 
 `--protocol cold` tunes with each candidate's repeats one call each after a cache flush (TVM's
@@ -108,6 +115,21 @@ take the same time: median 28.3 (hot) and 28.0 ms (cold), best 24.6 and 24.0 ms,
 24-42 ms on this noisy host (the cold run's own in-order timing read 44.56 ms, a disturbed
 minute). Tuning with the caches flushed chose no faster kernels for a model run here, so model
 tasks keep the hot protocol.
+
+Intel Xeon model 167 (AVX-512, 48 KiB L1d and 2 MiB L2 per core, 2 vCPUs; peak 376-387; load
+1.3-1.5), 64 trials each, after the whole-run peer at onnxruntime's default level and the
+two output buffers of the in-order pass (before them, each node wrote to memory of its own:
+ResNet-50 in order 46.74 ms, whole 49.09 against onnxruntime's default 35.83, ratio 1.37):
+ResNet-50, tuned in 323 s: 34.38 ms looped, 41.78 ms in model order against onnxruntime's
+47.44 ms at "extended" (0.72 / 0.88) and PyTorch's 54.76 ms; whole model with onnxruntime's
+untuned nodes (the residual Adds and Relus, the pooling: 2.42 ms) 44.20 ms against its whole
+run at its default level 39.29 ms (**1.12× slower**). MobileNet v1, 20 tasks: 4.91 ms looped,
+6.35 ms in order against 9.84 ms at "extended" (0.50 / 0.65; its depthwise nodes 4-10× ours)
+and PyTorch's 8.29 ms; whole 6.37 ms against 5.00 ms at its default level (**1.27× slower**).
+onnxruntime at "all" keeps the activations in its NCHWc layout from node to node and fuses
+the residual Add and Relu into the convolution; our kernels each take NCHW, and their in-order
+time exceeds their looped time by 21-29% (the weights and the previous layer's output from
+the L3 or memory).
 """
 
 from __future__ import annotations
@@ -121,7 +143,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from model_cpu import Graph, compare_tasks, model_order_seconds, node_time, onnxruntime_profile
+from model_cpu import Graph, compare_tasks, model_order_seconds, node_time, onnxruntime_profile, onnxruntime_seconds
 from onnx import TensorProto, helper, numpy_helper
 
 import tunefleet
@@ -169,6 +191,22 @@ def resnet50() -> onnx.ModelProto:
     return _model(g, "resnet50", {"input": [1, 3, 224, 224]}, out, [1, 1000])
 
 
+def mobilenet_v1() -> onnx.ModelProto:
+    """MobileNet v1 (Howard et al. 2017, width 1.0, 224², ReLU as in the paper): a 3×3 stride-2
+    convolution, 13 depthwise-separable blocks (3×3 depthwise, then 1×1), the 1000-way Gemm."""
+    g = Graph()
+    x = g.conv("input", 3, 32, 3, 2, relu=True)
+    channels = 32
+    for width, stride in ((64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2), *[(512, 1)] * 5, (1024, 2),
+                          (1024, 1)):
+        x = g.conv(x, channels, channels, 3, stride, relu=True, group=channels)
+        x = g.conv(x, channels, width, 1, 1, relu=True)
+        channels = width
+    x = g.node("Flatten", [g.node("GlobalAveragePool", [x])])
+    out = g.node("Gemm", [x, g.weight(1000, 1024), g.weight(1000)], transB=1)
+    return _model(g, "mobilenet_v1", {"input": [1, 3, 224, 224]}, out, [1, 1000])
+
+
 def bert_layer(seq: int = 128, hidden: int = 768, heads: int = 12, ffn: int = 3072) -> onnx.ModelProto:
     """One BERT-base encoder layer (post-LayerNorm), input [1, seq, hidden]."""
     g = Graph()
@@ -204,14 +242,15 @@ def bert_layer(seq: int = 128, hidden: int = 768, heads: int = 12, ffn: int = 30
 
 
 #: name → (builder, its input feed's shape, onnxruntime's optimization level for the comparison)
-MODELS = {"resnet50": (resnet50, (1, 3, 224, 224), "extended"), "bert": (bert_layer, (1, 128, 768), "disable")}
+MODELS = {"resnet50": (resnet50, (1, 3, 224, 224), "extended"), "mobilenet": (mobilenet_v1, (1, 3, 224, 224), "extended"),
+          "bert": (bert_layer, (1, 128, 768), "disable")}
 
 
 def torch_time(tuned, runs: int) -> float | None:
     """Σ occurrences × PyTorch's median time (`runs` calls) of each tuned task's operator alone
-    (no bias or activation), or None without PyTorch: conv2d_nchw as
+    (no bias or activation), or None without PyTorch: conv2d_nchw and depthwise_conv2d_nchw as
     torch.nn.functional.conv2d, batch_matmul as torch.bmm, dense / matmul as torch.matmul (the
-    only operators these two models have)."""
+    only operators these models have)."""
     try:
         import torch
     except ImportError:
@@ -220,10 +259,10 @@ def torch_time(tuned, runs: int) -> float | None:
     total = 0.0
     for result in tuned.results:
         a, op = result.task.workload.args, result.task.workload.op
-        if op == "conv2d_nchw":
-            groups = a.get("groups", 1)
-            inputs = (torch.randn(a["N"], a["CI"], a["H"], a["W"]),
-                      torch.randn(a["CO"], a["CI"] // groups, a["KH"], a["KW"]))
+        if op in ("conv2d_nchw", "depthwise_conv2d_nchw"):
+            ci, co = (a["C"], a["C"]) if op.startswith("depthwise") else (a["CI"], a["CO"])
+            groups = a.get("groups", ci if op.startswith("depthwise") else 1)
+            inputs = (torch.randn(a["N"], ci, a["H"], a["W"]), torch.randn(co, ci // groups, a["KH"], a["KW"]))
             call = functools.partial(torch.nn.functional.conv2d, stride=a["stride"], padding=a["padding"],
                                      dilation=a["dilation"], groups=groups)
         elif op == "batch_matmul":
@@ -265,14 +304,19 @@ def bench(name: str, trials: int, scheduler: str, runs: int, out: Path, prepack:
     profile, _, ort_run = onnxruntime_profile(model, feed, runs, threads, level)
     in_order = model_order_seconds(bundle, directory, tuned, {i.name for i in model.graph.initializer}, runs)
     ours, ordered, theirs = compare_tasks(tuned, bundle, profile, in_order)
+    untuned = node_time(profile, [u.node for u in extraction.untuned])
     # a fused node is profiled under its first node's name (e.g. FusedConv under the Conv's)
     missing = [m.nodes[0] for t in extraction.tasks for m in t.matches if m.nodes[0] not in profile]
     unprofiled = f", {len(missing)} of our nodes not among its profiled ones" if missing else ""
     print(f"\n{name}: Σ occurrences × kernel latency {ours * 1e3:.2f} ms; onnxruntime ({level}) same nodes "
           f"{theirs * 1e3:.2f} ms (ratio {ours / theirs:.2f}){unprofiled}; in model order {ordered * 1e3:.2f} ms "
           f"(ratio {ordered / theirs:.2f}); "
-          f"its untuned nodes {node_time(profile, [u.node for u in extraction.untuned]) * 1e3:.2f} ms, whole run "
+          f"its untuned nodes {untuned * 1e3:.2f} ms, whole run "
           f"{ort_run * 1e3:.2f} ms")
+    ort_default = onnxruntime_seconds(model, feed, runs, threads, "all")
+    print(f"{name}: whole model, ours in model order + onnxruntime's untuned nodes {(ordered + untuned) * 1e3:.2f} ms; "
+          f"onnxruntime at its default level (all: NCHWc layout between nodes), whole run {ort_default * 1e3:.2f} ms "
+          f"(ratio {(ordered + untuned) / ort_default:.2f})")
     torch_total = torch_time(tuned, runs)
     if torch_total is not None:
         print(f"{name}: PyTorch, the tuned operators: {torch_total * 1e3:.2f} ms (ratio {ours / torch_total:.2f})")
