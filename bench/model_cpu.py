@@ -10,8 +10,9 @@ kernel library.
 
 Printed per task: the workload, its occurrences, the bundle kernel's median latency
 (Kernel.time: the runtime's timer, 10 repeats of at least 50 ms) × occurrences, its nodes' time
-in model order (`model_order_seconds`: each node once per pass, through the C ABI, so every
-layer's weights come from memory as in a model run, not from the caches), and onnxruntime's
+in model order (`chained_seconds`: whole runs of the model, each kernel called through the C ABI
+on what the nodes before it produced, so every layer's weights come from memory as in a model
+run, not from the caches), and onnxruntime's
 time for the same nodes: its profiler's per-node kernel times (the median over the profiled
 runs) at graph optimization level "extended", where it fuses Conv + Relu into FusedConv named
 after the Conv, as the kernels fuse them, so each profiled node is one ONNX node of ours. Then
@@ -180,7 +181,7 @@ def main() -> None:
     feed = {"input": np.random.default_rng(1).random((1, 3, 224, 224), dtype=np.float32)}
     profile, _, ort_run_extended = onnxruntime_profile(model, feed, args.runs, threads, "extended")
     profile_all, ops_all, ort_run_all = onnxruntime_profile(model, feed, args.runs, threads, "all")
-    in_order = model_order_seconds(bundle, directory, tuned, {i.name for i in model.graph.initializer}, args.runs)
+    in_order = chained_seconds(bundle, directory, model, feed, args.runs)
     ours_total, order_total, ort_total = compare_tasks(tuned, bundle, profile, in_order)
     untuned = node_time(profile, [u.node for u in extraction.untuned])
     conv_all = sum(t for name, t in profile_all.items() if ops_all[name] in ("Conv", "FusedConv", "Gemm"))
@@ -200,66 +201,86 @@ def node_time(profile: dict[str, float], node_names) -> float:
     return sum(t for name, t in profile.items() if name in names)
 
 
-def model_order_seconds(bundle, directory: str | os.PathLike, tuned, constants: set[str],
-                        passes: int) -> dict[str, float]:
-    """Per tuned node (the anchor of each match of `tuned`'s tasks): the median over `passes`
-    passes of the seconds its bundle kernel took, called once per pass in the model's node
-    order (ONNX names n000_<Op>, ...) through the C ABI (ctypes on the bundle's library,
-    outputs preallocated: no Python argument checks), each node with its own random weights and
-    inputs. A pass thus reads every layer's constant weights (`constants`: initializer names)
-    once, from memory where they outgrow the caches (ResNet-50: about 100 MB against a 32 MB
-    L3), as a model run does and as onnxruntime's profiled nodes see them; the per-kernel loop
-    of `compare_tasks` finds one layer's weights in the caches. Each activation input is
-    rewritten just before its call (untimed), as the node producing it would have left it in
-    the caches, and the nodes write their outputs into two buffers in turn, as a model run's
-    memory plan reuses the buffer of an activation two nodes back (onnxruntime's arena does)
-    instead of each node writing to memory of its own that a pass has long evicted."""
+def chained_seconds(bundle, directory: str | os.PathLike, model: onnx.ModelProto, feed: dict[str, np.ndarray],
+                    passes: int) -> dict[str, float]:
+    """Per tuned node (the anchor of each fused subgraph): the median over `passes` runs of the
+    whole model of the seconds its bundle kernel took, each run executing the nodes in graph
+    order on what the nodes before produced: each tuned subgraph's kernel through the C ABI
+    (constant weights packed once beforehand), every other node, untimed, in a single-threaded
+    onnxruntime session of that one node. So a kernel finds its input where the previous kernel's threads
+    left it and its weights where the run left them; its output goes into an array freed by a
+    tensor that is no longer read (a memory plan's reuse, as onnxruntime's arena does). The
+    first run warms up and is left out."""
     library = ctypes.CDLL(str(Path(directory) / bundle.manifest["library"]))
-    rng = np.random.default_rng(3)
-    calls = []
-    for result in tuned.results:
-        for match in result.task.matches:
-            node = match.nodes[0]
-            kernel = bundle.kernel_for(node)
-            arrays = bundle.arguments(node, random_feeds(match, rng))
-            tensors = [entry["tensor"] for entry in bundle.nodes[node]["args"] if not entry["output"]]
-            produced = [(array, array.copy()) for array, tensor in zip(arrays, tensors) if tensor not in constants]
+    inferred = onnx.shape_inference.infer_shapes(model)
+    types = {v.name: v.type for v in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]}
+    constants = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    steps = []  # (anchor or None, node, inputs read, outputs written)
+    fused = {n for entry in bundle.nodes.values() for n in entry["fused"]}
+    for node in model.graph.node:
+        if node.name in bundle.nodes:
+            args = bundle.nodes[node.name]["args"]
+            steps.append((node.name, node, [a["tensor"] for a in args if not a["output"]],
+                          [a["tensor"] for a in args if a["output"]]))
+        elif node.name not in fused:
+            steps.append((None, node, [i for i in node.input if i], list(node.output)))
+    last_read = {t: i for i, (_, _, reads, _) in enumerate(steps) for t in reads}
+    kept = {o.name for o in model.graph.output}
+    calls = {}
+    for anchor, node, reads, _ in steps:
+        if anchor is None:
+            inputs = [helper.make_tensor_value_info(t, types[t].tensor_type.elem_type, None) if t in types else
+                      helper.make_tensor_value_info(t, helper.np_dtype_to_tensor_dtype(constants[t].dtype), None)
+                      for t in reads]
+            outputs = [helper.make_tensor_value_info(t, types[t].tensor_type.elem_type, None) for t in node.output]
+            one = helper.make_model(helper.make_graph([node], node.name, inputs, outputs),
+                                    opset_imports=model.opset_import)
+            options = ort.SessionOptions()
+            options.intra_op_num_threads = 1  # no pool of its own, whose spinning threads would take our CPUs
+            calls[node.name] = ort.InferenceSession(one.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        else:
+            kernel = bundle.kernel_for(anchor)
+            dummies = {t: constants[t] if t in constants else np.zeros(a["shape"], np.float32)
+                       for t, a in zip(reads, bundle.nodes[anchor]["args"])}
+            packed = bundle.arguments(anchor, dummies)
             function = getattr(library, kernel.name)
-            function.argtypes = [ctypes.c_void_p] * (len(arrays) + sum(a.is_output for a in kernel.args))
+            function.argtypes = [ctypes.c_void_p] * len(kernel.args)
             function.restype = ctypes.c_int
-            outputs = [np.dtype(a.dtype).itemsize * int(np.prod(a.shape)) for a in kernel.args if a.is_output]
-            calls.append((node, function, [a.ctypes.data for a in arrays], outputs, produced, arrays))
-    calls.sort(key=lambda call: call[0])
-    aligned = [[-(-size // 64) * 64 for size in call[3]] for call in calls]
-    buffers = [np.empty(max(sum(sizes) for sizes in aligned) + 64, np.uint8) for _ in range(2)]
-    calls = [(node, function, pointers + _pointers_into(buffers[i % 2], sizes), produced, arrays)
-             for i, ((node, function, pointers, _, produced, arrays), sizes) in enumerate(zip(calls, aligned))]
-    seconds: dict[str, list[float]] = {node: [] for node, *_ in calls}
-    for _ in range(passes + 1):  # the first pass warms up (page faults, the thread pool), left out
-        for node, function, pointers, produced, _ in calls:
-            for array, values in produced:
-                np.copyto(array, values)
-            start = time.perf_counter()
-            if function(*pointers) != 0:
-                raise RuntimeError(f"the kernel of node {node} failed")
-            seconds[node].append(time.perf_counter() - start)
-    return {node: statistics.median(times[1:]) for node, times in seconds.items()}
-
-
-def _pointers_into(buffer: np.ndarray, sizes: list[int]) -> list[int]:
-    """Addresses of consecutive 64-byte aligned regions of `sizes` bytes in `buffer`."""
-    start = -buffer.ctypes.data % 64
-    pointers = []
-    for size in sizes:
-        pointers.append(buffer.ctypes.data + start)
-        start += size
-    return pointers
+            calls[anchor] = (function, [p if t in constants else None for t, p in zip(reads, packed)],
+                             [spec for spec in kernel.args if not spec.is_output],
+                             [spec for spec in kernel.args if spec.is_output])
+    seconds: dict[str, list[float]] = {anchor: [] for anchor, *_ in steps if anchor is not None}
+    for _ in range(passes + 1):
+        tensors = dict(feed)
+        free: dict[tuple, list[np.ndarray]] = {}
+        for i, (anchor, node, reads, writes) in enumerate(steps):
+            if anchor is None:
+                session = calls[node.name]
+                results = session.run(None, {t: tensors[t] if t in tensors else constants[t] for t in reads})
+                tensors.update(zip(writes, results))
+            else:
+                function, fixed, in_specs, out_specs = calls[anchor]
+                arrays = [f if f is not None else np.ascontiguousarray(tensors[t]).reshape(spec.shape)
+                          for t, f, spec in zip(reads, fixed, in_specs)]
+                outs = [(free.get((tuple(spec.shape), spec.dtype)) or [np.empty(spec.shape, spec.dtype)]).pop()
+                        for spec in out_specs]
+                pointers = [a.ctypes.data for a in [*arrays, *outs]]
+                start = time.perf_counter()
+                if function(*pointers) != 0:
+                    raise RuntimeError(f"the kernel of node {anchor} failed")
+                seconds[anchor].append(time.perf_counter() - start)
+                tensors.update(zip(writes, outs))
+            for t in set(reads):
+                if last_read.get(t) == i and t not in kept and t in tensors:
+                    array = tensors.pop(t)
+                    free.setdefault((array.shape, array.dtype.name), []).append(array)
+    return {anchor: statistics.median(times[1:]) for anchor, times in seconds.items()}
 
 
 def compare_tasks(tuned, bundle, profile: dict[str, float], in_order: dict[str, float]) -> tuple[float, float, float]:
     """Print per task of `tuned` (a ModelTuneResult) its bundle kernel's median latency
     (Kernel.time: 10 repeats of at least 50 ms, one layer's data warm in the caches) ×
-    occurrences, its nodes' seconds in model order (`in_order`, from `model_order_seconds`)
+    occurrences, its nodes' seconds in model order (`in_order`, from `chained_seconds`)
     and onnxruntime's `profile` (seconds per node) of the same nodes; returns the three sums
     (seconds)."""
     rng = np.random.default_rng(2)

@@ -10,9 +10,9 @@ depthwise-separable blocks, ReLU), and one BERT-base encoder layer at sequence 1
 MatMuls, the scaled Softmax, two LayerNormalizations, the Gelu feed-forward). Each is tuned by
 `tune_model` with `--trials` trials in all (Ansor's gradient task scheduler by default,
 `--scheduler`), its bundle built, and per task the kernel's median latency × occurrences (timed
-in a loop: that layer's weights stay in the caches) and its nodes' time in model order (every
-node once per pass, `--runs` passes, so each layer's weights come from memory as in a model
-run: bench/model_cpu.py's `model_order_seconds`) are printed beside onnxruntime's profiled time
+in a loop: that layer's weights stay in the caches) and its nodes' time in model order (`--runs`
+whole runs of the model, each kernel on what the nodes before it produced, so each layer's
+weights come from memory as in a model run: bench/model_cpu.py's `chained_seconds`) are printed beside onnxruntime's profiled time
 of the same nodes (bench/model_cpu.py's
 `compare_tasks`; ResNet-50 at onnxruntime's "extended" level, where it fuses Conv + Relu into a
 node named after the Conv, BERT with its graph optimizations off, as already "basic" fuses
@@ -118,18 +118,19 @@ tasks keep the hot protocol.
 
 Intel Xeon model 167 (AVX-512, 48 KiB L1d and 2 MiB L2 per core, 2 vCPUs; peak 376-387; load
 1.3-1.5), 64 trials each, after the whole-run peer at onnxruntime's default level and the
-two output buffers of the in-order pass (before them, each node wrote to memory of its own:
-ResNet-50 in order 46.74 ms, whole 49.09 against onnxruntime's default 35.83, ratio 1.37):
-ResNet-50, tuned in 323 s: 34.38 ms looped, 41.78 ms in model order against onnxruntime's
-47.44 ms at "extended" (0.72 / 0.88) and PyTorch's 54.76 ms; whole model with onnxruntime's
-untuned nodes (the residual Adds and Relus, the pooling: 2.42 ms) 44.20 ms against its whole
-run at its default level 39.29 ms (**1.12× slower**). MobileNet v1, 20 tasks: 4.91 ms looped,
-6.35 ms in order against 9.84 ms at "extended" (0.50 / 0.65; its depthwise nodes 4-10× ours)
-and PyTorch's 8.29 ms; whole 6.37 ms against 5.00 ms at its default level (**1.27× slower**).
-onnxruntime at "all" keeps the activations in its NCHWc layout from node to node and fuses
-the residual Add and Relu into the convolution; our kernels each take NCHW, and their in-order
-time exceeds their looped time by 21-29% (the weights and the previous layer's output from
-the L3 or memory).
+chained runs (`chained_seconds`; before them each node ran on inputs copied in and wrote to
+memory of its own: ResNet-50 in order 46.74 ms, whole 49.09 against onnxruntime's default
+35.83, ratio 1.37): ResNet-50, tuned in 323 s: 34.69 ms looped, 39.45 ms in model order against
+onnxruntime's 45.12 ms at "extended" (0.77 / 0.87) and PyTorch's 46.10 ms; whole model with
+onnxruntime's untuned nodes (the residual Adds and Relus, the pooling: 2.20 ms) 41.65 ms
+against its whole run at its default level, 36.53 ms: **1.14× slower** (ResNet-18,
+bench/model_cpu.py, 20 trials: 18.50 against 14.77 ms, 1.25×). MobileNet v1, 20 tasks: 5.06
+ms looped, 6.54 ms in order against 9.98 ms at "extended" (0.51 / 0.65; its depthwise nodes
+4-7× ours) and PyTorch's 8.19 ms; whole 6.57 ms against 5.13 ms at its default level (**1.28×
+slower**). At "all" onnxruntime keeps the activations in its NCHWc layout from node to node,
+its weights packed once, and fuses the residual Add and Relu into the convolution; our
+kernels each take NCHW and pack per call, and their in-order time exceeds their looped time by
+13-29% (the weights and the previous layer's output from the L3 or memory).
 """
 
 from __future__ import annotations
@@ -143,7 +144,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from model_cpu import Graph, compare_tasks, model_order_seconds, node_time, onnxruntime_profile, onnxruntime_seconds
+from model_cpu import Graph, chained_seconds, compare_tasks, node_time, onnxruntime_profile, onnxruntime_seconds
 from onnx import TensorProto, helper, numpy_helper
 
 import tunefleet
@@ -302,7 +303,7 @@ def bench(name: str, trials: int, scheduler: str, runs: int, out: Path, prepack:
     bundle = tunefleet.load(directory)
     feed = {"input": np.random.default_rng(1).random(shape, dtype=np.float32)}
     profile, _, ort_run = onnxruntime_profile(model, feed, runs, threads, level)
-    in_order = model_order_seconds(bundle, directory, tuned, {i.name for i in model.graph.initializer}, runs)
+    in_order = chained_seconds(bundle, directory, model, feed, runs)
     ours, ordered, theirs = compare_tasks(tuned, bundle, profile, in_order)
     untuned = node_time(profile, [u.node for u in extraction.untuned])
     # a fused node is profiled under its first node's name (e.g. FusedConv under the Conv's)
