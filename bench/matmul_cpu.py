@@ -243,6 +243,15 @@ np-AVX2 / PyTorch / ratio to OpenBLAS / to PyTorch / % of the peak: 256³ 280.7 
 / 241.0 / 1.17 / 0.99 / 76%, 128×3072×768 212.9 / 212.9 / 146.5 / 107.6 / 261.9 / 1.30 / 0.95 / 66%.
 An earlier run that hour, with the peak measured once at the start, read 167 GFLOP/s for it while
 the kernels ran at 314 (188% "of the peak"), hence the peak in the rounds.
+
+Intel Xeon model 167 again (main at f7a0a7c; a slower instance, peak 376-387), 5 rounds, default
+/ best of 16 / numpy / np-AVX2 / PyTorch / ratio to OpenBLAS / to PyTorch / % of the peak: 1024³
+320.7 / 320.7 / 261.3 / 177.7 / 284.7 / 1.22 / 1.12 / 84%, 2048³ 305.7 / 307.9 / 263.6 / 180.5 /
+294.2 / 1.17 / 1.04 / 82%, 1000³ 294.8 / 294.8 / 255.8 / 177.2 / 277.3 / 1.16 / 1.06 / 78%,
+128×3072×768 253.4 / 253.4 / 210.1 / 162.3 / 265.4 / 1.20 / 0.96 / 65%. GotoBLAS's arrangement
+through the knobs at 1024³ (each thread's half of N as 8 panels, K blocks of 128-256 packed per
+block, A's blocks of 32-64 row tiles in the L2 across the panels; 7 interleaved rounds, medians
+against the default): 0.80-0.89×, with all of K 0.96×; 1000³ with 48-column panels 0.90-0.98×.
 """
 
 from __future__ import annotations

@@ -295,6 +295,16 @@ s2 43.2 -> 58.7 (3.09 / 1.67), 512@14² 78.2 (3.40 / 1.50); bmm 12×128×64 457.
 128×768 -> 3072 360.4 (3.78 / 1.13, 1.51), pre-packed 423.8 (2.81 / 1.27, 1.78). After the
 strided depthwise default took row bands where its padded plane outgrows the L1 (bfd93ea):
 64@112² s2 54.0 by default (best 64.9: 16 columns, a whole vector, instead of 8).
+
+Intel Xeon model 167 again (main at b0243f3; peak 377-390), `--only dw`, 8 configs, 3 rounds,
+default -> best (÷PyTorch / ÷onnxruntime), after the strided depthwise tiles became one vector
+wide (1e41429) and the unstrided 112² layer took row bands with AVX-512 (0294615): 32@112² 104.2
+(17.57 / 2.58; before: 83.0 by default, the bands the best of 16), 64@112² s2 42.2 -> 46.5 (4.57
+/ 2.64), 512@14² 58.2 (3.57 / 1.56). The 3×3 convolutions that run, 24 configs: 64@56² 253.6
+(1.13 / 0.90), 128@28² 273.5 (1.24 / 0.97), s2 128@56² 219.5 -> 220.3 (1.14 / 0.94), s2 256@28²
+240.8 (1.13 / 0.93), 256@14² 249.1 -> 250.3 (1.13 / 0.85): above PyTorch, below onnxruntime's
+NCHWc kernels (MLAS) by 3-15%, the default the best of the 24 (unroll_kw, accumulate "row",
+4-vector tiles of 6-7 columns, input-channel blocks of 16: 0.88-1.01× the default).
 """
 
 from __future__ import annotations

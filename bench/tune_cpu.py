@@ -177,6 +177,12 @@ rounds, tuned vs numpy / PyTorch (ratios by rounds; % of the peak): matmul 1024�
 189.9 (1.16 / 2.34; 91%), 2048³ 457.9 vs 427.1 / 190.6 (1.06 / 2.42; 94%), 1000³ 422.2 vs 420.6 /
 199.3 (1.00 / 2.13; 84%), 128×3072×768 404.4 vs 317.1 / 168.8 (1.23 / 2.41; 80%), conv2d 512@7²
 321.3 vs PyTorch 220.2 (1.46; 67%); 90% of each run's best within 5 trials (4 s); tuning 38-139 s.
+
+Intel Xeon model 167 again (main at b0243f3; a slower instance, peak 377-386), xgb, 64 trials, 5
+rounds, tuned vs numpy / PyTorch (ratios by rounds; % of the peak): matmul 1024³ 316.5 vs 270.4 /
+303.7 (1.19 / 1.08; 82%), 2048³ 318.0 vs 267.3 / 298.8 (1.16 / 1.05; 84%), 1000³ 290.6 vs 255.3 /
+274.5 (1.14 / 1.06; 77%), 128×3072×768 242.3 vs 217.3 / 263.2 (1.14 / 0.91; 63%), conv2d 512@7²
+213.0 vs PyTorch 166.4 (1.28; 56%); 90% of each run's best at the first trial; tuning 41-150 s.
 """
 
 from __future__ import annotations

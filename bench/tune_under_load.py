@@ -125,6 +125,11 @@ Measured (2-vCPU Intel Xeon, AVX-512, KVM; each phase under the shared CPU lock,
   369.4 median); busy disturbance median 0.77, max 2.13, 0% counted disturbed; different configs
   (busy 6 × 64 bm 8, B packed per block, parallel over N; quiet 6 × 64 bm 4 bn 4 mn_nm, all of B
   packed first).
+* Intel Xeon model 167 again (main at b0243f3; a slower instance: quiet winner 308.6 validated),
+  one run: busy winner **90.5%** of the quiet one (89.6% by median; quiet 313.1 best, 312.0
+  median); busy disturbance median 0.78, max 1.10, quiet 0.11; 0% counted disturbed; different
+  configs (busy 6 × 64 bm 16 nm_mn with A packed; quiet 6 × 64 bm 16 nm_nm; both B packed per
+  block).
 """
 
 from __future__ import annotations
