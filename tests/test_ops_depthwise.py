@@ -82,18 +82,22 @@ def test_strided_default_tiles_one_vector_wide():
 def test_default_takes_row_bands_where_the_padded_plane_outgrows_the_l1(target):
     """A strided layer whose padded plane exceeds L1D_BYTES (MobileNet's 64@112²/2: 52 KiB) is
     split into row bands, each task padding its own rows, and so is the unstrided 32@112² where
-    vectors are 64 bytes (AVX-512); 144@56²/2 (13 KiB) keeps one plane per task. The banded
-    defaults match numpy (built only where this host does not execute the target)."""
+    vectors are 64 bytes (AVX-512); 144@56²/2 (13 KiB) keeps one plane per task. The strided
+    bands' tiles hold at most STRIDED_BAND_ACCUMULATORS accumulators, the whole planes' more.
+    The banded defaults match numpy (built only where this host does not execute the target)."""
     from tunefleet.compiler.ops.common import L1D_BYTES
-    from tunefleet.compiler.ops.depthwise import padded_plane_bytes
+    from tunefleet.compiler.ops.depthwise import STRIDED_BAND_ACCUMULATORS, padded_plane_bytes
 
-    parallel = {}
+    parallel, accumulators = {}, {}
     for args in MOBILENET[:3]:
         w = ops.make_workload("depthwise_conv2d_nchw",
                               {"N": 1, "KH": 3, "KW": 3, "padding": 1, "bias": True, "epilogue": "relu", **args})
-        parallel[args["C"]] = ops.default_config(w, target)["parallel"].val, padded_plane_bytes(w.args)
+        config = ops.default_config(w, target)
+        parallel[args["C"]] = config["parallel"].val, padded_plane_bytes(w.args)
+        accumulators[args["C"]] = config["tile_h"].val * -(-config["tile_w"].val // target.lanes("float32"))
         if parallel[args["C"]][0] == "n_c_oh":
             assert not failures(sample(w, 0, seed=0, target=target), target=target)
     assert parallel[64][0] == "n_c_oh" and parallel[64][1] > L1D_BYTES, parallel
     assert parallel[144][0] == "n_c" and parallel[144][1] <= L1D_BYTES, parallel
     assert parallel[32] == ("n_c_oh" if target.vector_bytes >= 64 else "n_c", parallel[64][1]), parallel
+    assert accumulators[64] <= STRIDED_BAND_ACCUMULATORS < accumulators[32], accumulators

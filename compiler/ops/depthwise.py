@@ -144,11 +144,20 @@ def cpu_template(cfg, workload, target):
     return sch, kernel_args(data, weight, bias, out)
 
 
+#: Accumulators of a strided layer's tile where each task pads its own row band: MobileNet's
+#: 64@112²/2 and 96@112²/2 (56 output rows), Intel Xeon model 167, one vector × 4 rows against
+#: × 8, medians of 7-9 interleaved rounds: 1.065-1.085× (AVX-512), 1.40× (AVX2 build), 1.32×
+#: (generic). Where whole planes are padded the tiles keep up to 8 (256@28²/2: 2 rows against 8
+#: 1.06× with AVX-512, level with AVX2; 512@14²/2: 4 rows against 1, 0.79× / 1.08×), and so do
+#: unstrided bands (32@112², AVX-512: 2 rows × 2 vectors against 4 × 2, 0.77×).
+STRIDED_BAND_ACCUMULATORS = 4
+
+
 def default_config(space, workload, target) -> dict:
     """Rows of two vectors (one when the output is narrower; for a strided one at most one
     vector, `strided_tile_width`), rows per tile by `tile_rows` up to
     about 8 accumulators (half the AVX2 register file, a quarter of AVX-512's, leaving room
-    for the unrolled taps), kw unrolled, one plane per task — but where the padded plane
+    for the unrolled taps; STRIDED_BAND_ACCUMULATORS for a strided layer in row bands), kw unrolled, one plane per task — but where the padded plane
     outgrows L1D_BYTES one row band per task (parallel "n_c_oh", each task padding the rows of
     its band), as the tiles otherwise read the plane's padded copy from the L2: for a strided
     convolution on any ISA, for an unstrided one with AVX-512's vectors (whose tiles outrun the
@@ -165,8 +174,9 @@ def default_config(space, workload, target) -> dict:
     fitting = [w for w in widths if w <= max(widths[0], min(2 * lanes, OW))]
     strided = a["stride"][1] > 1
     tile_w = strided_tile_width(OW, fitting, lanes) if strided else fitting[-1]
-    tile_h = tile_rows(OH, [h for h in heights if h * max(1, tile_w // lanes) <= 8])
     bands = padded_plane_bytes(a) > L1D_BYTES and (strided or target.vector_bytes >= 64)
+    accumulators = STRIDED_BAND_ACCUMULATORS if bands and strided else 8
+    tile_h = tile_rows(OH, [h for h in heights if h * max(1, tile_w // lanes) <= accumulators])
     return {"tile_w": tile_w, "tile_h": tile_h, "unroll_kw": True, "parallel": "n_c_oh" if bands else "n_c"}
 
 
