@@ -144,20 +144,24 @@ def cpu_template(cfg, workload, target):
     return sch, kernel_args(data, weight, bias, out)
 
 
-#: Accumulators of a strided layer's tile where each task pads its own row band: MobileNet's
-#: 64@112²/2 and 96@112²/2 (56 output rows), Intel Xeon model 167, one vector × 4 rows against
-#: × 8, medians of 7-9 interleaved rounds: 1.065-1.085× (AVX-512), 1.40× (AVX2 build), 1.32×
-#: (generic). Where whole planes are padded the tiles keep up to 8 (256@28²/2: 2 rows against 8
-#: 1.06× with AVX-512, level with AVX2; 512@14²/2: 4 rows against 1, 0.79× / 1.08×), and so do
-#: unstrided bands (32@112², AVX-512: 2 rows × 2 vectors against 4 × 2, 0.77×).
-STRIDED_BAND_ACCUMULATORS = 4
+#: Accumulators of a tile (rows × vectors) where the default takes few: a tile of two vectors
+#: over a whole plane, or a strided layer's tile over a row band. Intel Xeon model 167, medians
+#: of 7-9 interleaved rounds, 2 rows × 2 vectors against 4 × 2: 32@112² 1.24× (AVX2 build) and
+#: 1.18× (generic), 128@56² 1.28× / 1.19× / 1.13× (AVX-512), 256@28² 1.52× (AVX2); MobileNet's
+#: 112² stride-2 layers in bands, one vector × 4 rows against × 8: 1.065-1.085× (AVX-512), 1.40×
+#: (AVX2), 1.32× (generic). Tiles of one vector over whole planes keep up to 8 (512@14², AVX2: 2
+#: or 4 rows against 8 0.98×; 512@14²/2: 4 rows against 1 0.79× with AVX-512), and so do
+#: unstrided bands (32@112², AVX-512: 2 rows × 2 vectors against 4 × 2, 0.77×: each band pads
+#: two more rows than it computes).
+FEW_ACCUMULATORS = 4
 
 
 def default_config(space, workload, target) -> dict:
     """Rows of two vectors (one when the output is narrower; for a strided one at most one
     vector, `strided_tile_width`), rows per tile by `tile_rows` up to
     about 8 accumulators (half the AVX2 register file, a quarter of AVX-512's, leaving room
-    for the unrolled taps; STRIDED_BAND_ACCUMULATORS for a strided layer in row bands), kw unrolled, one plane per task — but where the padded plane
+    for the unrolled taps; FEW_ACCUMULATORS for a tile of two vectors over a whole plane and for
+    a strided layer in row bands), kw unrolled, one plane per task — but where the padded plane
     outgrows L1D_BYTES one row band per task (parallel "n_c_oh", each task padding the rows of
     its band), as the tiles otherwise read the plane's padded copy from the L2: for a strided
     convolution on any ISA, for an unstrided one with AVX-512's vectors (whose tiles outrun the
@@ -175,8 +179,9 @@ def default_config(space, workload, target) -> dict:
     strided = a["stride"][1] > 1
     tile_w = strided_tile_width(OW, fitting, lanes) if strided else fitting[-1]
     bands = padded_plane_bytes(a) > L1D_BYTES and (strided or target.vector_bytes >= 64)
-    accumulators = STRIDED_BAND_ACCUMULATORS if bands and strided else 8
-    tile_h = tile_rows(OH, [h for h in heights if h * max(1, tile_w // lanes) <= accumulators])
+    vectors = max(1, tile_w // lanes)
+    many = (bands and not strided) or (not bands and vectors == 1)
+    tile_h = tile_rows(OH, [h for h in heights if h * vectors <= (8 if many else FEW_ACCUMULATORS)])
     return {"tile_w": tile_w, "tile_h": tile_h, "unroll_kw": True, "parallel": "n_c_oh" if bands else "n_c"}
 
 
