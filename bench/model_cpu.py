@@ -207,10 +207,10 @@ def chained_seconds(bundle, directory: str | os.PathLike, model: onnx.ModelProto
     whole model of the seconds its bundle kernel took, each run executing the nodes in graph
     order on what the nodes before produced: each tuned subgraph's kernel through the C ABI
     (constant weights packed once beforehand), every other node, untimed, in a single-threaded
-    onnxruntime session of that one node. So a kernel finds its input where the previous kernel's threads
-    left it and its weights where the run left them; its output goes into an array freed by a
-    tensor that is no longer read (a memory plan's reuse, as onnxruntime's arena does). The
-    first run warms up and is left out."""
+    onnxruntime session of that one node. So a kernel finds its input where the previous
+    kernel's threads left it and its weights where the run left them; its output goes into an
+    array freed by a tensor that is no longer read (a memory plan's reuse, as onnxruntime's
+    arena does). The first run warms up and is left out."""
     library = ctypes.CDLL(str(Path(directory) / bundle.manifest["library"]))
     inferred = onnx.shape_inference.infer_shapes(model)
     types = {v.name: v.type for v in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]}
@@ -229,19 +229,14 @@ def chained_seconds(bundle, directory: str | os.PathLike, model: onnx.ModelProto
     calls = {}
     for anchor, node, reads, _ in steps:
         if anchor is None:
-            inputs = [helper.make_tensor_value_info(t, types[t].tensor_type.elem_type, None) if t in types else
-                      helper.make_tensor_value_info(t, helper.np_dtype_to_tensor_dtype(constants[t].dtype), None)
-                      for t in reads]
-            outputs = [helper.make_tensor_value_info(t, types[t].tensor_type.elem_type, None) for t in node.output]
-            one = helper.make_model(helper.make_graph([node], node.name, inputs, outputs),
-                                    opset_imports=model.opset_import)
-            options = ort.SessionOptions()
-            options.intra_op_num_threads = 1  # no pool of its own, whose spinning threads would take our CPUs
-            calls[node.name] = ort.InferenceSession(one.SerializeToString(), options, providers=["CPUExecutionProvider"])
+            elem_types = {t: types[t].tensor_type.elem_type if t in types else
+                          helper.np_dtype_to_tensor_dtype(constants[t].dtype) for t in [*reads, *node.output]}
+            calls[node.name] = _node_session(model, node, reads, elem_types)
         else:
             kernel = bundle.kernel_for(anchor)
+            inputs = [a for a in bundle.nodes[anchor]["args"] if not a["output"]]
             dummies = {t: constants[t] if t in constants else np.zeros(a["shape"], np.float32)
-                       for t, a in zip(reads, bundle.nodes[anchor]["args"])}
+                       for t, a in zip(reads, inputs)}
             packed = bundle.arguments(anchor, dummies)
             function = getattr(library, kernel.name)
             function.argtypes = [ctypes.c_void_p] * len(kernel.args)
@@ -275,6 +270,19 @@ def chained_seconds(bundle, directory: str | os.PathLike, model: onnx.ModelProto
                     array = tensors.pop(t)
                     free.setdefault((array.shape, array.dtype.name), []).append(array)
     return {anchor: statistics.median(times[1:]) for anchor, times in seconds.items()}
+
+
+def _node_session(model: onnx.ModelProto, node: onnx.NodeProto, inputs: list[str],
+                  elem_types: dict[str, int]) -> ort.InferenceSession:
+    """A single-threaded onnxruntime session running `node` of `model` alone, its `inputs` fed
+    (`elem_types`: ONNX element type of each input and output). One thread: a pool of its own
+    would spin on the CPUs our kernels run on (ResNet-50 in model order took 1008 ms)."""
+    info = lambda t: helper.make_tensor_value_info(t, elem_types[t], None)  # noqa: E731
+    one = helper.make_model(helper.make_graph([node], node.name, [info(t) for t in inputs],
+                                              [info(t) for t in node.output]), opset_imports=model.opset_import)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    return ort.InferenceSession(one.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
 def compare_tasks(tuned, bundle, profile: dict[str, float], in_order: dict[str, float]) -> tuple[float, float, float]:
