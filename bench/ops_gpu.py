@@ -15,6 +15,16 @@ Measured 2026-11-26 on an NVIDIA H200 (sm_90), 16 configs per row, tuned ÷ cuDN
 layers 0.82–9.4 (cuDNN at batch 1 runs small 1×1 layers at 0.6–3 TFLOP/s: launches, not
 arithmetic, dominate; ours is one fused kernel), the 7×7 stem 1.73, 3×3 at 56² and 28² 0.86–1.18,
 3×3 at 14² and 7² 0.53–0.68; depthwise 5.2–6.2, attention Q·Kᵀ 5.7, batch_matmul 8×512³ 0.86.
+
+Again 2026-12-04 (H200, sm_90), 16 configs per row (the ResNet-50 rows; the run's time was up
+before the others): the 1×1 layers 1.21–9.5, the stem 1.71, 3×3 64@56² 1.36, 128@28² 0.97, the
+strided 3×3 0.52–0.72, 3×3 at 14² and 7² 0.65 and 0.68. Most of that gap was the default's block
+tile: at 14² and 7² the product (256 × 196, 512 × 49 outputs) fills the 132 SMs only with small
+blocks. With the re-chosen default (see `compiler/ops/gpu/common.py`), default GFLOP/s before ->
+after, cuDNN: 3×3 256@14² 1387 -> 2521 (3805), 512@7² 752 -> 1056 (2042), stride 2 256@28²
+1417 -> 1901 (3797), 512@14² 790 -> 1314 (2049), 128@28² 2974 -> 3873 (5845); the other 1×1
+layers 1.00–1.52×, attention Q·Kᵀ 0.96×; the 56² layers of 64 output channels 0.84–0.85× (5.9
+-> 5.0 TFLOP/s).
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from tunefleet.compiler.cuda.build import lower_and_verify, workload_kernel
 from tunefleet.compiler.cuda.limits import DeviceLimits, InvalidConfig, limits_for
 from tunefleet.compiler.cuda.lower import lower_cuda
 from tunefleet.compiler.cuda.verify import register_estimate, verify
+from tunefleet.compiler.ops.gpu.common import GEMM_DEFAULT_SHAPES
 from tunefleet.compiler.schedule import ScheduleError, create_schedule
 from tunefleet.compiler.target import Target
 
@@ -32,6 +33,25 @@ def test_default_configs_pass_the_verifier():
         for target in (SM80, SM90):
             part = workload_kernel(w, ops.default_config(w, target), target)
             assert part.gfunc.threads <= 1024
+
+
+def test_default_gemm_block_tile_is_the_largest_that_fills_the_device():
+    # the lowered grids, not the rule's own arithmetic: the default is the first (largest)
+    # block tile of the ladder whose grid gives about every multiprocessor a block
+    sms = limits_for(SM90).sm_count
+    big = ops.make_workload("matmul", {"M": 4096, "N": 4096, "K": 4096})
+    small = ops.make_workload("conv2d_nchw", {"CI": 256, "CO": 256, "H": 14, "W": 14, "padding": 1})
+    chosen = {}
+    for name, w in (("big", big), ("small", small)):
+        default = workload_kernel(w, ops.default_config(w, SM90), SM90).gfunc
+        ladder = [workload_kernel(w, config(w, SM90, tile_m=tm, tile_n=tn, lanes_y=ly, warps_y=wy, warps_x=wx),
+                                  SM90).gfunc for tm, tn, ly, wy, wx in GEMM_DEFAULT_SHAPES]
+        chosen[name] = next(n for n, g in enumerate(ladder) if g.grid[0] * g.grid[1] * g.grid[2] >= 0.9 * sms)
+        assert (default.grid, default.block) == (ladder[chosen[name]].grid, ladder[chosen[name]].block)
+    # 4096³ fills the device with the classic 128x128 blocks of 256 threads; a 3x3 layer at 14x14
+    # (256 x 196 outputs) would leave most multiprocessors idle with them and takes smaller ones
+    assert chosen["big"] == 0
+    assert chosen["small"] > 0
 
 
 def test_shared_memory_over_the_architecture_limit_is_invalid():
