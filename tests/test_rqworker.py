@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import time
+
 from redis import Redis
 from rq import Queue, Retry, get_current_job
 from rq.job import JobStatus
@@ -57,3 +59,25 @@ def test_a_retry_and_a_new_enqueue_of_the_same_job_id_run_again(redis: Redis) ->
         queue.enqueue(count_runs, "again", job_id="measure-1-9")
         _work(redis, queue)
         assert int(redis.get("again")) == expected
+
+
+def test_unsubscribe_does_not_wait_for_the_pubsub_read(redis: Redis) -> None:
+    """What a warm shutdown does last, in the order that made a worker sent SIGTERM take a
+    minute to exit: the main thread loses the CPU right after sending UNSUBSCRIBE, so the
+    pub/sub thread takes the reply and starts its next read (up to RQ's 60 s) before it is
+    told to stop. Unsubscribing must still return at once and end the thread."""
+    worker = HeartbeatWorker([_queue(redis)], connection=redis, serializer=SERIALIZER, heartbeat_s=1)
+    worker.subscribe()
+    send_unsubscribe = worker.pubsub.unsubscribe
+
+    def send_then_lose_the_cpu(*args, **kwargs):
+        sent = send_unsubscribe(*args, **kwargs)
+        time.sleep(0.5)
+        return sent
+
+    worker.pubsub.unsubscribe = send_then_lose_the_cpu
+    time.sleep(0.3)  # the thread is in its read
+    start = time.monotonic()
+    worker.unsubscribe()
+    assert time.monotonic() - start < 10
+    assert not worker.pubsub_thread.is_alive()

@@ -21,7 +21,12 @@ and fork server, the tuner's database engine) plus two things RQ's forking worke
   was stopped mid-task). Before running a job, the worker claims its enqueue — the job id
   with its ``enqueued_at`` and ``retries_left``, which every real enqueue (a new one, or
   RQ's retry of a job whose worker died) changes and a re-sent one does not — with
-  ``SET NX``; a second queue entry of a claimed enqueue is dropped.
+  ``SET NX``; a second queue entry of a claimed enqueue is dropped;
+- its shutdown does not wait on its pub/sub thread. RQ's ``unsubscribe`` sends UNSUBSCRIBE,
+  then stops the thread that reads the worker's command channel; since redis-py 8 that stop
+  joins the thread, which — woken by UNSUBSCRIBE's reply before the stop — sits in its next
+  read of up to RQ's 60 s: a worker sent SIGTERM took a minute to exit. Stopping the thread
+  first lets that reply end its last read.
 
 RQ calls a job by its function's name with JSON arguments, so what a job needs from its
 process (a measurer, a database engine) is bound once per process in a :class:`JobContext`.
@@ -138,6 +143,13 @@ class HeartbeatWorker(SimpleWorker):
         if self.connection.set(key, token, nx=True, ex=CLAIM_TTL_S):
             return True
         return self.connection.get(key) == token.encode()
+
+    def unsubscribe(self) -> None:
+        """RQ's, with the pub/sub thread told to stop (without waiting) before UNSUBSCRIBE is
+        sent, so that its reply ends the thread's read (see the module docstring)."""
+        if self.pubsub_thread is not None:
+            self.pubsub_thread.stop(timeout=0)
+        super().unsubscribe()
 
     def handle_warm_shutdown_request(self) -> None:
         super().handle_warm_shutdown_request()
