@@ -94,6 +94,30 @@ def test_default_tiles_of_two_vectors_over_a_whole_plane_take_few_rows():
         assert config["tile_h"].val * vectors <= FEW_ACCUMULATORS, (isa, config)
 
 
+def test_default_tiles_of_one_64_byte_vector_over_a_wider_plane_take_two_rows():
+    """Unstrided 256@28² on AVX-512: a tile of one vector (16 of the 28 columns) over a whole
+    plane holds WIDE_VECTOR_ACCUMULATORS rows (2, not 4: 1.10-1.12x); the same layer built for
+    AVX2 (two vectors of 8) keeps FEW_ACCUMULATORS, and a plane exactly one vector wide
+    (32@16²) and a strided one keep more rows."""
+    from tunefleet.compiler.ops.depthwise import FEW_ACCUMULATORS, WIDE_VECTOR_ACCUMULATORS
+    from tunefleet.compiler.target import Target
+
+    def default(C, H, isa, stride=1):
+        w = ops.make_workload("depthwise_conv2d_nchw", {"N": 1, "C": C, "H": H, "W": H, "KH": 3, "KW": 3,
+                                                         "stride": stride, "padding": 1})
+        config = ops.default_config(w, Target("cpu", isa))
+        return config["tile_w"].val, config["tile_h"].val, config["parallel"].val
+
+    lanes = Target("cpu", "avx512").lanes("float32")
+    assert default(256, 28, "avx512") == (lanes, WIDE_VECTOR_ACCUMULATORS, "n_c")
+    tile_w, tile_h, _ = default(256, 28, "avx2")
+    vectors = tile_w // Target("cpu", "avx2").lanes("float32")
+    assert vectors == 2 and tile_h * vectors == FEW_ACCUMULATORS
+    assert default(32, 16, "avx512")[1] > WIDE_VECTOR_ACCUMULATORS
+    tile_w, tile_h, _ = default(128, 56, "avx512", stride=2)
+    assert tile_w == lanes and tile_h > WIDE_VECTOR_ACCUMULATORS
+
+
 @pytest.mark.parametrize("target", params(FAMILY))
 def test_default_takes_row_bands_where_the_padded_plane_outgrows_the_l1(target):
     """A strided layer whose padded plane exceeds L1D_BYTES (MobileNet's 64@112²/2: 52 KiB) is

@@ -154,6 +154,13 @@ def cpu_template(cfg, workload, target):
 #: unstrided bands (32@112², AVX-512: 2 rows × 2 vectors against 4 × 2, 0.77×: each band pads
 #: two more rows than it computes).
 FEW_ACCUMULATORS = 4
+#: Accumulators of a tile one 64-byte vector wide over a whole plane wider than the vector
+#: (AVX-512, unstrided, 17-31 output columns: two tiles per row): 2, i.e. 2 rows. Medians of 9
+#: interleaved rounds, 2 rows against the former 4 or 8: AMD Zen 5 256@28² 1.12×, 96@20² 1.13×,
+#: 64@24² 1.005× (against 8); Intel Xeon model 167 256@28² 1.10×. Not where the plane is exactly
+#: one vector wide (32@16²: 0.97×), nor strided (128@56²/2: 0.98×), nor with AVX2's 32-byte
+#: vectors (512@14², one vector of 8 over 14 columns: 8 rows; 4 rows 0.93×, 2 rows 0.94×).
+WIDE_VECTOR_ACCUMULATORS = 2
 
 
 def default_config(space, workload, target) -> dict:
@@ -161,7 +168,8 @@ def default_config(space, workload, target) -> dict:
     vector, `strided_tile_width`), rows per tile by `tile_rows` up to
     about 8 accumulators (half the AVX2 register file, a quarter of AVX-512's, leaving room
     for the unrolled taps; FEW_ACCUMULATORS for a tile of two vectors over a whole plane and for
-    a strided layer in row bands), kw unrolled, one plane per task — but where the padded plane
+    a strided layer in row bands, WIDE_VECTOR_ACCUMULATORS for one 64-byte vector over a whole
+    plane wider than it), kw unrolled, one plane per task — but where the padded plane
     outgrows L1D_BYTES one row band per task (parallel "n_c_oh", each task padding the rows of
     its band), as the tiles otherwise read the plane's padded copy from the L2: for a strided
     convolution on any ISA, for an unstrided one with AVX-512's vectors (whose tiles outrun the
@@ -181,7 +189,10 @@ def default_config(space, workload, target) -> dict:
     bands = padded_plane_bytes(a) > L1D_BYTES and (strided or target.vector_bytes >= 64)
     vectors = max(1, tile_w // lanes)
     many = (bands and not strided) or (not bands and vectors == 1)
-    tile_h = tile_rows(OH, [h for h in heights if h * vectors <= (8 if many else FEW_ACCUMULATORS)])
+    accumulators = 8 if many else FEW_ACCUMULATORS
+    if not (strided or bands) and tile_w == lanes < OW and target.vector_bytes >= 64:
+        accumulators = WIDE_VECTOR_ACCUMULATORS
+    tile_h = tile_rows(OH, [h for h in heights if h * vectors <= accumulators])
     return {"tile_w": tile_w, "tile_h": tile_h, "unroll_kw": True, "parallel": "n_c_oh" if bands else "n_c"}
 
 
