@@ -234,6 +234,11 @@ OpenBLAS / to PyTorch / % of the peak: 256³ 449.9 / 449.9 / 397.9 / 219.8 / 180
 212.1 / 196.1 / 1.16 / 2.29 / 92%, 2048³ 446.7 / 446.7 / 398.2 / 219.4 / 187.5 / 1.12 / 2.34 / 93%,
 1000³ 441.6 / 444.9 / 422.0 / 217.7 / 192.2 / 1.07 / 2.32 / 94%, 128×3072×768 378.0 / 378.0 / 306.9 /
 192.5 / 150.3 / 1.25 / 2.55 / 81%. OpenBLAS ran at 81-89% of the peak here (88-90% before).
+Zen 5 again (main at 3002771; peak in the rounds 519-531), 5 rounds, default / best of 16 / numpy /
+np-AVX2 / PyTorch / ratio to OpenBLAS / to PyTorch / % of the peak: 1024³ 503.8 / 506.9 / 474.6 /
+252.9 / 219.0 / 1.07 / 2.34 / 96%, 2048³ 510.7 / 510.7 / 472.1 / 249.0 / 221.9 / 1.07 / 2.32 / 96%,
+1000³ 499.5 / 499.8 / 471.0 / 254.1 / 215.8 / 1.06 / 2.31 / 95%, 128×3072×768 460.0 / 460.0 /
+359.2 / 239.7 / 194.0 / 1.31 / 2.39 / 87%; OpenBLAS at 89-90% of the peak at the cubes.
 
 Intel Xeon model 207 again (main at 1ea56ce, the peak now measured in each row's rounds: 311-335;
 a noisy hour, kernel medians up to 25% below their bests), 5 rounds, default / best of 16 / numpy /

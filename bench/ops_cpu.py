@@ -305,6 +305,11 @@ wide (1e41429) and the unstrided 112² layer took row bands with AVX-512 (029461
 240.8 (1.13 / 0.93), 256@14² 249.1 -> 250.3 (1.13 / 0.85): above PyTorch, below onnxruntime's
 NCHWc kernels (MLAS) by 3-15%, the default the best of the 24 (unroll_kw, accumulate "row",
 4-vector tiles of 6-7 columns, input-channel blocks of 16: 0.88-1.01× the default).
+
+AMD EPYC Zen 5 again (main at 3002771, after the depthwise row rules of 9cf5692 and ba7486c; peak
+519-526), `--only dw`, 8 configs, 3 rounds, default -> best (÷PyTorch / ÷onnxruntime): 32@112²
+189.5 -> 195.9 (28.9 / 1.85; 128.9 by default at a6f5229), 64@112² s2 68.9 -> 69.7 (2.97 / 1.37;
+43.2), 512@14² 88.6 (3.48 / 1.29; 78.2).
 """
 
 from __future__ import annotations
