@@ -4,7 +4,8 @@ For the ResNet-50 convolutions of bench/ops_gpu.py (batch 1, +bias+relu), matmul
 and 128×3072×768 and two batch_matmuls: every candidate block tile (tile_m, tile_n, lanes_y,
 warps_y, warps_x; the other knobs as the default has them) built and timed with CUDA events,
 checked against numpy, beside the vendor library (cuDNN / cuBLAS through PyTorch, TF32 off).
-Prints GFLOP/s per shape, the shape the default rule picks and its share of the row's best,
+Prints GFLOP/s per shape (a shape over the device's limits is left out of its row), the shape
+the default rule picks and its share of the row's best,
 then over all rows: the sum of the default's times against the sum of the best shapes' times.
 This is the measurement `compiler/ops/gpu/common.py`'s GEMM_DEFAULT_SHAPES was chosen from.
 
@@ -30,6 +31,7 @@ from gpu_common import check_built, cublas_matmul_seconds, cudnn_conv_seconds, g
 from ops_gpu import RESNET50  # noqa: E402
 
 from tunefleet.compiler import ops  # noqa: E402
+from tunefleet.compiler.cuda.limits import InvalidConfig  # noqa: E402
 from tunefleet.compiler.driver import build_workload  # noqa: E402
 from tunefleet.compiler.ops.gpu.common import GEMM_DEFAULT_SHAPES  # noqa: E402
 
@@ -64,12 +66,21 @@ def main() -> None:
         w = ops.make_workload(op, a)
         space = ops.config_space(w, target)
         default = ops.default_config(w, target).to_json()["knobs"]
-        configs = [space.from_json({"knobs": {**default, **dict(zip(("tile_m", "tile_n", "lanes_y", "warps_y",
-                                                                      "warps_x"), s))}}) for s in SHAPES]
+        knob_names = ("tile_m", "tile_n", "lanes_y", "warps_y", "warps_x")
+        configs = [space.from_json({"knobs": {**default, **dict(zip(knob_names, s))}}) for s in SHAPES]
+
+        def build(cfg):
+            try:
+                return build_workload(w, cfg, target)
+            except InvalidConfig:  # over this device's limits: left out of the row
+                return None
+
         with ThreadPoolExecutor(max(1, len(os.sched_getaffinity(0)))) as pool:
-            built = list(pool.map(lambda c: build_workload(w, c, target), configs))
+            built = list(pool.map(build, configs))
         seconds = {}
         for s, b in zip(SHAPES, built):
+            if b is None:
+                continue
             if check_built(b, w) > 1e-4:
                 raise SystemExit(f"{label}: shape {s} computes a wrong result")
             seconds[s] = time_built(b, w, repeat=5, min_repeat_ms=30)
