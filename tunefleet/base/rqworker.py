@@ -23,7 +23,7 @@ and fork server, the tuner's database engine) plus two things RQ's forking worke
   RQ's retry of a job whose worker died) changes and a re-sent one does not — with
   ``SET NX``; a second queue entry of a claimed enqueue is dropped;
 - its shutdown does not wait on its pub/sub thread. RQ's ``unsubscribe`` sends UNSUBSCRIBE,
-  then stops the thread that reads the worker's command channel; since redis-py 8 that stop
+  then stops the thread that reads the worker's command channel; since redis-py 8.2 that stop
   joins the thread, which — woken by UNSUBSCRIBE's reply before the stop — sits in its next
   read of up to RQ's 60 s: a worker sent SIGTERM took a minute to exit. Stopping the thread
   first lets that reply end its last read.
