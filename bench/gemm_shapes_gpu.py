@@ -27,7 +27,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpu_common import check_built, cublas_matmul_seconds, cudnn_conv_seconds, gflops, require_gpu, time_built  # noqa: E402
+from gpu_common import (check_built, cublas_matmul_seconds, cudnn_conv_seconds, gflops, require_gpu,  # noqa: E402
+                        time_built)
 from ops_gpu import RESNET50  # noqa: E402
 
 from tunefleet.compiler import ops  # noqa: E402
@@ -93,7 +94,8 @@ def main() -> None:
         sum_default, sum_best = sum_default + seconds[pick], sum_best + seconds[best]
         print(f"{label:>30} vendor {gflops(w, vendor):6.0f} | "
               + " ".join(f"{''.join(map(str, s))}:{gflops(w, t):.0f}" for s, t in seconds.items())
-              + f" | default {''.join(map(str, pick))} {seconds[best] / seconds[pick]:.2f} of best ({time.time() - t0:.0f}s)",
+              + f" | default {''.join(map(str, pick))} {seconds[best] / seconds[pick]:.2f} of best"
+              f" ({time.time() - t0:.0f}s)",
               flush=True)
     print(f"sum of times: default {sum_default * 1e3:.3f} ms, best shapes {sum_best * 1e3:.3f} ms "
           f"({sum_best / sum_default:.2f} of best)")

@@ -178,7 +178,8 @@ def gemm_default(space, M: int, N: int, K: int, *, batch: int = 1, sm_count: int
     lost 15%."""
     sms = sm_count or 100
     tile_ms, tile_ns = knob_choices(space, "tile_m"), knob_choices(space, "tile_n")
-    shapes = [c for c in GEMM_DEFAULT_SHAPES if c[0] in tile_ms and c[1] in tile_ns] or [(tile_ms[-1], tile_ns[-1], 4, 1, 1)]
+    shapes = ([c for c in GEMM_DEFAULT_SHAPES if c[0] in tile_ms and c[1] in tile_ns]
+              or [(tile_ms[-1], tile_ns[-1], 4, 1, 1)])
 
     def blocks(c):
         tm, tn, ly, wy, wx = c
