@@ -177,6 +177,12 @@ rounds, tuned vs numpy / PyTorch (ratios by rounds; % of the peak): matmul 1024�
 189.9 (1.16 / 2.34; 91%), 2048³ 457.9 vs 427.1 / 190.6 (1.06 / 2.42; 94%), 1000³ 422.2 vs 420.6 /
 199.3 (1.00 / 2.13; 84%), 128×3072×768 404.4 vs 317.1 / 168.8 (1.23 / 2.41; 80%), conv2d 512@7²
 321.3 vs PyTorch 220.2 (1.46; 67%); 90% of each run's best within 5 trials (4 s); tuning 38-139 s.
+Zen 5 again (main at fd7d226; peak 503-529), same protocol: matmul 1024³ 449.3 vs 415.2 / 198.1
+(1.07 / 2.25; 89%), 2048³ 493.2 vs 451.5 / 207.0 (1.13 / 2.43; 95%), 1000³ 438.6 vs 452.1 / 207.7
+(**0.93** / 2.10; 84%: in the search 469.8, and the untuned default ran 499.5 in bench/matmul_cpu.py
+an hour before — the winner's re-timing here read 7% below its search), 128×3072×768 458.0 vs
+363.3 / 193.0 (1.24 / 2.41; 87%), conv2d 512@7² 373.5 vs PyTorch 239.3 (1.55; 71%); 90% of each
+run's best at the first trial (7 trials for the convolution); tuning 35-115 s.
 
 Intel Xeon model 167 again (main at b0243f3; a slower instance, peak 377-386), xgb, 64 trials, 5
 rounds, tuned vs numpy / PyTorch (ratios by rounds; % of the peak): matmul 1024³ 316.5 vs 270.4 /

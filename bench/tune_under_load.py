@@ -65,6 +65,10 @@ Measured (2-vCPU Intel Xeon, AVX-512, KVM; each phase under the shared CPU lock,
   497.5 (492.1): **100.8%** (100.1%), different configs (busy: 5 × 64 tile, bm 32, B packed per
   block); busy disturbance median 0.76 (max 1.71), 0% counted disturbed; probe 1.3 ms quiet,
   7.9 ms busy.
+  Again (main at fd7d226, 5 rounds): quiet winner 405.4 GFLOP/s best (397.6 median), busy
+  winner 460.9 (448.3): **113.7%** (112.7%) — the quiet run's winner (nm_mn, fused, bm 16) was
+  validated at disturbance 0.97, a disturbed minute of the "quiet" run; busy disturbance median
+  0.98 (max 2.59), 0% counted disturbed.
 * on an AMD EPYC Zen 4 (AVX-512 on 256-bit units, 2 vCPUs, load 1.5-2.3), 5 rounds: busy winner
   224.1 vs quiet 220.9 GFLOP/s best, **101.4%** (102.3% by median); after the winner became the
   fastest validated median unless one far more disturbed is faster without it (validation.best):
