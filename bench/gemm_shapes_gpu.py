@@ -5,8 +5,8 @@ and 128×3072×768 and two batch_matmuls: every candidate block tile (tile_m, ti
 warps_y, warps_x; the other knobs as the default has them) built and timed with CUDA events,
 checked against numpy, beside the vendor library (cuDNN / cuBLAS through PyTorch, TF32 off).
 Prints GFLOP/s per shape (a shape over the device's limits is left out of its row), the shape
-the default rule picks and its share of the row's best,
-then over all rows: the sum of the default's times against the sum of the best shapes' times.
+the default rule picks and its share of the row's best, then over all rows: the sum of the
+default's times against the sum of the best shapes' times.
 This is the measurement `compiler/ops/gpu/common.py`'s GEMM_DEFAULT_SHAPES was chosen from.
 
     python bench/gemm_shapes_gpu.py [--label TEXT ...]
@@ -36,7 +36,9 @@ from tunefleet.compiler.cuda.limits import InvalidConfig  # noqa: E402
 from tunefleet.compiler.driver import build_workload  # noqa: E402
 from tunefleet.compiler.ops.gpu.common import GEMM_DEFAULT_SHAPES  # noqa: E402
 
-#: (tile_m, tile_n, lanes_y, warps_y, warps_x): the default's ladder and the shapes it was chosen among.
+#: The knobs a shape sets.
+KNOBS = ("tile_m", "tile_n", "lanes_y", "warps_y", "warps_x")
+#: Values of KNOBS: the default's ladder and the shapes it was chosen among.
 SHAPES = list(dict.fromkeys([*GEMM_DEFAULT_SHAPES, (8, 8, 8, 2, 2), (4, 4, 4, 4, 2), (4, 4, 4, 2, 2), (2, 4, 4, 2, 2),
                              (2, 4, 4, 1, 2), (1, 4, 4, 2, 2), (4, 2, 4, 1, 2), (2, 4, 8, 1, 2)]))
 PRODUCTS = [("matmul 1024³", "matmul", dict(M=1024, N=1024, K=1024)),
@@ -47,7 +49,7 @@ PRODUCTS = [("matmul 1024³", "matmul", dict(M=1024, N=1024, K=1024)),
 
 
 def shape_of(knobs: dict) -> tuple:
-    return tuple(knobs[k] for k in ("tile_m", "tile_n", "lanes_y", "warps_y", "warps_x"))
+    return tuple(knobs[k] for k in KNOBS)
 
 
 def main() -> None:
@@ -67,8 +69,7 @@ def main() -> None:
         w = ops.make_workload(op, a)
         space = ops.config_space(w, target)
         default = ops.default_config(w, target).to_json()["knobs"]
-        knob_names = ("tile_m", "tile_n", "lanes_y", "warps_y", "warps_x")
-        configs = [space.from_json({"knobs": {**default, **dict(zip(knob_names, s))}}) for s in SHAPES]
+        configs = [space.from_json({"knobs": {**default, **dict(zip(KNOBS, s))}}) for s in SHAPES]
 
         def build(cfg):
             try:
