@@ -20,7 +20,7 @@ from tunefleet.tuner.measure_child import TOLERANCE, relative_error
 
 from cuda_helpers import SM90, random_valid_configs
 
-#: Small shapes (every CUDA thread is a host thread) with tails, epilogues, transposes, padding.
+#: Small shapes (every CUDA thread is a host thread) with tails, epilogues, residuals, transposes, padding.
 SMALL = [
     ("matmul", {"M": 50, "N": 72, "K": 37, "bias": True, "epilogue": "gelu"}),
     ("matmul", {"M": 64, "N": 64, "K": 32, "dtype": "float64"}),
@@ -28,8 +28,9 @@ SMALL = [
     ("batch_matmul", {"batch": 3, "M": 16, "N": 24, "K": 9}),
     ("conv2d_nchw", {"N": 2, "CI": 6, "CO": 12, "H": 9, "W": 7, "KH": 3, "KW": 3, "padding": [1, 2],
                      "dilation": [1, 2], "bias": True, "epilogue": "relu"}),
-    ("conv2d_nchw", {"N": 1, "CI": 16, "CO": 8, "H": 6, "W": 6, "KH": 1, "KW": 1}),
-    ("conv2d_nchw", {"N": 1, "CI": 3, "CO": 8, "H": 11, "W": 11, "KH": 3, "KW": 3, "stride": 2}),
+    ("conv2d_nchw", {"N": 1, "CI": 16, "CO": 8, "H": 6, "W": 6, "KH": 1, "KW": 1, "residual": True}),
+    ("conv2d_nchw", {"N": 1, "CI": 3, "CO": 8, "H": 11, "W": 11, "KH": 3, "KW": 3, "stride": 2, "residual": True,
+                     "epilogue": "relu"}),
     ("depthwise_conv2d_nchw", {"N": 1, "C": 3, "H": 17, "W": 23, "KH": 5, "KW": 3, "stride": [2, 1],
                                "padding": [2, 1], "bias": True, "epilogue": "relu"}),
     ("depthwise_conv2d_nchw", {"N": 2, "C": 2, "H": 8, "W": 8, "KH": 3, "KW": 3}),

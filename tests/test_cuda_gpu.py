@@ -43,7 +43,8 @@ WORKLOADS = [
     ("batch_matmul", {"batch": 12, "M": 128, "N": 128, "K": 64, "transpose_b": True}),
     ("conv2d_nchw", {"N": 1, "CI": 64, "CO": 64, "H": 56, "W": 56, "KH": 3, "KW": 3, "padding": 1, "bias": True,
                      "epilogue": "relu"}),
-    ("conv2d_nchw", {"N": 1, "CI": 256, "CO": 512, "H": 56, "W": 56, "KH": 1, "KW": 1, "stride": 2}),
+    ("conv2d_nchw", {"N": 1, "CI": 256, "CO": 512, "H": 56, "W": 56, "KH": 1, "KW": 1, "stride": 2, "bias": True,
+                     "residual": True, "epilogue": "relu"}),
     ("depthwise_conv2d_nchw", {"N": 1, "C": 32, "H": 112, "W": 112, "KH": 3, "KW": 3, "padding": 1,
                                "bias": True, "epilogue": "relu"}),
 ]

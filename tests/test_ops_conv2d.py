@@ -609,3 +609,44 @@ def test_pre_packed_few_pixel_defaults_by_isa():
         assert with_prepacked_weights(w, Target("cpu", "generic")) is w
     assert with_prepacked_weights(_workload("conv2d_nchw", RESNET[3]), Target("cpu", "avx2")).args == \
         _workload("conv2d_nchw", RESNET[3]).args  # 1×1 at 56²: read in place
+
+
+# Residual sums (a shortcut's Add fused before the activation): NCHWc with tails and batch 2,
+# a 7² layer (im2col GEMM, its dot products, NCHWc, the per-call panel GEMM), pre-packed weights
+# (NCHWc, the panel GEMM), 1×1 GEMMs over data in place and strided, a grouped convolution.
+RESIDUAL = [
+    dict(N=2, CI=24, CO=40, H=13, W=11, KH=3, KW=3, padding=1, bias=True, epilogue="relu"),
+    dict(CI=16, CO=24, H=7, W=7, KH=3, KW=3, padding=1, bias=True, epilogue="relu"),
+    dict(CI=16, CO=32, H=7, W=7, KH=3, KW=3, padding=1, weight_layout="OIHW8i16o", epilogue="relu"),
+    dict(N=2, CI=19, CO=21, H=5, W=7, KH=1, KW=1, bias=True, epilogue="relu"),
+    dict(CI=16, CO=40, H=14, W=14, KH=1, KW=1, stride=2, bias=True),
+    dict(CI=12, CO=8, H=9, W=7, KH=3, KW=3, padding=1, groups=4, epilogue="gelu"),
+]
+
+
+def _form(config) -> str:
+    knobs = config.to_json()["knobs"]
+    return f"{knobs.get('method', '-')}/{'dot' if knobs.get('dot_rows') else 'tiles'}"
+
+
+@pytest.mark.parametrize("target", params(FAMILY))
+def test_residual_sum_matches_numpy_in_every_method(target):
+    """out = epilogue(conv + bias + residual): the default and one random config of each form the
+    space holds (method, and for the im2col GEMM tiles or dot products) match numpy on each ISA of
+    the host's family, the residual an argument between the bias and the output."""
+    cases = []
+    for n, args in enumerate(RESIDUAL):
+        w = _workload("conv2d_nchw", {**args, "residual": True})
+        forms = {_form(c): c for c in reversed(ops.config_space(w, target).random(np.random.default_rng(600 + n), 60))}
+        cases += [(w, ops.default_config(w, target)), *((w, c) for c in forms.values())]
+    assert {_form(c) for _, c in cases} >= {"nchwc/tiles", "gemm/tiles", "gemm/dot", "panel/tiles", "-/tiles"}
+    assert [a.name for a in cases[0][0].tensors()] == ["data", "weight", "bias", "residual", "out"]
+    assert not failures(cases, target=target)
+
+
+def test_residual_is_left_out_of_workloads_without_one():
+    """A workload without a residual keeps the args (and key) it had before the argument existed."""
+    args = dict(N=1, CI=8, CO=16, H=8, W=8, KH=3, KW=3, padding=1, bias=True)
+    assert "residual" not in _workload("conv2d_nchw", args).args
+    assert _workload("conv2d_nchw", {**args, "residual": False}).key == _workload("conv2d_nchw", args).key
+    assert _workload("conv2d_nchw", {**args, "residual": True}).key != _workload("conv2d_nchw", args).key

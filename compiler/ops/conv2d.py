@@ -1,5 +1,10 @@
 """conv2d_nchw: out[N, CO, OH, OW] = conv(data[N, CI, H, W], weight[CO, CI/groups, KH, KW])
-(+ bias[CO]) (+ relu/gelu), float32/float64.
+(+ bias[CO]) (+ residual[N, CO, OH, OW]) (+ relu/gelu), float32/float64.
+
+`residual` (default false, left out of the args then, as `groups` is) adds a tensor of the
+output's shape before the activation: a ResNet block's shortcut, Add and Relu fused into the
+convolution that ends the block (onnxruntime's and oneDNN's "sum" post-op), so neither the
+sum nor the activation is another pass over memory.
 
 `groups` (default 1) splits the channels as ONNX's Conv `group` and PyTorch's `groups` do:
 output channel co reads the CI/groups input channels of its group g = co // (CO/groups),
@@ -77,6 +82,8 @@ ARGS = conv_args() + [
     ArgDef("groups", "int", 1, 1, MAX_DIM, omit_default=True,
            description="channel groups (ONNX Conv group): each output channel reads CI/groups input channels; "
                        "must divide CI and CO"),
+    ArgDef("residual", "bool", False, omit_default=True,
+           description="add residual[N, CO, OH, OW] (the output's layout) before the epilogue: a shortcut's sum"),
 ]
 
 #: Reduction loop orders (outermost first) of the register tile; `ic` is the input-channel
@@ -144,11 +151,18 @@ def _inputs(a: dict):
     return data, weight, bias
 
 
+def residual_input(a: dict, shape: tuple[int, ...]) -> te.Tensor | None:
+    """The residual argument in `shape`, the view of the output a template computes it in
+    (NCHW [N, CO, OH, OW] or [N, CO, OH·OW]: the same memory), None without one."""
+    return te.placeholder(shape, a["dtype"], "residual") if a.get("residual") else None
+
+
 def conv_nchwc(a: dict, data: te.Tensor, weight: te.Tensor, bias: te.Tensor | None, ic_bn: int, oc_bn: int,
-               by_block: bool = False):
+               by_block: bool = False, residual: te.Tensor | None = None):
     """(data_vec, kernel_vec, conv, out): the packed stages, the NCHW[oc_bn]c convolution and the
-    NCHW output (bias + epilogue applied). kernel_vec is `weight` itself when pre-packed. With
-    groups > 1, ic_bn divides CI/groups and oc_bn divides CO/groups (a block is in one group).
+    NCHW output (bias, `residual` [N, CO, OH, OW] and epilogue applied). kernel_vec is `weight`
+    itself when pre-packed. With groups > 1, ic_bn divides CI/groups and oc_bn divides CO/groups
+    (a block is in one group).
     `by_block`: conv is the sum over the input-channel blocks icc of `conv_part` [CI/ic_bn, N,
     ceil(CO/oc_bn), OH, OW, oc_bn], each block's partial sum over (kh, kw, icb) (the "row"
     accumulation of `schedule`)."""
@@ -192,7 +206,8 @@ def conv_nchwc(a: dict, data: te.Tensor, weight: te.Tensor, bias: te.Tensor | No
         conv = te.compute(shape, lambda *idx: block_sum(*idx, icc, [icc, kh, kw, icb]), name="conv")
 
     out = te.compute((N, CO, OH, OW),
-                     lambda n, c, h, w: finish(conv[n, c // oc_bn, h, w, c % oc_bn], bias, c, a["epilogue"]),
+                     lambda n, c, h, w: finish(conv[n, c // oc_bn, h, w, c % oc_bn], bias, c, a["epilogue"],
+                                               residual, (n, c, h, w)),
                      name="out")
     return data_vec, kernel_vec, conv, out
 
@@ -200,8 +215,9 @@ def conv_nchwc(a: dict, data: te.Tensor, weight: te.Tensor, bias: te.Tensor | No
 def compute(a: dict) -> list[te.Tensor]:
     data, weight, bias = _inputs(a)
     ib, ob = packed_blocks(a) or (1, 1)
-    *_, out = conv_nchwc(a, data, weight, bias, ib, ob)
-    return kernel_args(data, weight, bias, out)
+    residual = residual_input(a, (a["N"], a["CO"], *out_size(a)))
+    *_, out = conv_nchwc(a, data, weight, bias, ib, ob, residual=residual)
+    return kernel_args(data, weight, bias, residual, out)
 
 
 def reference(a: dict, data: np.ndarray, weight: np.ndarray, *rest: np.ndarray) -> list[np.ndarray]:
@@ -212,7 +228,8 @@ def reference(a: dict, data: np.ndarray, weight: np.ndarray, *rest: np.ndarray) 
     g, ci, co = groups(a), a["CI"] // groups(a), a["CO"] // groups(a)
     out = np.concatenate([np_conv2d_nchw(a, data[:, i * ci:(i + 1) * ci], weight[i * co:(i + 1) * co])
                           for i in range(g)], axis=1)
-    return [np_finish(a, out, rest[0] if rest else None, 1)]
+    bias = rest[0] if a["bias"] else None
+    return [np_finish(a, out, bias, 1, rest[-1] if a.get("residual") else None)]
 
 
 def flop(a: dict) -> int:
@@ -386,8 +403,9 @@ def gemm_template(cfg, workload, target):
     data = te.placeholder((N, CI, a["H"], a["W"]) if gathered else (N, CI, OH * OW), dt, "data")
     weight = te.placeholder((CO, K), dt, "weight")
     bias = te.placeholder((CO,), dt, "bias") if a["bias"] else None
+    residual = residual_input(a, (N, CO, OH * OW))
     if few_pixels and cfg["dot_rows"].val:
-        return dot_gemm_template(cfg, a, data, weight, bias, lanes)
+        return dot_gemm_template(cfg, a, data, weight, bias, residual, lanes)
     pixels = data
     if gathered:
         pixels = te.compute((N, K, OH * OW), lambda n, k, q: pixel(a, data, n, k, q), name="pixels")
@@ -396,8 +414,8 @@ def gemm_template(cfg, workload, target):
                                mr=cfg["mr"].val, name="out_acc" if has_epilogue(a) else "out", kc=cfg["kc"].val)
     out = prod
     if prod.name == "out_acc":
-        out = te.compute((N, CO, OH * OW), lambda n, co, q: finish(prod[n, co, q], bias, co, a["epilogue"]),
-                         name="out")
+        out = te.compute((N, CO, OH * OW), lambda n, co, q: finish(prod[n, co, q], bias, co, a["epilogue"],
+                                                                   residual, (n, co, q)), name="out")
     sch = create_schedule(out)
     gemm.schedule_gemm(sch, cfg, prod, out, packs, K)
     if gathered:
@@ -410,7 +428,7 @@ def gemm_template(cfg, workload, target):
         ci, _, _ = split_reduction(sp, k, a)
         sp.split(q, factor=OW)
         sp.parallel(sp.fuse(n, ci))
-    return sch, kernel_args(data, weight, bias, out)
+    return sch, kernel_args(data, weight, bias, residual, out)
 
 
 def is_gathered(a: dict) -> bool:
@@ -445,7 +463,8 @@ def split_reduction(stage, k, a: dict) -> tuple:
     return ci, kh, kw
 
 
-def dot_gemm_template(cfg, a: dict, data: te.Tensor, weight: te.Tensor, bias: te.Tensor | None, lanes: int):
+def dot_gemm_template(cfg, a: dict, data: te.Tensor, weight: te.Tensor, bias: te.Tensor | None,
+                      residual: te.Tensor | None, lanes: int):
     """The dot-product form of the "gemm" method (`compiler.ops.dot`, knob dot_rows > 0):
     out[n, co, q] = Σ_k weight[co, k] · pixels_t[n, q, k], both operands contiguous along k =
     (ci, kh, kw) and vectorized over it, so neither is packed into panels and no lane idles: a
@@ -456,7 +475,8 @@ def dot_gemm_template(cfg, a: dict, data: te.Tensor, weight: te.Tensor, bias: te
     N, OH, OW = a["N"], *out_size(a)
     K = weight.shape[1]
     pixels_t = te.compute((N, OH * OW, K), lambda n, q, k: pixel(a, data, n, k, q), name="pixels_t")
-    part, out = dot.dot_expr(weight, pixels_t, lanes, lambda x, co, q: finish(x, bias, co, a["epilogue"]), "out")
+    part, out = dot.dot_expr(weight, pixels_t, lanes,
+                             lambda x, n, co, q: finish(x, bias, co, a["epilogue"], residual, (n, co, q)), "out")
     sch = create_schedule(out)
     dot.schedule_dot(sch, cfg, part, out)
     sp = sch[pixels_t]
@@ -465,7 +485,7 @@ def dot_gemm_template(cfg, a: dict, data: te.Tensor, weight: te.Tensor, bias: te
         split_reduction(sp, k, a)
         q, _ = sp.split(q, factor=OW)
     sp.parallel(sp.fuse(n, q))
-    return sch, kernel_args(data, weight, bias, out)
+    return sch, kernel_args(data, weight, bias, residual, out)
 
 
 #: The prefix of the panel GEMM's knobs (`panel_gemm_template`) in the space of a convolution
@@ -540,10 +560,14 @@ def panel_gemm_template(cfg, a: dict):
     pixels_t = te.compute((N * Q, K), lambda m, k: tap(a, data, m // Q, k // (KH * KW * ib) * ib + k % ib,
                                                        k // (KW * ib) % KH, k // ib % KW, m % Q), name="pixels_t")
     ap, bp, packs = gemm.packed_panels(cfg, pixels_t, weight, transpose_b=blocks is None)
-    prod, res = gemm.matmul_expr(pixels_t, weight, bias, a["epilogue"], b_panel=weight if blocks else bp, nr=nr,
-                                 a_panel=ap, mr=cfg["mr"].val, name="res", kc=cfg["kc"].val,
-                                 n=CO if blocks else None, transpose_b=blocks is None)
-    out = te.compute((N, CO, OH, OW), lambda n, co, h, w: res[n * Q + h * OW + w, co], name="out")
+    residual = residual_input(a, (N, CO, OH, OW))
+    # with a residual, the epilogue comes after it, in the transposing stage that adds it
+    prod, res = gemm.matmul_expr(pixels_t, weight, bias, "none" if residual else a["epilogue"],
+                                 b_panel=weight if blocks else bp, nr=nr, a_panel=ap, mr=cfg["mr"].val, name="res",
+                                 kc=cfg["kc"].val, n=CO if blocks else None, transpose_b=blocks is None)
+    out = te.compute((N, CO, OH, OW), lambda n, co, h, w: finish(res[n * Q + h * OW + w, co], None, co,
+                                                                 a["epilogue"] if residual else "none",
+                                                                 residual, (n, co, h, w)), name="out")
     sch = create_schedule(out)
     gemm.schedule_gemm(sch, cfg, prod, res, packs, K, bp)
     if bp is not None:
@@ -558,7 +582,7 @@ def panel_gemm_template(cfg, a: dict):
     so = sch[out]
     n, co, _, _ = so.op.axis
     so.parallel(so.fuse(n, co))
-    return sch, kernel_args(data, weight, bias, out)
+    return sch, kernel_args(data, weight, bias, residual, out)
 
 
 def direct_view(cfg, a: dict):
@@ -574,11 +598,12 @@ def direct_template(cfg, a: dict, target):
     """The NCHWc schedule (module docstring) in a config that has `define_knobs`' knobs."""
     cfg.add_flop(flop(a))
     data, weight, bias = _inputs(a)
+    residual = residual_input(a, (a["N"], a["CO"], *out_size(a)))
     data_vec, kernel_vec, conv, out = conv_nchwc(a, data, weight, bias, cfg["ic_bn"].val, cfg["oc_bn"].val,
-                                                 by_block=cfg["accumulate"].val == "row")
+                                                 by_block=cfg["accumulate"].val == "row", residual=residual)
     sch = create_schedule(out)
     schedule(sch, cfg, data_vec, kernel_vec, conv, out, pack_weight=kernel_vec is not weight)
-    return sch, kernel_args(data, weight, bias, out)
+    return sch, kernel_args(data, weight, bias, residual, out)
 
 
 def cpu_template(cfg, workload, target):
@@ -1001,12 +1026,13 @@ def _layouts(a: dict) -> dict[str, str]:
     weight = (f"OIHW [CO, CI{'/groups' if groups(a) > 1 else ''}, KH, KW]" if blocks is None else
               f"{a['weight_layout']} [ceil(CO/{blocks[1]}), CI/{blocks[0]}, KH, KW, {blocks[0]}, {blocks[1]}], "
               f"output channels zero-padded")
-    return {"data": "NCHW [N, CI, H, W]", "weight": weight, "bias": "[CO]", "out": "NCHW [N, CO, OH, OW]"}
+    return {"data": "NCHW [N, CI, H, W]", "weight": weight, "bias": "[CO]", "residual": "NCHW [N, CO, OH, OW]",
+            "out": "NCHW [N, CO, OH, OW]"}
 
 
 register(OpDef(
     name="conv2d_nchw",
-    description="2-D convolution, NCHW data and OIHW weights, optional bias[CO] and relu/gelu epilogue",
+    description="2-D convolution, NCHW data and OIHW weights, optional bias[CO], residual sum and relu/gelu epilogue",
     args=ARGS, compute=compute, reference=reference, flop=flop, templates={"cpu": cpu_template},
     default_config=default_config, check=check, layouts=_layouts, family="conv2d",
 ))

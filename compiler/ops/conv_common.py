@@ -89,15 +89,20 @@ def load_or_zero(t: te.Tensor, indices: tuple, guard_dims: tuple[int, ...]) -> t
     return te.if_then_else(te.all_of(*conds), t[tuple(clamped)], te.const(0.0, t.dtype))
 
 
-def finish(x: te.Expr, bias: te.Tensor | None, c, epilogue: str) -> te.Expr:
-    """`x + bias[c]` (when there is a bias) with the epilogue applied."""
+def finish(x: te.Expr, bias: te.Tensor | None, c, epilogue: str, residual: te.Tensor | None = None,
+           at: tuple = ()) -> te.Expr:
+    """`x + bias[c]` (when there is a bias) `+ residual[at]` (when there is a residual, `at`
+    the output element's indices in its view) with the epilogue applied."""
     if bias is not None:
         x = x + bias[c]
+    if residual is not None:
+        x = x + residual[at]
     return apply_epilogue(x, epilogue)
 
 
 def has_epilogue(a: dict) -> bool:
-    return a["bias"] or a["epilogue"] != "none"
+    """Whether the output is more than the bare sum: a bias, a residual or an activation."""
+    return a["bias"] or a.get("residual", False) or a["epilogue"] != "none"
 
 
 # ----------------------------------------------------------------------------- numpy references
@@ -139,10 +144,14 @@ def np_depthwise_nchw(a: dict, data: np.ndarray, weight: np.ndarray) -> np.ndarr
     return sum(view * w[None, :, 0, kh, kw, None, None] for kh, kw, view in _padded_windows(a, data, 2))
 
 
-def np_finish(a: dict, out: np.ndarray, bias: np.ndarray | None, channel_axis: int) -> np.ndarray:
-    """Add `bias` along `channel_axis` (when given), cast to the workload dtype, apply the epilogue."""
+def np_finish(a: dict, out: np.ndarray, bias: np.ndarray | None, channel_axis: int,
+              residual: np.ndarray | None = None) -> np.ndarray:
+    """Add `bias` along `channel_axis` and `residual` (out's shape) when given, cast to the
+    workload dtype, apply the epilogue."""
     if bias is not None:
         shape = [1] * out.ndim
         shape[channel_axis] = -1
         out = out + bias.astype(np.float64).reshape(shape)
+    if residual is not None:
+        out = out + residual.astype(np.float64)
     return np_epilogue(out.astype(a["dtype"]), a["epilogue"])

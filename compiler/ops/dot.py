@@ -48,13 +48,14 @@ def pairwise_sum(terms: list[te.Expr]) -> te.Expr:
     return terms[0]
 
 
-def dot_expr(X: te.Tensor, W: te.Tensor, lanes: int, finish: Callable[[te.Expr, te.Expr, te.Expr], te.Expr],
+def dot_expr(X: te.Tensor, W: te.Tensor, lanes: int, finish: Callable[..., te.Expr],
              name: str = "Y") -> tuple[te.Tensor, te.Tensor]:
     """(part, out) for out[i, j] = finish(Σ_k X[i, k] · W[j, k], i, j): X [M, K]; W [N, K], or
     [B, N, K] with out [B, M, N] (B: e.g. a convolution's images, X its weights); K >= `lanes`;
-    ``finish(x, i, j)`` adds the bias and applies the epilogue. part [(B,) M, N, lanes] holds the
-    lane-wise partial sums over the first K - K % lanes elements; out is their pairwise sum
-    (the horizontal add) and the K % lanes products of the tail."""
+    ``finish(x, i, j)`` (``finish(x, b, i, j)`` with a batch) adds the bias and applies the
+    epilogue. part [(B,) M, N, lanes] holds the lane-wise partial sums over the first
+    K - K % lanes elements; out is their pairwise sum (the horizontal add) and the K % lanes
+    products of the tail."""
     M, K = X.shape
     *batch, N, _ = W.shape
     ko = te.reduce_axis(K // lanes, "ko")
@@ -67,7 +68,7 @@ def dot_expr(X: te.Tensor, W: te.Tensor, lanes: int, finish: Callable[[te.Expr, 
     def body(*ix):
         *b, i, j = ix
         x = pairwise_sum([part[(*b, i, j, lane)] for lane in range(lanes)] + [X[i, k] * W[(*b, j, k)] for k in tail])
-        return finish(x, i, j)
+        return finish(x, *b, i, j)
 
     return part, te.compute((*batch, M, N), body, name=name, axis_names=[*names, "i", "j"])
 

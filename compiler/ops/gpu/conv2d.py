@@ -1,4 +1,4 @@
-"""CUDA template of conv2d_nchw (+bias, +relu/gelu): implicit GEMM.
+"""CUDA template of conv2d_nchw (+bias, +residual, +relu/gelu): implicit GEMM.
 
 out[n, co, q] (q = oh·OW + ow, the NCHW output seen as [N, CO, OH·OW]) =
 Σ_{kh, kw, ci} weight[co, ci, kh, kw] · data[n, ci, oh·sh + kh·dh - ph, ow·sw + kw·dw - pw]
@@ -9,9 +9,9 @@ into shared memory (X_shared[n, kh, kw, ci, q]), never materialized in global me
 kh and kw as loops (rather than one fused reduction axis r = (ci·KH + kh)·KW + kw) spares the
 gather a division and modulo by KH and KW per element: its row and column offsets are loop
 variables, and oh, ow of a thread's columns are invariant across the K loop. Images are
-blockIdx.z. The bias and activation are applied when the register tile is written out. A 1×1
-convolution with stride 1 and no padding reads the data as [N, CI, H·W] (a plain GEMM over ci,
-16-byte loads).
+blockIdx.z. The bias, the residual and the activation are applied when the register tile is
+written out. A 1×1 convolution with stride 1 and no padding reads the data as [N, CI, H·W] (a
+plain GEMM over ci, 16-byte loads).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from ... import te
 from ...cuda.limits import limits_for
 from ...schedule import ScheduleError, create_schedule
 from ..common import kernel_args
-from ..conv_common import finish, load_or_zero, out_size
+from ..conv_common import finish, has_epilogue, load_or_zero, out_size
 from . import common
 
 
@@ -39,7 +39,8 @@ def conv2d_nchw_template(cfg, workload, target):
     dt = a["dtype"]
     pointwise = KH == KW == 1 and (sh, sw) == (1, 1) and (ph, pw) == (0, 0)
     bias = te.placeholder((CO,), dt, "bias") if a["bias"] else None
-    has_epi = bias is not None or a["epilogue"] != "none"
+    residual = te.placeholder((N, CO, Q), dt, "residual") if a.get("residual") else None
+    has_epi = has_epilogue(a)
     acc_name = "out_acc" if has_epi else "out"
     ci = te.reduce_axis(CI, "ci")
     if pointwise:
@@ -62,10 +63,11 @@ def conv2d_nchw_template(cfg, workload, target):
         contiguous = (2, 4)
     out = prod
     if has_epi:
-        out = te.compute((N, CO, Q), lambda n, co, q: finish(prod[n, co, q], bias, co, a["epilogue"]), name="out")
+        out = te.compute((N, CO, Q), lambda n, co, q: finish(prod[n, co, q], bias, co, a["epilogue"], residual,
+                                                             (n, co, q)), name="out")
     sch = create_schedule(out)
     common.schedule_gemm(sch, cfg, prod, out, w_sh, x_sh, a_contiguous=contiguous[0], b_contiguous=contiguous[1])
-    return sch, kernel_args(data, weight, bias, out)
+    return sch, kernel_args(data, weight, bias, residual, out)
 
 
 def conv2d_nchw_default(space, workload, target) -> dict:
