@@ -315,7 +315,8 @@ def _shape(workload) -> str:
     a = workload.args
     if "CI" in a or "C" in a:
         channels = f"{a['CI']}->{a['CO']}" if "CI" in a else f"dw {a['C']}"
-        return f"{channels} {a['H']}x{a['W']} k{a['KH']} s{a['stride'][0]} {a['epilogue']}"
+        residual = " +residual" if a.get("residual") else ""
+        return f"{channels} {a['H']}x{a['W']} k{a['KH']} s{a['stride'][0]}{residual} {a['epilogue']}"
     return f"{'b' + str(a['batch']) + ' ' if 'batch' in a else ''}M{a['M']} N{a['N']} K{a['K']} {a.get('epilogue', '')}"
 
 

@@ -1,6 +1,6 @@
 """Small ONNX models built with onnx.helper for the model-tuning tests (no downloads): a
-ResNet-style block, a depthwise-separable block and a transformer encoder layer's GEMMs, with
-random float32 weights as initializers."""
+ResNet-style block, a downsampling bottleneck, a depthwise-separable block and a transformer
+encoder layer's GEMMs, with random float32 weights as initializers."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ class Builder:
 def resnet_block(batch: int | str = 1) -> onnx.ModelProto:
     """Two basic blocks (Conv+bias+Relu, Conv+bias Add, residual Add, Relu) of 8 channels at
     8×8, then global pooling and a Gemm classifier: the blocks' convolutions are 2 occurrences
-    of one workload plus 2 of another."""
+    of one workload plus 2 of another (with the residual)."""
     b = Builder()
     x = "x"
     for _ in range(2):
@@ -59,6 +59,22 @@ def resnet_block(batch: int | str = 1) -> onnx.ModelProto:
     h = b.node("Flatten", [h])
     out = b.node("Gemm", [h, b.weight(10, 8), b.weight(10)], transB=1)
     return b.model([("x", [batch, 8, 8, 8])], out)
+
+
+def bottleneck_block() -> onnx.ModelProto:
+    """ResNet-50's downsampling bottleneck as torchvision exports it (1×1 Conv + Relu, 3×3
+    stride-2 Conv + Relu, 1×1 Conv, then the shortcut's stride-2 1×1 Conv, the residual Add and
+    a Relu), then a basic block whose shortcut is its input (3×3 Conv + bias, Add, Relu), 8 → 16
+    channels from 8×8 to 4×4; biases are the Convs' third inputs (batch norm folded)."""
+    b = Builder(4)
+    h = b.node("Relu", [b.node("Conv", ["x", b.weight(4, 8, 1, 1), b.weight(4)])])
+    h = b.node("Relu", [b.node("Conv", [h, b.weight(4, 4, 3, 3), b.weight(4)], pads=[1, 1, 1, 1], strides=[2, 2])])
+    h = b.node("Conv", [h, b.weight(16, 4, 1, 1), b.weight(16)])
+    shortcut = b.node("Conv", ["x", b.weight(16, 8, 1, 1), b.weight(16)], strides=[2, 2])
+    x = b.node("Relu", [b.node("Add", [h, shortcut])])
+    h = b.node("Conv", [x, b.weight(16, 16, 3, 3), b.weight(16)], pads=[1, 1, 1, 1])
+    out = b.node("Relu", [b.node("Add", [x, h])])
+    return b.model([("x", [1, 8, 8, 8])], out)
 
 
 def depthwise_block() -> onnx.ModelProto:

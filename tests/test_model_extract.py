@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("onnx")
 
-from onnx_models import depthwise_block, encoder_layer, resnet_block  # noqa: E402
+from onnx_models import bottleneck_block, depthwise_block, encoder_layer, resnet_block  # noqa: E402
 
 from tunefleet.tuner.model import ModelError, extract_tasks, load_model, parse_input_shape  # noqa: E402
 
@@ -17,23 +17,44 @@ def _extract(model, **shapes):
     return extract_tasks(load_model(model.SerializeToString(), shapes, max_bytes=1 << 20))
 
 
-def test_resnet_block_tasks_fuse_bias_and_relu_and_count_occurrences():
+def test_resnet_block_tasks_fuse_bias_residual_and_relu_and_count_occurrences():
     result = _extract(resnet_block())
-    by_op = {(t.workload.op, t.workload.args.get("epilogue")): t for t in result.tasks}
-    first = by_op[("conv2d_nchw", "relu")]
-    second = by_op[("conv2d_nchw", "none")]
+    by_op = {(t.workload.op, t.workload.args.get("residual", False)): t for t in result.tasks}
+    first = by_op[("conv2d_nchw", False)]
+    second = by_op[("conv2d_nchw", True)]
     assert first.occurrences == 2 and second.occurrences == 2
     assert first.workload.args["bias"] and second.workload.args["bias"]  # a bias input, a bias Add
+    assert first.workload.args["epilogue"] == second.workload.args["epilogue"] == "relu"
     assert first.workload.args["padding"] == [1, 1] and first.workload.args["CI"] == 8
-    assert [m.op_types for m in second.matches] == [("Conv", "Add")] * 2
-    dense = by_op[("dense", "none")]
+    # the bias Add, the residual Add (its shortcut the block's input) and the Relu after it
+    assert [m.op_types for m in second.matches] == [("Conv", "Add", "Add", "Relu")] * 2
+    assert [b.arg for b in second.matches[0].bindings] == ["data", "weight", "bias", "residual", "out"]
+    assert second.matches[0].bindings[3].tensor == "x" and not second.matches[0].bindings[3].constant
+    assert second.matches[1].bindings[3].tensor == second.matches[0].bindings[-1].tensor
+    dense = by_op[("dense", False)]
     assert dense.workload.args == {**dense.workload.args, "M": 1, "N": 10, "K": 8, "bias": True}
     assert [b.arg for b in dense.matches[0].bindings] == ["X", "W", "b", "Y"]
     assert len(result.tasks) == 3
-    untuned = {u.op_type for u in result.untuned}
-    assert untuned == {"Add", "Relu", "GlobalAveragePool", "Flatten"}  # the residual Add and the Relu after it
+    assert {u.op_type for u in result.untuned} == {"GlobalAveragePool", "Flatten"}
     assert 0 < result.untuned_share < 0.05
     assert sum(result.share(t) for t in result.tasks) + result.untuned_share == pytest.approx(1.0)
+
+
+def test_residual_add_goes_with_the_later_of_two_convolutions():
+    """A downsampling bottleneck as torchvision exports it: the shortcut's Conv comes after the
+    block's last Conv, so the residual Add (and the Relu) fuse into the shortcut's Conv, whose
+    residual is the last Conv's output; the basic block after it fuses its Add, the shortcut
+    being the block's input. Where the shortcut is produced after the Conv, that Conv takes no Add."""
+    result = _extract(bottleneck_block())
+    matches = {m.nodes[0]: m for t in result.tasks for m in t.matches}
+    assert [matches[n].op_types for n in sorted(matches, key=lambda n: int(n.split("_")[1]))] == [
+        ("Conv", "Relu"), ("Conv", "Relu"), ("Conv",), ("Conv", "Add", "Relu"), ("Conv", "Add", "Relu")]
+    last, shortcut, basic = (matches[n] for n in ("Conv_5", "Conv_6", "Conv_9"))
+    assert shortcut.workload.args["residual"] and shortcut.workload.args["stride"] == [2, 2]
+    assert {b.arg: b.tensor for b in shortcut.bindings}["residual"] == last.bindings[-1].tensor
+    assert "residual" not in last.workload.args
+    assert {b.arg: b.tensor for b in basic.bindings}["residual"] == shortcut.bindings[-1].tensor
+    assert not result.untuned
 
 
 def test_depthwise_block_maps_depthwise_pointwise_and_grouped_convolutions():

@@ -15,8 +15,8 @@ pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 from click.testing import CliRunner  # noqa: E402
-from onnx_models import (Builder, check_against_onnxruntime, conv_pair, depthwise_block, encoder_layer,  # noqa: E402
-                         resnet_block)
+from onnx_models import (Builder, bottleneck_block, check_against_onnxruntime, conv_pair, depthwise_block,  # noqa: E402
+                         encoder_layer, resnet_block)
 
 import tunefleet  # noqa: E402
 from tunefleet.cli import main  # noqa: E402
@@ -73,7 +73,7 @@ def test_cli_tunes_a_resnet_block_into_one_bundle(tmp_path, monkeypatch):
     assert json.loads((tmp_path / "again" / "model_manifest.json").read_text())["kernels"] == manifest["kernels"]
 
 
-@pytest.mark.parametrize("build", [encoder_layer, depthwise_block])
+@pytest.mark.parametrize("build", [encoder_layer, depthwise_block, bottleneck_block])
 def test_bundle_kernels_match_onnxruntime_node_by_node(tmp_path, build):
     graph = load_model(build().SerializeToString(), max_bytes=1 << 20)
     extraction = extract_tasks(graph)

@@ -62,7 +62,7 @@ class ModelGraph:
     "<op_type>_<index>"), `tensors` (name → TensorInfo, for every tensor whose shape is fully
     known), `constants` (names of initializers and Constant outputs), `consumers` (tensor name →
     the nodes reading it), `producers` (tensor name → the node writing it), `outputs` (the
-    graph's output names) and the inferred `model`."""
+    graph's output names), `order` (node name → its index in `nodes`) and the inferred `model`."""
 
     model: onnx.ModelProto
     nodes: list[onnx.NodeProto]
@@ -71,9 +71,16 @@ class ModelGraph:
     consumers: dict[str, list[onnx.NodeProto]]
     producers: dict[str, onnx.NodeProto]
     outputs: set[str]
+    order: dict[str, int]
 
     def info(self, name: str) -> TensorInfo | None:
         return self.tensors.get(name)
+
+    def ready_before(self, tensor: str, node: onnx.NodeProto) -> bool:
+        """Whether `tensor` exists before `node` runs in graph order: a graph input, a constant,
+        or the output of an earlier node."""
+        producer = self.producers.get(tensor)
+        return producer is None or self.order[producer.name] < self.order[node.name]
 
 
 def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
@@ -185,4 +192,5 @@ def _graph(model: onnx.ModelProto) -> ModelGraph:
             if name:
                 consumers.setdefault(name, []).append(node)
         producers.update((name, node) for name in node.output)
-    return ModelGraph(model, nodes, tensors, constants, consumers, producers, {o.name for o in graph.output})
+    return ModelGraph(model, nodes, tensors, constants, consumers, producers, {o.name for o in graph.output},
+                      {node.name: i for i, node in enumerate(nodes)})

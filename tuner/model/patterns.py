@@ -1,10 +1,14 @@
 """The ONNX subgraphs that map onto an operator of the library, one function per anchor node.
 
 A pattern starts at an anchor node (`Conv`, `Gemm`, `MatMul`) and takes in the nodes that the
-operator can fuse after it: a per-channel bias `Add` (when the anchor has no bias yet), then an
+operator can fuse after it: a per-channel bias `Add` (when the anchor has no bias yet), for
+conv2d_nchw a residual `Add` (a ResNet block's shortcut: a tensor of the result's shape that
+exists before the anchor runs, so a kernel run in the anchor's place can read it), then an
 activation the operators apply as their epilogue (`Relu`; `Gelu` with approximate="none"). A
 node is taken in only when it is the sole reader of the anchor's result, which is not a graph
-output (nothing else may see the intermediate value).
+output (nothing else may see the intermediate value). Of a block whose shortcut is a
+convolution too (ResNet's downsampling blocks), the Add goes with whichever of the two
+convolutions comes later in graph order.
 
 Each pattern gives a `Match` (the workload and which ONNX tensor each kernel argument is) or
 raises `Untuned` with the reason the anchor cannot run on an operator (e.g. asymmetric
@@ -111,6 +115,21 @@ class _Builder:
         self.result = reader.output[0]
         return other, info.shape
 
+    def take_residual(self) -> str | None:
+        """The other input of a sole-reader Add of the result's shape and dtype that exists before
+        the anchor runs (`ModelGraph.ready_before`), taken in; None where there is none."""
+        anchor, reader = self.nodes[0], _sole_reader(self.graph, self.result)
+        if reader is None or reader.op_type != "Add" or len(reader.input) != 2:
+            return None
+        other = reader.input[1] if reader.input[0] == self.result else reader.input[0]
+        info = self.graph.info(other)
+        if other == self.result or info is None or info != self.graph.info(self.result) \
+                or not self.graph.ready_before(other, anchor):
+            return None
+        self.nodes.append(reader)
+        self.result = reader.output[0]
+        return other
+
     def take_activation(self) -> str:
         reader = _sole_reader(self.graph, self.result)
         if reader is None or reader.op_type not in ACTIVATIONS:
@@ -167,7 +186,8 @@ def _conv_padding(attrs: dict, in_hw: tuple[int, int], kernel: tuple[int, int], 
 
 def conv(graph: ModelGraph, node: onnx.NodeProto) -> Match:
     """Conv (2-D, NCHW) [+ bias Add] [+ activation] → depthwise_conv2d_nchw when group == input
-    channels == output channels, else conv2d_nchw with its `groups` (1 for an ordinary one)."""
+    channels == output channels, else conv2d_nchw with its `groups` (1 for an ordinary one) and
+    a residual Add before the activation where there is one."""
     dtype = _check_dtype(graph, node)
     x, w = _known(graph, node.input[0]).shape, _known(graph, node.input[1]).shape
     if len(x) != 4:
@@ -181,13 +201,16 @@ def conv(graph: ModelGraph, node: onnx.NodeProto) -> Match:
     has_bias = len(node.input) > 2 and bool(node.input[2])
     build = _Builder(graph, node)
     bias = (node.input[2], None) if has_bias else build.take_bias(co, 2)
+    depthwise = group == ci == co > 1
+    residual = None if depthwise else build.take_residual()
     epilogue = build.take_activation()
     geometry = {"N": n, "H": h, "W": wd, "KH": kh, "KW": kw, "stride": strides, "padding": padding,
                 "dilation": dilations, "bias": bias is not None, "epilogue": epilogue, "dtype": dtype}
     inputs = [("data", node.input[0]), ("weight", node.input[1])] + ([("bias", bias[0])] if bias else [])
-    if group == ci == co > 1:
+    if depthwise:
         return build.match("depthwise_conv2d_nchw", {**geometry, "C": ci}, inputs)
-    return build.match("conv2d_nchw", {**geometry, "CI": ci, "CO": co, "groups": group}, inputs)
+    args = {**geometry, "CI": ci, "CO": co, "groups": group, "residual": residual is not None}
+    return build.match("conv2d_nchw", args, inputs + ([("residual", residual)] if residual else []))
 
 
 def gemm(graph: ModelGraph, node: onnx.NodeProto) -> Match:

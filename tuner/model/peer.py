@@ -29,9 +29,10 @@ def subgraph_model(graph: ModelGraph, match: Match) -> onnx.ModelProto:
     *inputs, output = match.bindings
     members = [nodes[name] for name in match.nodes]
     ordered = [n for n in graph.nodes if n in members]  # graph order: producers first
+    shapes = {b.tensor: list(b.shape) for b in inputs}  # one input where two arguments read it (x + conv(x))
     body = helper.make_graph(
         ordered, f"{match.nodes[0]}_alone",
-        [helper.make_tensor_value_info(b.tensor, dtype, list(b.shape)) for b in inputs],
+        [helper.make_tensor_value_info(tensor, dtype, shape) for tensor, shape in shapes.items()],
         [helper.make_tensor_value_info(output.tensor, dtype, list(output.shape))])
     return helper.make_model(body, opset_imports=list(graph.model.opset_import), ir_version=graph.model.ir_version)
 
