@@ -136,6 +136,23 @@ def test_pointwise_default_reads_its_input_in_place_where_the_blocks_divide_the_
 
 
 @pytest.mark.parametrize("target", params(FAMILY))
+def test_pointwise_default_at_14x14_reads_its_input_in_place_with_avx512(target):
+    """ResNet's 1×1 layers at 14² (196 pixels, which no block of whole vectors divides): with 32
+    vector registers the default reads data in place, by 6-row tiles, the blocks of weights
+    outermost (12 rows of a 1024-long reduction, 4 KiB apart, crowd one set of the L1); with
+    fewer registers it packs B. Both match numpy, with the residual and batch 2."""
+    workload = _workload("conv2d_nchw", dict(N=2, CI=1024, CO=40, H=14, W=14, KH=1, KW=1, bias=True,
+                                             residual=True, epilogue="relu"))
+    config = ops.default_config(workload, target)
+    knobs = config.to_json()["knobs"]
+    if target.vector_registers >= 32:
+        assert (knobs["pack_b"], knobs["mr"], knobs["order"]) == (False, 6, "mn_nm"), knobs
+    else:
+        assert knobs["pack_b"] is True and knobs["order"] == "nm_nm", knobs
+    assert not failures([(workload, config)], target=target)
+
+
+@pytest.mark.parametrize("target", params(FAMILY))
 def test_convolution_with_few_output_pixels_is_an_im2col_gemm_or_nchwc_or_a_panel_gemm(target):
     """A convolution with at most IM2COL_MAX_PIXELS output pixels per image has three methods in
     its space: "gemm" runs the matmul template (its knobs, and `dot_rows` for its dot-product
