@@ -146,16 +146,18 @@ narrow the channels (256 -> 64, 512 -> 128) ran 1.18-1.23× onnxruntime's nodes,
 "extended" (0.58 / 0.67) and PyTorch's 5.49 ms; whole 3.70 ms against 3.70 ms at its default
 level: **on par**.
 
-AMD EPYC Zen 4 (family 25 model 17, AVX-512 on 256-bit units, 2 vCPUs; load 1.3-1.4), ResNet-50,
-64 trials, before and after the residual Add and the Relu after it were fused into the block's
-last convolution (conv2d_nchw's `residual`; main at ecb5657 -> a1b35e1, one run after the other):
-24 -> 28 tasks (the bottlenecks' last 1×1 layers now differ by their residual), tuned in 281 /
-294 s; our kernels looped 43.55 / 43.71 ms, in model order 45.42 / 45.82 ms (the fused sums
-now inside them), onnxruntime's untuned nodes 1.84 / 0.14 ms (the 16 Adds and 16 Relus gone,
-the pooling left); whole **47.26 -> 45.96 ms** (-2.8%) against onnxruntime's default level
-43.84 / 42.65 ms (ratio 1.08 both: onnxruntime's own run moved as much). In model order the
-1×1 256 -> 1024 at 14² took 0.620 ms a call with the residual against 0.540 without (the
-stage's first block, same run); the 16 Adds and Relus had taken 1.70 ms, 0.106 a block.
+AMD EPYC Zen 4 (family 25 model 17, AVX-512 on 256-bit units, 2 vCPUs; load 1.3-2.0), ResNet-50,
+64 trials, three bundles tuned one after the other: before the residual Add and its Relu were
+fused into the block's last convolution (conv2d_nchw's `residual`; main at ecb5657: 24 tasks),
+after (a1b35e1: 28 tasks, the bottlenecks' last 1×1 layers now differ by their residual), and
+after the AVX-512 1×1 layers at 14² and 28² read their input in place (conv2d.gemm_conv_default).
+Tuning runs printed whole 47.26 / 45.96 / 39.73 ms against onnxruntime's default level 43.84 /
+42.65 / 37.88 ms (the host ran faster in the third), onnxruntime's untuned nodes 1.84 / 0.14 /
+0.14 ms (the 16 Adds and 16 Relus gone, the pooling left). The three bundles then re-timed in 7
+fresh processes (3 in reversed order), each whole model in model order + onnxruntime's
+profiled untuned nodes, beside onnxruntime's whole run at "all": medians 42.18 / 41.33 / 39.95
+ms against 38.22 ms, **1.10 / 1.08 / 1.045× onnxruntime**; per-round ratios to the first
+bundle 1.023× (the fusion) and 1.056× (both).
 """
 
 from __future__ import annotations
