@@ -2,7 +2,8 @@
 
 Workloads (batch 1, float32): the ResNet-50 conv2d layers (NCHW, fused bias + relu; the
 last 3×3 layer also with pre-packed weights, as a model bundle takes them; the stride-2
-layers), MobileNet-v1 depthwise layers, BERT's attention batch_matmul 12×128×64 · 12×64×128,
+layers; the bottlenecks' last 1×1 layers with the shortcut's sum fused, "res", against
+PyTorch's conv2d + add_ + relu and onnxruntime's Conv + Add + Relu), MobileNet-v1 depthwise layers, BERT's attention batch_matmul 12×128×64 · 12×64×128,
 and dense layers (ResNet's classifier 1×512 → 1000, BERT's FFN 768 → 3072 at 1 and 128
 tokens). For each: our default
 config (no tuning), the best of up to 32 configs sampled from the template's space (the
@@ -310,6 +311,20 @@ AMD EPYC Zen 5 again (main at 3002771, after the depthwise row rules of 9cf5692 
 519-526), `--only dw`, 8 configs, 3 rounds, default -> best (÷PyTorch / ÷onnxruntime): 32@112²
 189.5 -> 195.9 (28.9 / 1.85; 128.9 by default at a6f5229), 64@112² s2 68.9 -> 69.7 (2.97 / 1.37;
 43.2), 512@14² 88.6 (3.48 / 1.29; 78.2).
+
+AMD EPYC Zen 4 (family 25 model 17, peak 234-235), after the AVX-512 1×1 layers at 14² and 28²
+read their input in place (conv2d.gemm_conv_default, 9b12f6c) and with the residual rows,
+`--only conv dense`, 8 configs, 3 rounds, GFLOP/s default -> best (PyTorch / onnxruntime ÷
+ours): 1×1 1024 -> 256 at 14² 216.7 (1.24 / 1.51), 256 -> 1024 218.1 -> 220.8 (2.68 / 1.24);
+with the residual 64 -> 256 at 56² 205.2 -> 207.3 (6.39 / 1.74), 128 -> 512 at 28² 211.9 ->
+212.1 (3.97 / 2.20), 256 -> 1024 at 14² 215.8 -> 220.1 (2.70 / 1.12); 3×3 56² 216.0 (1.78 /
+0.97), 28² 219.6 (1.00 / 0.94), 14² 215.2 (0.99 / 0.93), pre-packed 226.8 -> 227.2 (1.08 /
+0.97), 7² per call 189.3 -> 194.7 (0.89 / 0.73), pre-packed (as bundles take it) 226.6 (1.17 /
+0.95); s2 128@56² 207.7 (1.07 / 0.98), s2 512@14² per call 169.7 (1.01 / 0.85), pre-packed
+222.7 (1.36 / 1.03); 1×1 s2 256 -> 512 202.7 (3.43 / 1.30); dense 1×512 -> 1000 85.9 (4.11 /
+1.77, OpenBLAS 1.30), 128×768 -> 3072 219.7 (1.24 / 0.99, OpenBLAS 1.12-1.31). Below PyTorch:
+the 7² 3×3 layer with its weights packed per call (model bundles pre-pack them) and, at 1.0,
+the 3×3 layers at 28² and 14².
 """
 
 from __future__ import annotations
@@ -328,6 +343,7 @@ from common import (PROCESSES, export, host_target, interleaved_seconds, kernel_
 
 from tunefleet.compiler import ops  # noqa: E402
 from tunefleet.compiler.driver import build_workload  # noqa: E402
+from tunefleet.compiler.ops.conv_common import out_size  # noqa: E402
 from tunefleet.compiler.ops.prepacked import with_prepacked_weights  # noqa: E402
 from tunefleet.compiler.target import Target  # noqa: E402
 
@@ -349,6 +365,13 @@ WORKLOADS = {
     "conv3 1x1 s2": ("conv2d_nchw", {**_CONV, "CI": 256, "CO": 512, "H": 56, "W": 56, "KH": 1, "KW": 1, "stride": 2}),
     "conv4 1x1 up": ("conv2d_nchw", {**_CONV, "CI": 256, "CO": 1024, "H": 14, "W": 14, "KH": 1, "KW": 1}),
     "conv4 1x1": ("conv2d_nchw", {**_CONV, "CI": 1024, "CO": 256, "H": 14, "W": 14, "KH": 1, "KW": 1}),
+    # the bottlenecks' last layers, the shortcut's Add and the Relu fused (residual)
+    "conv2 1x1 up res": ("conv2d_nchw", {**_CONV, "CI": 64, "CO": 256, "H": 56, "W": 56, "KH": 1, "KW": 1,
+                                         "residual": True}),
+    "conv3 1x1 up res": ("conv2d_nchw", {**_CONV, "CI": 128, "CO": 512, "H": 28, "W": 28, "KH": 1, "KW": 1,
+                                         "residual": True}),
+    "conv4 1x1 up res": ("conv2d_nchw", {**_CONV, "CI": 256, "CO": 1024, "H": 14, "W": 14, "KH": 1, "KW": 1,
+                                         "residual": True}),
     "conv5 1x1": ("conv2d_nchw", {**_CONV, "CI": 2048, "CO": 512, "H": 7, "W": 7, "KH": 1, "KW": 1}),
     "conv5 1x1 packed": ("conv2d_nchw", {**_CONV, "CI": 2048, "CO": 512, "H": 7, "W": 7, "KH": 1, "KW": 1}),
     "conv5 3x3 s2 packed": ("conv2d_nchw", {**_CONV, "CI": 512, "CO": 512, "H": 14, "W": 14, "KH": 3, "KW": 3,
@@ -430,8 +453,8 @@ def _conv_channels(op: str, a: dict) -> tuple[int, int, int]:
 
 def torch_code(op: str, a: dict, threads: int, protocol: str) -> str:
     """Python source timing PyTorch's equivalent of the workload (torch.mm for a matmul without bias
-    or epilogue, F.linear, torch.bmm, F.conv2d + relu; oneDNN / MKL inside) with the same protocol
-    as ours; prints the best seconds."""
+    or epilogue, F.linear, torch.bmm, F.conv2d (+ the residual) + relu; oneDNN / MKL inside) with
+    the same protocol as ours; prints the best seconds."""
     if op == "matmul":
         if a.get("bias") or a.get("epilogue", "none") != "none":
             raise ValueError("torch_code times a matmul without bias or epilogue")
@@ -445,23 +468,26 @@ def torch_code(op: str, a: dict, threads: int, protocol: str) -> str:
                  "call = lambda: F.linear(x, w, b)")
     else:
         cin, cout, groups = _conv_channels(op, a)
+        conv = f"F.conv2d(x, w, b, {a['stride']}, {a['padding']}, {a['dilation']}, {groups})"
         setup = (f"x = torch.rand({a['N']}, {cin}, {a['H']}, {a['W']})\n"
                  f"w = torch.rand({cout}, {cin // groups}, {a['KH']}, {a['KW']}); b = torch.rand({cout})\n"
-                 f"call = lambda: F.relu(F.conv2d(x, w, b, {a['stride']}, {a['padding']}, {a['dilation']}, {groups}))")
+                 f"r = torch.rand({a['N']}, {cout}, {', '.join(map(str, out_size(a)))})\n"
+                 f"call = lambda: F.relu({conv + '.add_(r)' if a.get('residual') else conv}, inplace=True)")
     return timed_code(f"import torch\nimport torch.nn.functional as F\ntorch.set_num_threads({threads})\n{setup}\n"
                       "def f():\n    with torch.no_grad(): call()", protocol)
 
 
 def ort_code(op: str, a: dict, threads: int, protocol: str) -> str | None:
     """Python source timing onnxruntime on a one-node model of the workload (Gemm with transB for
-    dense, Conv + Relu; weights as initializers, default graph optimizations, `threads` intra-op
-    threads); None for batch_matmul."""
+    dense, Conv (+ Add of the residual, an input) + Relu; weights as initializers, default graph
+    optimizations, `threads` intra-op threads); None for batch_matmul."""
     if op == "batch_matmul":
         return None
     if op == "dense":
         x_shape, attrs = [a["M"], a["K"]], {"transB": 1}
         weights = f"[rng.random(({a['N']}, {a['K']}), dtype=np.float32), rng.random({a['N']}, dtype=np.float32)]"
         nodes = "[helper.make_node('Gemm', ['x', 'w', 'b'], ['y'], **attrs)]"
+        residual = None
     else:
         cin, cout, groups = _conv_channels(op, a)
         (sh, sw), (ph, pw), (dh, dw) = (v if isinstance(v, list) else [v, v]
@@ -471,18 +497,22 @@ def ort_code(op: str, a: dict, threads: int, protocol: str) -> str | None:
                  "kernel_shape": [a["KH"], a["KW"]]}
         weights = (f"[rng.random(({cout}, {cin // groups}, {a['KH']}, {a['KW']}), dtype=np.float32), "
                    f"rng.random({cout}, dtype=np.float32)]")
-        nodes = "[helper.make_node('Conv', ['x', 'w', 'b'], ['c'], **attrs), helper.make_node('Relu', ['c'], ['y'])]"
+        nodes = ("[helper.make_node('Conv', ['x', 'w', 'b'], ['c'], **attrs), "
+                 + ("helper.make_node('Add', ['c', 'r'], ['s']), helper.make_node('Relu', ['s'], ['y'])]"
+                    if a.get("residual") else "helper.make_node('Relu', ['c'], ['y'])]"))
+        residual = [a["N"], cout, *out_size(a)] if a.get("residual") else None
     setup = f"""import numpy as np, onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 rng = np.random.default_rng(0)
 attrs = {attrs!r}
 inits = [numpy_helper.from_array(t, n) for t, n in zip({weights}, ['w', 'b'])]
-graph = helper.make_graph({nodes}, 'peer', [helper.make_tensor_value_info('x', TensorProto.FLOAT, {x_shape})],
+feeds = {{name: rng.random(shape, dtype=np.float32) for name, shape in (('x', {x_shape}), ('r', {residual})) if shape}}
+graph = helper.make_graph({nodes}, 'peer', [helper.make_tensor_value_info(n, TensorProto.FLOAT, a.shape)
+                                            for n, a in feeds.items()],
                           [helper.make_tensor_value_info('y', TensorProto.FLOAT, None)], inits)
 opts = ort.SessionOptions(); opts.intra_op_num_threads = {threads}
 sess = ort.InferenceSession(helper.make_model(graph).SerializeToString(), opts, providers=['CPUExecutionProvider'])
-x = rng.random({x_shape}, dtype=np.float32)
-f = lambda: sess.run(None, {{'x': x}})"""
+f = lambda: sess.run(None, feeds)"""
     return timed_code(setup, protocol)
 
 
