@@ -3,9 +3,9 @@
 Workloads (batch 1, float32): the ResNet-50 conv2d layers (NCHW, fused bias + relu; the
 last 3×3 layer also with pre-packed weights, as a model bundle takes them; the stride-2
 layers; the bottlenecks' last 1×1 layers with the shortcut's sum fused, "res", against
-PyTorch's conv2d + add_ + relu and onnxruntime's Conv + Add + Relu), MobileNet-v1 depthwise layers, BERT's attention batch_matmul 12×128×64 · 12×64×128,
-and dense layers (ResNet's classifier 1×512 → 1000, BERT's FFN 768 → 3072 at 1 and 128
-tokens). For each: our default
+PyTorch's conv2d + add_ + relu and onnxruntime's Conv + Add + Relu), MobileNet-v1 depthwise
+layers, BERT's attention batch_matmul 12×128×64 · 12×64×128, and dense layers (ResNet's
+classifier 1×512 → 1000, BERT's FFN 768 → 3072 at 1 and 128 tokens). For each: our default
 config (no tuning), the best of up to 32 configs sampled from the template's space (the
 default's one-knob neighbours and random points, ranked by a quick in-process timing), and
 the peers: PyTorch on the CPU when it is installed, onnxruntime on a one-node model (not for
