@@ -172,6 +172,23 @@ def test_under_a_load_that_lasted_through_every_finalists_rounds_own_throughput_
     assert validation.best([wide_trial, narrow, wide, other]) == "other"
 
 
+def test_on_a_host_whose_load_lasted_own_throughput_decides_though_an_uneven_split_looked_undisturbed():
+    """A split that leaves the busy CPU idle is measured at a low disturbance: where the search's
+    trials show the host's load (median above the probes' noise), own throughput decides anyway
+    (AMD Zen 4, one of 2 CPUs busy, 1024³ matmul, GFLOP/s: an uneven split first by its lower
+    quartile, 142 at 0.39, re-timed quietly at 144; an even one, 118 at 0.81, quietly at 224)."""
+    uneven_trial = ("uneven", "uneven", MeasureResult("ok", [1 / 142.4] * 10, disturbance=0.12))
+    even_trial = ("even", "even", MeasureResult("ok", [1 / 120.5] * 10, disturbance=1.0))
+    others = [(f"t{i}", f"t{i}", MeasureResult("ok", [1 / 110] * 10, disturbance=0.77)) for i in range(4)]
+    uneven = ("uneven", "uneven", MeasureResult("ok", [1 / 141.9] * 10 + [1 / 136] * 20, disturbance=0.39))
+    even = ("even", "even", MeasureResult("ok", [1 / 118.5] * 10 + [1 / 114.6] * 20, disturbance=0.81))
+    assert uneven[2].lower_quartile < even[2].lower_quartile
+    assert validation.best([uneven_trial, even_trial, *others, uneven, even]) == "even"
+    # the same finalists on a host whose search trials were quiet: the lower quartile decides
+    quiet = [(f"t{i}", f"t{i}", MeasureResult("ok", [1 / 110] * 10, disturbance=0.1)) for i in range(6)]
+    assert validation.best([uneven_trial, *quiet, uneven, even]) == "uneven"
+
+
 def test_a_burst_over_two_of_a_finalists_three_rounds_does_not_decide_the_winner():
     """Bursts only add time: the fastest finalist is the one with the fastest lower quartile of its
     repeats (Zen 5, a 1×1 convolution: the default's rounds at 100, 100, 52 µs, another config's at
