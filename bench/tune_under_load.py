@@ -84,8 +84,8 @@ Measured (2-vCPU Intel Xeon, AVX-512, KVM; each phase under the shared CPU lock,
   the load, 144 quietly. After validation.best took own throughput wherever the median
   disturbance of all the run's measurements was above the noise (the host's load): the two
   runs' records re-ranked pick configs re-timed quietly at 98.5% and 95.4% of the quiet winner
-  (5 interleaved rounds); a third run **97.1%** (96.7% by median), its fastest finalist at
-  0.65, where the rule before took own throughput too.
+  (5 interleaved rounds); two more runs **97.1%** and **96.5%** (96.7% and 96.8% by median),
+  their fastest finalists at 0.65 and 0.68, where the rule before took own throughput too.
 * on an AMD EPYC Zen 3 (family 25 model 1, AVX2 only, 2 vCPUs, a noisy host; main at a33dc0c,
   5 rounds, 5.4 min): quiet run disturbance median 0.84, max 1.10, winner validated 116.9
   GFLOP/s; busy run median 2.21, max 3.12 (43 trials above 2, 1 counted disturbed), winner
