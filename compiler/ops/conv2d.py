@@ -69,7 +69,7 @@ from . import dot
 from . import matmul as gemm
 from .common import L1D_BYTES, RegisterTileFits, kernel_args, knob_choices
 from .conv_common import (MAX_DIM, check_conv, conv_args, conv_flop, finish, has_epilogue, load_or_zero,
-                          np_conv2d_nchw, np_finish, out_size, tile_overhang)
+                          np_conv2d_nchw, np_finish, out_size, residual_input, tile_overhang)
 from .registry import ArgDef, OpDef, Workload, WorkloadError, register
 from .transpose_pack import tensorize_transposed_pack
 
@@ -151,12 +151,6 @@ def _inputs(a: dict):
     return data, weight, bias
 
 
-def residual_input(a: dict, shape: tuple[int, ...]) -> te.Tensor | None:
-    """The residual argument in `shape`, the view of the output a template computes it in
-    (NCHW [N, CO, OH, OW] or [N, CO, OH·OW]: the same memory), None without one."""
-    return te.placeholder(shape, a["dtype"], "residual") if a.get("residual") else None
-
-
 def conv_nchwc(a: dict, data: te.Tensor, weight: te.Tensor, bias: te.Tensor | None, ic_bn: int, oc_bn: int,
                by_block: bool = False, residual: te.Tensor | None = None):
     """(data_vec, kernel_vec, conv, out): the packed stages, the NCHW[oc_bn]c convolution and the
@@ -215,7 +209,7 @@ def conv_nchwc(a: dict, data: te.Tensor, weight: te.Tensor, bias: te.Tensor | No
 def compute(a: dict) -> list[te.Tensor]:
     data, weight, bias = _inputs(a)
     ib, ob = packed_blocks(a) or (1, 1)
-    residual = residual_input(a, (a["N"], a["CO"], *out_size(a)))
+    residual = residual_input(a)
     *_, out = conv_nchwc(a, data, weight, bias, ib, ob, residual=residual)
     return kernel_args(data, weight, bias, residual, out)
 
@@ -564,7 +558,7 @@ def panel_gemm_template(cfg, a: dict):
     pixels_t = te.compute((N * Q, K), lambda m, k: tap(a, data, m // Q, k // (KH * KW * ib) * ib + k % ib,
                                                        k // (KW * ib) % KH, k // ib % KW, m % Q), name="pixels_t")
     ap, bp, packs = gemm.packed_panels(cfg, pixels_t, weight, transpose_b=blocks is None)
-    residual = residual_input(a, (N, CO, OH, OW))
+    residual = residual_input(a)
     # with a residual, the epilogue comes after it, in the transposing stage that adds it
     prod, res = gemm.matmul_expr(pixels_t, weight, bias, "none" if residual else a["epilogue"],
                                  b_panel=weight if blocks else bp, nr=nr, a_panel=ap, mr=cfg["mr"].val, name="res",
@@ -602,7 +596,7 @@ def direct_template(cfg, a: dict, target):
     """The NCHWc schedule (module docstring) in a config that has `define_knobs`' knobs."""
     cfg.add_flop(flop(a))
     data, weight, bias = _inputs(a)
-    residual = residual_input(a, (a["N"], a["CO"], *out_size(a)))
+    residual = residual_input(a)
     data_vec, kernel_vec, conv, out = conv_nchwc(a, data, weight, bias, cfg["ic_bn"].val, cfg["oc_bn"].val,
                                                  by_block=cfg["accumulate"].val == "row", residual=residual)
     sch = create_schedule(out)

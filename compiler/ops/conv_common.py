@@ -100,6 +100,15 @@ def finish(x: te.Expr, bias: te.Tensor | None, c, epilogue: str, residual: te.Te
     return apply_epilogue(x, epilogue)
 
 
+def residual_input(a: dict, shape: tuple[int, ...] | None = None) -> te.Tensor | None:
+    """The residual argument of a workload that has one (None otherwise), in `shape`: the view of
+    the output its template computes in (default NCHW [N, CO, OH, OW]; [N, CO, OH·OW] is the same
+    memory)."""
+    if not a.get("residual"):
+        return None
+    return te.placeholder(shape or (a["N"], a["CO"], *out_size(a)), a["dtype"], "residual")
+
+
 def has_epilogue(a: dict) -> bool:
     """Whether the output is more than the bare sum: a bias, a residual or an activation."""
     return a["bias"] or a.get("residual", False) or a["epilogue"] != "none"

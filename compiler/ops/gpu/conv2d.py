@@ -20,7 +20,7 @@ from ... import te
 from ...cuda.limits import limits_for
 from ...schedule import ScheduleError, create_schedule
 from ..common import kernel_args
-from ..conv_common import finish, has_epilogue, load_or_zero, out_size
+from ..conv_common import finish, has_epilogue, load_or_zero, out_size, residual_input
 from . import common
 
 
@@ -39,7 +39,7 @@ def conv2d_nchw_template(cfg, workload, target):
     dt = a["dtype"]
     pointwise = KH == KW == 1 and (sh, sw) == (1, 1) and (ph, pw) == (0, 0)
     bias = te.placeholder((CO,), dt, "bias") if a["bias"] else None
-    residual = te.placeholder((N, CO, Q), dt, "residual") if a.get("residual") else None
+    residual = residual_input(a, (N, CO, Q))
     has_epi = has_epilogue(a)
     acc_name = "out_acc" if has_epi else "out"
     ci = te.reduce_axis(CI, "ci")
