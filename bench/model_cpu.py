@@ -247,10 +247,16 @@ def chained_seconds(bundle, directory: str | os.PathLike, model: onnx.ModelProto
                              [spec for spec in kernel.args if not spec.is_output],
                              [spec for spec in kernel.args if spec.is_output])
     seconds: dict[str, list[float]] = {anchor: [] for anchor, *_ in steps if anchor is not None}
-    free: dict[tuple, list[np.ndarray]] = {}
+    free: dict[tuple, list[np.ndarray]] = {}  # (elements, dtype) -> arrays no tensor holds
 
     def release(array: np.ndarray) -> None:
-        free.setdefault((array.shape, array.dtype.name), []).append(array)
+        pool = free.setdefault((array.size, array.dtype.name), [])
+        if all(a is not array for a in pool):
+            pool.append(array)
+
+    def take(spec) -> np.ndarray:
+        pool = free.get((int(np.prod(spec.shape)), np.dtype(spec.dtype).name))
+        return (pool.pop() if pool else np.empty(spec.shape, spec.dtype)).reshape(spec.shape)
 
     for _ in range(passes + 1):
         tensors = dict(feed)
@@ -263,14 +269,15 @@ def chained_seconds(bundle, directory: str | os.PathLike, model: onnx.ModelProto
                 function, fixed, in_specs, out_specs = calls[anchor]
                 arrays = [f if f is not None else np.ascontiguousarray(tensors[t]).reshape(spec.shape)
                           for t, f, spec in zip(reads, fixed, in_specs)]
-                outs = [(free.get((tuple(spec.shape), spec.dtype)) or [np.empty(spec.shape, spec.dtype)]).pop()
-                        for spec in out_specs]
+                outs = [take(spec) for spec in out_specs]
                 pointers = [a.ctypes.data for a in [*arrays, *outs]]
                 start = time.perf_counter()
                 if function(*pointers) != 0:
                     raise RuntimeError(f"the kernel of node {anchor} failed")
                 seconds[anchor].append(time.perf_counter() - start)
-                tensors.update(zip(writes, outs))
+                # in the ONNX tensors' shapes (a batch_matmul's [batch, M, N] is [1, heads, M, N] there)
+                shapes = [a["shape"] for a in bundle.nodes[anchor]["args"] if a["output"]]
+                tensors.update(zip(writes, (o.reshape(shape) for o, shape in zip(outs, shapes))))
             for t in set(reads):
                 if last_read.get(t) == i and t not in kept and t in tensors:
                     release(tensors.pop(t))
