@@ -182,7 +182,7 @@ def main() -> None:
     profile, _, ort_run_extended = onnxruntime_profile(model, feed, args.runs, threads, "extended")
     profile_all, ops_all, ort_run_all = onnxruntime_profile(model, feed, args.runs, threads, "all")
     in_order = chained_seconds(bundle, directory, model, feed, args.runs)
-    ours_total, order_total, ort_total = compare_tasks(tuned, bundle, profile, in_order)
+    ours_total, order_total, ort_total = compare_tasks(tuned, bundle, profile, in_order, profile_all)
     untuned = node_time(profile, [u.node for u in extraction.untuned])
     conv_all = sum(t for name, t in profile_all.items() if ops_all[name] in ("Conv", "FusedConv", "Gemm"))
     print(f"\nΣ occurrences × kernel latency: {ours_total * 1e3:.2f} ms; onnxruntime (extended), same nodes: "
@@ -300,30 +300,48 @@ def _node_session(model: onnx.ModelProto, node: onnx.NodeProto, inputs: list[str
     return ort.InferenceSession(one.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
-def compare_tasks(tuned, bundle, profile: dict[str, float], in_order: dict[str, float]) -> tuple[float, float, float]:
+def compare_tasks(tuned, bundle, profile: dict[str, float], in_order: dict[str, float],
+                  profile_all: dict[str, float] | None = None) -> tuple[float, float, float]:
     """Print per task of `tuned` (a ModelTuneResult) its bundle kernel's median latency
     (Kernel.time: 10 repeats of at least 50 ms, one layer's data warm in the caches) ×
     occurrences, its nodes' seconds in model order (`in_order`, from `chained_seconds`)
-    and onnxruntime's `profile` (seconds per node) of the same nodes; returns the three sums
+    and onnxruntime's `profile` (seconds per node) of the same nodes; with `profile_all`
+    (onnxruntime profiled at its default level "all") also that level's time of the nodes
+    (`default_level_time`) and the in-order time over it. Returns the first three sums
     (seconds)."""
     rng = np.random.default_rng(2)
     ours_total = order_total = ort_total = 0.0
     print(f"\n{'workload':<58} {'occ':>3} {'tunefleet ms':>12} {'in order ms':>11} {'onnxruntime ms':>14} "
-          f"{'ratio':>6} {'in order':>8}")
+          f"{'ratio':>6} {'in order':>8}" + (f" {'all ms':>8} {'in order/all':>12}" if profile_all else ""))
     for result in tuned.results:
         task = result.task
         match = task.matches[0]
         kernel = bundle.kernel_for(match.nodes[0])
         latency = float(np.median(kernel.time(*bundle.arguments(match.nodes[0], random_feeds(match, rng)),
                                               repeat=10, min_repeat_ms=50)))
-        theirs = node_time(profile, [n for m in task.matches for n in m.nodes])
+        nodes = [n for m in task.matches for n in m.nodes]
+        theirs = node_time(profile, nodes)
         ordered = sum(in_order[m.nodes[0]] for m in task.matches)
         ours = task.occurrences * latency
         ours_total, order_total, ort_total = ours_total + ours, order_total + ordered, ort_total + theirs
-        print(f"{task.workload.op + ' ' + task.workload.key[:8] + ' ' + _shape(task.workload):<58} "
-              f"{task.occurrences:>3} {ours * 1e3:>12.3f} {ordered * 1e3:>11.3f} {theirs * 1e3:>14.3f} "
-              f"{ours / theirs if theirs else 0:>6.2f} {ordered / theirs if theirs else 0:>8.2f}")
+        line = (f"{task.workload.op + ' ' + task.workload.key[:8] + ' ' + _shape(task.workload):<58} "
+                f"{task.occurrences:>3} {ours * 1e3:>12.3f} {ordered * 1e3:>11.3f} {theirs * 1e3:>14.3f} "
+                f"{ours / theirs if theirs else 0:>6.2f} {ordered / theirs if theirs else 0:>8.2f}")
+        if profile_all:
+            at_all = default_level_time(profile_all, nodes)
+            line += f" {at_all * 1e3:>8.3f} {ordered / at_all:>12.2f}" if at_all else f" {'-':>8} {'-':>12}"
+        print(line)
     return ours_total, order_total, ort_total
+
+
+def default_level_time(profile_all: dict[str, float], node_names) -> float:
+    """Seconds of onnxruntime's nodes at its "all" level that stand for `node_names`: its
+    NCHWc convolutions are named after the last node they fused + "_nchwc" (a Conv + Relu as
+    "<Relu>_nchwc"), other nodes keep their names; 0 where none is found (e.g. BERT's MatMuls,
+    fused into nodes of other names). Where onnxruntime fuses a residual Add into the other
+    convolution of a block than `tune-model` does, that convolution's time counts here with
+    the Add's nodes."""
+    return sum(profile_all.get(n + "_nchwc", profile_all.get(n, 0.0)) for n in node_names)
 
 
 def _shape(workload) -> str:

@@ -16,7 +16,10 @@ weights come from memory as in a model run: bench/model_cpu.py's `chained_second
 of the same nodes (bench/model_cpu.py's
 `compare_tasks`; ResNet-50 at onnxruntime's "extended" level, where it fuses Conv + Relu into a
 node named after the Conv, BERT with its graph optimizations off, as already "basic" fuses
-MatMul + Add into nodes of other names: each of our nodes is one of its nodes), then
+MatMul + Add into nodes of other names: each of our nodes is one of its nodes), and beside the
+in-order time onnxruntime's profiled time of the same nodes at its default level "all"
+(bench/model_cpu.py's `default_level_time`: its NCHWc convolutions, which read and write its
+blocked layout, where our kernels take NCHW), then
 the totals, the tuning wall time, the trials measured, this host's ISA and load average. Then
 the whole model: our kernels in model order plus onnxruntime's time for the nodes we leave to it,
 against onnxruntime's whole run at its default level ("all": its layout transformer keeps the
@@ -331,7 +334,8 @@ def bench(name: str, trials: int, scheduler: str, runs: int, out: Path, prepack:
     feed = {"input": np.random.default_rng(1).random(shape, dtype=np.float32)}
     profile, _, ort_run = onnxruntime_profile(model, feed, runs, threads, level)
     in_order = chained_seconds(bundle, directory, model, feed, runs)
-    ours, ordered, theirs = compare_tasks(tuned, bundle, profile, in_order)
+    profile_all = onnxruntime_profile(model, feed, runs, threads, "all")[0] if level != "all" else profile
+    ours, ordered, theirs = compare_tasks(tuned, bundle, profile, in_order, profile_all)
     untuned = node_time(profile, [u.node for u in extraction.untuned])
     # a fused node is profiled under its first node's name (e.g. FusedConv under the Conv's)
     missing = [m.nodes[0] for t in extraction.tasks for m in t.matches if m.nodes[0] not in profile]
