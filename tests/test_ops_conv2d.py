@@ -15,7 +15,8 @@ from tunefleet.compiler.abi import header_text
 from tunefleet.compiler.driver import build_workload
 from tunefleet.compiler.ops import WorkloadError
 from tunefleet.compiler.ops.common import knob_choices
-from tunefleet.compiler.ops.conv2d import pack_weight_np, packed_blocks, tile_columns
+from tunefleet.compiler.ops.conv2d import pack_weight_np, packed_blocks, tile_columns, transposed_store_fits
+from tunefleet.compiler.ops.transpose_pack import STORE_FUNC
 from tunefleet.compiler.ops.prepacked import with_prepacked_weights
 from tunefleet.compiler.target import Target
 
@@ -291,6 +292,41 @@ def test_row_accumulation_matches_numpy(target):
         assert len(by_parallel) >= 3
         cases += [(w, c) for c in by_parallel.values()]
     assert not failures(cases, target=target)
+
+
+# NCHWc shapes for the tiles' transposed store: a stem (CI = 3, stride 2; 15 columns, so a tail of
+# the tiles), batch 2 with the residual, groups with gelu.
+TRANSPOSED_STORE = [
+    dict(CI=3, CO=32, H=31, W=29, KH=3, KW=3, padding=1, stride=2, bias=True, epilogue="relu"),
+    dict(N=2, CI=16, CO=64, H=9, W=13, KH=3, KW=3, padding=1, bias=True, epilogue="relu", residual=True),
+    dict(CI=32, CO=64, H=7, W=11, KH=3, KW=3, padding=1, groups=2, epilogue="gelu"),
+]
+
+
+def test_avx512_nchwc_tiles_of_whole_vectors_are_stored_by_register_transposes():
+    """Built for AVX-512, NCHWc configs whose blocks of output channels are whole vectors
+    (`transposed_store_fits`) store their tiles to the NCHW output by register transposes
+    (STORE_FUNC; a tail of columns by the loops), in both accumulations and every parallel mode,
+    the others lane by lane; random configs of each kind match numpy where this host runs
+    AVX-512. Built for AVX2 or SSE, the tiles store lane by lane."""
+    target = Target("cpu", "avx512")
+    cases = []
+    for n, args in enumerate(TRANSPOSED_STORE):
+        w = _workload("conv2d_nchw", args)
+        configs = ops.config_space(w, target).random(np.random.default_rng(500 + n), 300)
+        fitting = [c for c in configs if transposed_store_fits(w.args, c["oc_bn"].val, target)]
+        by_parallel = {c["parallel"].val: c for c in fitting}
+        picked = [*by_parallel.values(), next(c for c in fitting if c["accumulate"].val == "row"),
+                  next(c for c in configs if c not in fitting)]
+        assert len(by_parallel) >= 3
+        for config in picked:
+            stored = f"{STORE_FUNC}(" in build_workload(w, config, target).source
+            assert stored == (config in fitting)
+        cases += [(w, c) for c in picked]
+    assert not failures(cases, target=target)
+    for other in (Target("cpu", "avx2"), Target("cpu", "generic")):
+        w = _workload("conv2d_nchw", TRANSPOSED_STORE[0])
+        assert f"{STORE_FUNC}(" not in build_workload(w, ops.default_config(w, other), other).source
 
 
 def test_groups_are_validated_and_leave_ungrouped_workloads_as_they_were():

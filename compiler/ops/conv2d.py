@@ -32,7 +32,9 @@ public signature stays NCHW / OIHW:
   (applied per lane, the epilogue's hundreds of scalar max(x, 0.0f) had GCC hoist 0.0f into
   vector registers for the whole loop nest, and a 7 × 2-vector tile spilled an accumulator:
   AMD Zen 5, AVX-512, 512@7² 3×3 with OIHW16i32o weights 247 -> 503 GFLOP/s; the other
-  defaults 1.02-1.13×);
+  defaults 1.02-1.13×); with AVX-512 and whole vectors of channels the tile after its
+  epilogue is transposed in registers and stored a row of columns per channel
+  (`transposed_store_fits`);
 - the (batch, channel block, row) loops are fused and run in parallel.
 
 A 1×1 convolution with no padding and OIHW weights is a GEMM per image,
@@ -71,7 +73,7 @@ from .common import L1D_BYTES, RegisterTileFits, kernel_args, knob_choices
 from .conv_common import (MAX_DIM, check_conv, conv_args, conv_flop, finish, has_epilogue, load_or_zero,
                           np_conv2d_nchw, np_finish, out_size, residual_input, tile_overhang)
 from .registry import ArgDef, OpDef, Workload, WorkloadError, register
-from .transpose_pack import tensorize_transposed_pack
+from .transpose_pack import tensorize_transposed_pack, tensorize_transposed_store
 
 _PACKED_LAYOUT = re.compile(r"OIHW([1-9][0-9]*)i([1-9][0-9]*)o")
 
@@ -152,11 +154,14 @@ def _inputs(a: dict):
 
 
 def conv_nchwc(a: dict, data: te.Tensor, weight: te.Tensor, bias: te.Tensor | None, ic_bn: int, oc_bn: int,
-               by_block: bool = False, residual: te.Tensor | None = None):
+               by_block: bool = False, residual: te.Tensor | None = None, tile_store: bool = False):
     """(data_vec, kernel_vec, conv, out): the packed stages, the NCHW[oc_bn]c convolution and the
     NCHW output (bias, `residual` [N, CO, OH, OW] and epilogue applied). kernel_vec is `weight`
     itself when pre-packed. With groups > 1, ic_bn divides CI/groups and oc_bn divides CO/groups
     (a block is in one group).
+    `tile_store` (`transposed_store_fits`): the epilogue is a stage of its own in the NCHWc
+    layout, "conv_epi", and out a copy of it into NCHW (`schedule` stores its tiles by register
+    transposes).
     `by_block`: conv is the sum over the input-channel blocks icc of `conv_part` [CI/ic_bn, N,
     ceil(CO/oc_bn), OH, OW, oc_bn], each block's partial sum over (kh, kw, icb) (the "row"
     accumulation of `schedule`)."""
@@ -199,11 +204,32 @@ def conv_nchwc(a: dict, data: te.Tensor, weight: te.Tensor, bias: te.Tensor | No
     else:
         conv = te.compute(shape, lambda *idx: block_sum(*idx, icc, [icc, kh, kw, icb]), name="conv")
 
+    if tile_store:
+        epi = te.compute(shape, lambda n, oc, h, w, ob: finish(conv[n, oc, h, w, ob], bias, oc * oc_bn + ob,
+                                                               a["epilogue"], residual, (n, oc * oc_bn + ob, h, w)),
+                         name="conv_epi")
+        out = te.compute((N, CO, OH, OW), lambda n, c, h, w: epi[n, c // oc_bn, h, w, c % oc_bn], name="out")
+        return data_vec, kernel_vec, conv, out
     out = te.compute((N, CO, OH, OW),
                      lambda n, c, h, w: finish(conv[n, c // oc_bn, h, w, c % oc_bn], bias, c, a["epilogue"],
                                                residual, (n, c, h, w)),
                      name="out")
     return data_vec, kernel_vec, conv, out
+
+
+def transposed_store_fits(a: dict, oc_bn: int, target) -> bool:
+    """Whether the NCHWc tiles store to NCHW by register transposes (`conv_nchwc`'s tile_store):
+    float32 on AVX-512 (its masked stores write a tile's partial block of columns at once), whole
+    vectors of channels per block (oc_bn a multiple of the lanes) and no zero-padded block (oc_bn
+    divides CO). Otherwise each vector of a tile's channels is stored lane by lane, an extract
+    and a store per output: in a stem convolution (CI = 3, a short reduction) that was a quarter
+    of the call (AMD Zen 4, 2 threads, 5 interleaved rounds against the stores by lane:
+    MobileNet's 3 -> 32 3×3 stride 2 at 224² 1.43×, ResNet's 3 -> 64 7×7 stride 2 1.09×,
+    ResNet-50's 3×3 layers 1.00-1.015×, 512 -> 2048 1×1 at 7² with the residual 1.01×). AVX2's
+    tiles of 3-6 columns × 8 lanes gain nothing from 8 × 8 transposes (with vmaskmovps,
+    microcoded on AMD's cores, the ResNet stem ran at 0.76×; 11 columns 0.99×)."""
+    return (a["dtype"] == "float32" and target.vector_bytes == 64 and a["CO"] % oc_bn == 0
+            and oc_bn % target.lanes(a["dtype"]) == 0)
 
 
 def compute(a: dict) -> list[te.Tensor]:
@@ -266,7 +292,9 @@ def define_knobs(cfg, a: dict, lanes: int, registers: int) -> None:
 
 
 def schedule(sch, cfg, data_vec, kernel_vec, conv, out, pack_weight: bool) -> None:
-    """The NCHWc schedule (see the module docstring) on the stages of `conv_nchwc`."""
+    """The NCHWc schedule (see the module docstring) on the stages of `conv_nchwc`; where out
+    copies the epilogue's NCHWc stage (tile_store), that stage is a local tile computed at the
+    output's column-block loop and out's tiles are stored by `tensorize_transposed_store`."""
     oc_bn, reg_n = cfg["oc_bn"].val, cfg["reg_n"].val
     so = sch[out]
     n, c, h, w = so.op.axis
@@ -280,8 +308,18 @@ def schedule(sch, cfg, data_vec, kernel_vec, conv, out, pack_weight: bool) -> No
         so.reorder(n, co, h, wo, wi, ci)
         par = so.fuse(n, co, h) if parallel == "n_oc_oh" else so.fuse(n, co)
     so.parallel(par)
-    so.unroll(wi)
-    so.vectorize(ci)
+    epi = out.op.input_tensors()[0]
+    if epi.name == "conv_epi":
+        se = sch[epi]
+        se.set_scope("local")
+        se.compute_at(so, wo)
+        *_, ew, eb = se.op.axis
+        se.unroll(ew)
+        se.vectorize(eb)
+        tensorize_transposed_store(sch, out, epi, wi, ci)
+    else:
+        so.unroll(wi)
+        so.vectorize(ci)
 
     sc = sch[conv]
     if cfg["accumulate"].val == "row":
@@ -597,8 +635,10 @@ def direct_template(cfg, a: dict, target):
     cfg.add_flop(flop(a))
     data, weight, bias = _inputs(a)
     residual = residual_input(a)
-    data_vec, kernel_vec, conv, out = conv_nchwc(a, data, weight, bias, cfg["ic_bn"].val, cfg["oc_bn"].val,
-                                                 by_block=cfg["accumulate"].val == "row", residual=residual)
+    oc_bn = cfg["oc_bn"].val
+    data_vec, kernel_vec, conv, out = conv_nchwc(a, data, weight, bias, cfg["ic_bn"].val, oc_bn,
+                                                 by_block=cfg["accumulate"].val == "row", residual=residual,
+                                                 tile_store=transposed_store_fits(a, oc_bn, target))
     sch = create_schedule(out)
     schedule(sch, cfg, data_vec, kernel_vec, conv, out, pack_weight=kernel_vec is not weight)
     return sch, kernel_args(data, weight, bias, residual, out)

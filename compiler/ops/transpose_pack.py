@@ -1,5 +1,7 @@
-"""Packing a transposed B (dense's W [N, K], batch_matmul's Bᵀ) into the GEMM's column panels
-by whole-vector transposes in registers.
+"""Whole-vector transposes in registers: packing a transposed B (dense's W [N, K], batch_matmul's
+Bᵀ) into the GEMM's column panels, and storing an NCHWc register tile of a convolution to its
+NCHW output (`tensorize_transposed_store`, AVX-512: a masked store per channel row instead of
+an extract and a store per element).
 
 The panels are Bp[no, k, ni] = B[no·nr + ni, k]: each vector of a panel row gathers nr
 elements K apart. Built element by element (a scalar load and an insert per lane), that took
@@ -28,7 +30,11 @@ FUNC = "tf_pack_transposed_f32"
 _INTERLEAVE = {lanes: (", ".join(f"{i}, {i + lanes}" for i in range(lanes // 2)),
                        ", ".join(f"{i}, {i + lanes}" for i in range(lanes // 2, lanes))) for lanes in (4, 16)}
 
-SOURCE = f"""
+#: The L × L register transpose `tf_pt_transpose` (and its vector type), shared by the
+#: micro-kernels here; guarded, so that several of them can share a translation unit.
+TRANSPOSE_SOURCE = f"""
+#ifndef TF_PT_TRANSPOSE
+#define TF_PT_TRANSPOSE
 #if defined(__AVX512F__)
 #define TF_PT_LANES 16
 #define TF_PT_LO {_INTERLEAVE[16][0]}
@@ -92,7 +98,10 @@ static inline void tf_pt_transpose(tf_pt_vec* v) {{
   }}
 }}
 #endif
+#endif /* TF_PT_TRANSPOSE */
+"""
 
+SOURCE = TRANSPOSE_SOURCE + f"""
 /* P[k * ldp + j] = B[j * ldb + k] for k < K, j < nr: one column panel of a transposed B. */
 static void {FUNC}(int64_t K, int64_t nr, const float* B, int64_t ldb, float* P, int64_t ldp) {{
   enum {{ L = TF_PT_LANES }};
@@ -128,3 +137,44 @@ def tensorize_transposed_pack(sch, packed: te.Tensor, B: te.Tensor, N: int, nr: 
     sp.tensorize(k, TensorIntrin(FUNC, SOURCE, (f"extent:{k.name}", f"extent:{ni.name}", B.name,
                                                 f"{B.name}.stride{len(B.shape) - 2}", packed.name,
                                                 f"{packed.name}.stride{len(packed.shape) - 2}")))
+
+
+STORE_FUNC = "tf_store_tile_nchw_f32"
+
+STORE_SOURCE = TRANSPOSE_SOURCE + f"""
+#if defined(__AVX512F__)
+#include <immintrin.h>
+/* out[c * ldo + w] = tile[w * ldt + c] for w < W, c < C: a register tile of W output columns x
+   C channels (NCHWc: channels contiguous) stored to C rows of NCHW planes, L x L blocks at a
+   time by register transposes (a partial block of columns by masked stores); channels past the
+   last whole L lane by lane. AVX-512 only. */
+static inline void {STORE_FUNC}(int64_t W, int64_t C, const float* tile, int64_t ldt, float* out, int64_t ldo) {{
+  enum {{ L = TF_PT_LANES }};
+  int64_t c = 0;
+  for (; c + L <= C; c += L)
+    for (int64_t w = 0; w < W; w += L) {{
+      const int64_t n = W - w < L ? W - w : L;
+      const __mmask16 first = (__mmask16)((1u << n) - 1);
+      tf_pt_vec v[L];
+#pragma GCC unroll 16
+      for (int i = 0; i < L; ++i) v[i] = i < n ? *(const tf_pt_vec*)(tile + (w + i) * ldt + c) : (tf_pt_vec){{0}};
+      tf_pt_transpose(v);
+#pragma GCC unroll 16
+      for (int i = 0; i < L; ++i) _mm512_mask_storeu_ps(out + (c + i) * ldo + w, first, (__m512)v[i]);
+    }}
+  for (; c < C; ++c)
+    for (int64_t w = 0; w < W; ++w) out[c * ldo + w] = tile[w * ldt + c];
+}}
+#endif
+"""
+
+
+def tensorize_transposed_store(sch, out: te.Tensor, tile: te.Tensor, w, c) -> None:
+    """Store each tile of `out` (NCHW [N, CO, OH, OW]; loop w over its columns, c inside over
+    its channels) from `tile`, its NCHWc register tile [..., OW, oc_bn] (a local stage
+    computed at the tile's loop), by :data:`STORE_FUNC` tensorized at w: L × L transposes in
+    registers, one store per channel row, instead of a store per lane of each vector of
+    channels. float32 with AVX-512 only (its masked stores)."""
+    sch[out].tensorize(w, TensorIntrin(STORE_FUNC, STORE_SOURCE, (f"extent:{w.name}", f"extent:{c.name}", tile.name,
+                                                                  f"{tile.name}.stride{len(tile.shape) - 2}",
+                                                                  out.name, f"{out.name}.stride1")))
