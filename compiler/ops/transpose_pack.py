@@ -144,14 +144,13 @@ STORE_FUNC = "tf_store_tile_nchw_f32"
 STORE_SOURCE = TRANSPOSE_SOURCE + f"""
 #if defined(__AVX512F__)
 #include <immintrin.h>
-/* out[c * ldo + w] = tile[w * ldt + c] for w < W, c < C: a register tile of W output columns x
-   C channels (NCHWc: channels contiguous) stored to C rows of NCHW planes, L x L blocks at a
-   time by register transposes (a partial block of columns by masked stores); channels past the
-   last whole L lane by lane. AVX-512 only. */
+/* out[c * ldo + w] = tile[w * ldt + c] for w < W, c < C (a multiple of L): a register tile of W
+   output columns x C channels (NCHWc: channels contiguous) stored to C rows of NCHW planes,
+   L x L blocks at a time by register transposes, a partial block of columns by masked stores.
+   AVX-512 only. */
 static inline void {STORE_FUNC}(int64_t W, int64_t C, const float* tile, int64_t ldt, float* out, int64_t ldo) {{
   enum {{ L = TF_PT_LANES }};
-  int64_t c = 0;
-  for (; c + L <= C; c += L)
+  for (int64_t c = 0; c < C; c += L)
     for (int64_t w = 0; w < W; w += L) {{
       const int64_t n = W - w < L ? W - w : L;
       const __mmask16 first = (__mmask16)((1u << n) - 1);
@@ -162,8 +161,6 @@ static inline void {STORE_FUNC}(int64_t W, int64_t C, const float* tile, int64_t
 #pragma GCC unroll 16
       for (int i = 0; i < L; ++i) _mm512_mask_storeu_ps(out + (c + i) * ldo + w, first, (__m512)v[i]);
     }}
-  for (; c < C; ++c)
-    for (int64_t w = 0; w < W; ++w) out[c * ldo + w] = tile[w * ldt + c];
 }}
 #endif
 """
@@ -174,7 +171,7 @@ def tensorize_transposed_store(sch, out: te.Tensor, tile: te.Tensor, w, c) -> No
     its channels) from `tile`, its NCHWc register tile [..., OW, oc_bn] (a local stage
     computed at the tile's loop), by :data:`STORE_FUNC` tensorized at w: L × L transposes in
     registers, one store per channel row, instead of a store per lane of each vector of
-    channels. float32 with AVX-512 only (its masked stores)."""
+    channels. float32 with AVX-512 only (its masked stores), oc_bn a multiple of its 16 lanes."""
     sch[out].tensorize(w, TensorIntrin(STORE_FUNC, STORE_SOURCE, (f"extent:{w.name}", f"extent:{c.name}", tile.name,
                                                                   f"{tile.name}.stride{len(tile.shape) - 2}",
                                                                   out.name, f"{out.name}.stride1")))
