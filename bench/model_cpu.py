@@ -245,7 +245,9 @@ def chained_seconds(bundle, directory: str | os.PathLike, model: onnx.ModelProto
             function.restype = ctypes.c_int
             calls[anchor] = (function, [p if t in constants else None for t, p in zip(reads, packed)],
                              [spec for spec in kernel.args if not spec.is_output],
-                             [spec for spec in kernel.args if spec.is_output])
+                             [spec for spec in kernel.args if spec.is_output],
+                             # the outputs' ONNX shapes (a batch_matmul's [batch, M, N] is [1, heads, M, N] there)
+                             [a["shape"] for a in bundle.nodes[anchor]["args"] if a["output"]])
     seconds: dict[str, list[float]] = {anchor: [] for anchor, *_ in steps if anchor is not None}
     free: dict[tuple, list[np.ndarray]] = {}  # (elements, dtype) -> arrays no tensor holds
 
@@ -266,7 +268,7 @@ def chained_seconds(bundle, directory: str | os.PathLike, model: onnx.ModelProto
                 results = session.run(None, {t: tensors[t] if t in tensors else constants[t] for t in reads})
                 tensors.update(zip(writes, results))
             else:
-                function, fixed, in_specs, out_specs = calls[anchor]
+                function, fixed, in_specs, out_specs, out_shapes = calls[anchor]
                 arrays = [f if f is not None else np.ascontiguousarray(tensors[t]).reshape(spec.shape)
                           for t, f, spec in zip(reads, fixed, in_specs)]
                 outs = [take(spec) for spec in out_specs]
@@ -275,9 +277,7 @@ def chained_seconds(bundle, directory: str | os.PathLike, model: onnx.ModelProto
                 if function(*pointers) != 0:
                     raise RuntimeError(f"the kernel of node {anchor} failed")
                 seconds[anchor].append(time.perf_counter() - start)
-                # in the ONNX tensors' shapes (a batch_matmul's [batch, M, N] is [1, heads, M, N] there)
-                shapes = [a["shape"] for a in bundle.nodes[anchor]["args"] if a["output"]]
-                tensors.update(zip(writes, (o.reshape(shape) for o, shape in zip(outs, shapes))))
+                tensors.update(zip(writes, (o.reshape(shape) for o, shape in zip(outs, out_shapes))))
             for t in set(reads):
                 if last_read.get(t) == i and t not in kept and t in tensors:
                     release(tensors.pop(t))

@@ -204,16 +204,16 @@ def conv_nchwc(a: dict, data: te.Tensor, weight: te.Tensor, bias: te.Tensor | No
     else:
         conv = te.compute(shape, lambda *idx: block_sum(*idx, icc, [icc, kh, kw, icb]), name="conv")
 
+    def finished(x, n, c, h, w):  # output element (n, c, h, w) from its sum x
+        return finish(x, bias, c, a["epilogue"], residual, (n, c, h, w))
+
     if tile_store:
-        epi = te.compute(shape, lambda n, oc, h, w, ob: finish(conv[n, oc, h, w, ob], bias, oc * oc_bn + ob,
-                                                               a["epilogue"], residual, (n, oc * oc_bn + ob, h, w)),
+        epi = te.compute(shape, lambda n, oc, h, w, ob: finished(conv[n, oc, h, w, ob], n, oc * oc_bn + ob, h, w),
                          name="conv_epi")
         out = te.compute((N, CO, OH, OW), lambda n, c, h, w: epi[n, c // oc_bn, h, w, c % oc_bn], name="out")
-        return data_vec, kernel_vec, conv, out
-    out = te.compute((N, CO, OH, OW),
-                     lambda n, c, h, w: finish(conv[n, c // oc_bn, h, w, c % oc_bn], bias, c, a["epilogue"],
-                                               residual, (n, c, h, w)),
-                     name="out")
+    else:
+        out = te.compute((N, CO, OH, OW), lambda n, c, h, w: finished(conv[n, c // oc_bn, h, w, c % oc_bn], n, c, h, w),
+                         name="out")
     return data_vec, kernel_vec, conv, out
 
 
