@@ -912,7 +912,12 @@ def gemm_conv_default(space, a: dict, lanes: int, vector_bytes: int, registers: 
     512 1.20×, 256 -> 1024 1.08×; at 28² 512 -> 128 1.06×, 128 -> 512 1.10×, 512 -> 256 1.07×
     (216-220 GFLOP/s, 93% of the peak); B in place alone 1.01-1.11×, with the 6-row tiles but
     the blocks of N outermost 1.08-1.23× at K = 1024; the blocks of M outermost at 56² 0.88×
-    (the pixels outweigh the weights there), and with AVX2 0.89-0.98×, so neither takes them."""
+    (the pixels outweigh the weights there), and with AVX2 0.89-0.98×, so neither takes them.
+    Those 6-row tiles are 4 vectors wide (24 accumulators): matmul's rule narrows the tile where
+    it pads fewer columns (196 pixels: 2 vectors), which B read in place does not pad (its last
+    tile is partial). AMD Zen 5, 2 threads, 7 rounds, 6 × 4 vectors against 6 × 2 at 14²,
+    timed in a loop / called once after the caches were flushed: 1024 -> 256 1.08× / 1.12×,
+    1024 -> 512 1.12× / 1.05×, 256 -> 1024 1.01× / 1.00×, with the residual 1.02× / 1.12×."""
     OH, OW = out_size(a)
     config = gemm.gemm_default(space, a["CO"], OH * OW, a["CI"] * a["KH"] * a["KW"], lanes,
                                4 if a["dtype"] == "float32" else 8, registers=registers)
@@ -921,8 +926,10 @@ def gemm_conv_default(space, a: dict, lanes: int, vector_bytes: int, registers: 
         config["pack_b"] = False
     elif False in pack_b and registers >= 32 and IM2COL_MAX_PIXELS < OH * OW <= IN_PLACE_MAX_PIXELS \
             and 6 in knob_choices(space, "mr"):
-        config.update(pack_b=False, mr=6, order="mn_nm",
-                      ku=gemm.tile_unroll(6, config["nr"], lanes, vector_bytes // lanes, registers))
+        nr = 4 * lanes if 4 * lanes in knob_choices(space, "nr") else config["nr"]
+        config.update(pack_b=False, mr=6, nr=nr, order="mn_nm",
+                      bn=gemm.pick_at_most(knob_choices(space, "bn"), config["bn"] * config["nr"] // nr),
+                      ku=gemm.tile_unroll(6, nr, lanes, vector_bytes // lanes, registers))
     elif config["pack_b"] not in pack_b:
         config["pack_b"] = True
     rows = 12 if vector_bytes >= 64 else 6
