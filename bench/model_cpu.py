@@ -328,20 +328,26 @@ def compare_tasks(tuned, bundle, profile: dict[str, float], in_order: dict[str, 
                 f"{task.occurrences:>3} {ours * 1e3:>12.3f} {ordered * 1e3:>11.3f} {theirs * 1e3:>14.3f} "
                 f"{ours / theirs if theirs else 0:>6.2f} {ordered / theirs if theirs else 0:>8.2f}")
         if profile_all:
-            at_all = default_level_time(profile_all, nodes)
+            at_all = default_level_time(profile_all, [m.nodes for m in task.matches])
             line += f" {at_all * 1e3:>8.3f} {ordered / at_all:>12.2f}" if at_all else f" {'-':>8} {'-':>12}"
         print(line)
     return ours_total, order_total, ort_total
 
 
-def default_level_time(profile_all: dict[str, float], node_names) -> float:
-    """Seconds of onnxruntime's nodes at its "all" level that stand for `node_names`: its
-    NCHWc convolutions are named after the last node they fused + "_nchwc" (a Conv + Relu as
-    "<Relu>_nchwc"), other nodes keep their names; 0 where none is found (e.g. BERT's MatMuls,
-    fused into nodes of other names). Where onnxruntime fuses a residual Add into the other
-    convolution of a block than `tune-model` does, that convolution's time counts here with
-    the Add's nodes."""
-    return sum(profile_all.get(n + "_nchwc", profile_all.get(n, 0.0)) for n in node_names)
+def default_level_time(profile_all: dict[str, float], matches: list[list[str]]) -> float:
+    """Seconds of onnxruntime's nodes at its "all" level that stand for the nodes of `matches`
+    (each a tuned subgraph's node names, its anchor first): its NCHWc convolutions are named
+    after the last node they fused + "_nchwc" (a Conv + Relu as "<Relu>_nchwc"), other nodes
+    keep their names; 0 where a subgraph's anchor is fused into a node of another name and no
+    "_nchwc" node stands for it (e.g. BERT's MatMul + Add + Gelu, whose Gelu alone keeps its
+    name there). Where onnxruntime fuses a residual Add into the other convolution of a block
+    than `tune-model` does, that convolution's time counts here with the Add's nodes."""
+    total = 0.0
+    for nodes in matches:
+        if nodes[0] not in profile_all and not any(n + "_nchwc" in profile_all for n in nodes):
+            return 0.0
+        total += sum(profile_all.get(n + "_nchwc", profile_all.get(n, 0.0)) for n in nodes)
+    return total
 
 
 def _shape(workload) -> str:
