@@ -239,6 +239,11 @@ np-AVX2 / PyTorch / ratio to OpenBLAS / to PyTorch / % of the peak: 1024³ 503.8
 252.9 / 219.0 / 1.07 / 2.34 / 96%, 2048³ 510.7 / 510.7 / 472.1 / 249.0 / 221.9 / 1.07 / 2.32 / 96%,
 1000³ 499.5 / 499.8 / 471.0 / 254.1 / 215.8 / 1.06 / 2.31 / 95%, 128×3072×768 460.0 / 460.0 /
 359.2 / 239.7 / 194.0 / 1.31 / 2.39 / 87%; OpenBLAS at 89-90% of the peak at the cubes.
+Zen 5 again (main at ec65afb; peak in the rounds 526-535), 5 rounds, same columns: 1024³ 507.6 /
+508.7 / 481.6 / 253.4 / 218.6 / 1.10 / 2.34 / 97%, 2048³ 501.0 / 501.4 / 457.3 / 242.7 / 218.6 /
+1.10 / 2.33 / 95%, 1000³ 499.0 / 499.2 / 467.3 / 248.4 / 217.3 / 1.10 / 2.33 / 94%, 128×3072×768
+435.6 / 446.6 / 344.1 / 230.9 / 167.7 / 1.30 / 2.72 / 83%: 1.1× OpenBLAS at the three cubes in one
+run, OpenBLAS at 86-92% of the peak.
 
 Intel Xeon model 207 again (main at 1ea56ce, the peak now measured in each row's rounds: 311-335;
 a noisy hour, kernel medians up to 25% below their bests), 5 rounds, default / best of 16 / numpy /

@@ -177,6 +177,23 @@ and 28² stages: the 1×1 64 -> 256 layers with the residual 1.19×, the stride-
 with the residual 1.23×, the stride-2 3×3 128@56² 1.14×, the 3×3 64@56² 1.10× (onnxruntime
 reads and writes its blocked layout, ours NCHW: packing per call), while the 7² and 14² layers
 run at 0.88-1.07×.
+
+AMD EPYC Zen 5 (family 26 model 2, AVX-512 on 512-bit units; main at 79d721b, then ec65afb where
+the 1×1 layers at 14² took 6 × 4-vector tiles; load 1.3-2.8), 64 trials, tuned in 214 s (ResNet-50)
+and 202 s (MobileNet). In this bench's process, whole model against onnxruntime at "all": ResNet-50
+19.46 against 19.55 ms (1.00), MobileNet 3.07 against 3.23 ms (0.95), BERT-base layer (20 trials)
+4.54 against 4.81 ms (0.94). Re-timed in 8 interleaved rounds of fresh processes (each bundle in
+model order, then onnxruntime's whole run): ResNet-50 20.75 / 20.57 ms (79d721b / ec65afb bundles)
+against 19.98 ms, 1.03 / 1.02 per round, its untuned nodes 0.12 ms more; MobileNet 3.21 / 3.00 ms
+against 2.70 ms: **onnxruntime 1.11-1.13× faster**, the in-bench line read its slow minute again.
+Calling the kernels back to back (the buffers of one chained run reused, no Python between the
+calls) took what the sum of the chained calls did (MobileNet 2.93-2.97 ms, ResNet-50 19.5 ms). In
+fresh processes onnxruntime's profiled nodes at "all" sum to 1.09× its whole run for MobileNet
+(2.95 against 2.70 ms: 28 nodes, some of 10-20 µs) and to about its whole run for ResNet-50, so
+the "in order/all" column flatters the small nodes. ResNet-50's layers behind at "all" there (5
+rounds): the 1×1 256 -> 1024 with the residual at 14² 1.14×, 1024 -> 256 1.11×, 64 -> 256 with the
+residual at 56² 1.13×, 512 -> 128 at 28² 1.13×, the stem 1.16×, the stride-2 3×3 128@56² 1.15×;
+ahead: the 7² 3×3 0.91×, the 3×3 256@14² 0.97×, the stride-2 1×1 1024 -> 2048 0.90×.
 """
 
 from __future__ import annotations

@@ -142,6 +142,10 @@ Measured (2-vCPU Intel Xeon, AVX-512, KVM; each phase under the shared CPU lock,
   median); busy disturbance median 0.78, max 1.10, quiet 0.11; 0% counted disturbed; different
   configs (busy 6 × 64 bm 16 nm_mn with A packed; quiet 6 × 64 bm 16 nm_nm; both B packed per
   block).
+* AMD EPYC Zen 5 again (main at ec65afb; quiet winner validated at 482.9 GFLOP/s), one run: busy
+  winner **99.9%** of the quiet one (100.8% by median; quiet 514.1 best, 509.2 median); busy
+  disturbance median 0.77, max 1.04, quiet 0.06; 0% counted disturbed; different configs (busy
+  6 × 64 bm 8 bn 8, quiet 6 × 64 bm 4, both ku 1 with B packed per block).
 """
 
 from __future__ import annotations

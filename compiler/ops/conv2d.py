@@ -225,7 +225,8 @@ def transposed_store_fits(a: dict, oc_bn: int, target) -> bool:
     and a store per output: in a stem convolution (CI = 3, a short reduction) that was a quarter
     of the call (AMD Zen 4, 2 threads, 5 interleaved rounds against the stores by lane:
     MobileNet's 3 -> 32 3×3 stride 2 at 224² 1.43×, ResNet's 3 -> 64 7×7 stride 2 1.09×,
-    ResNet-50's 3×3 layers 1.00-1.015×, 512 -> 2048 1×1 at 7² with the residual 1.01×). AVX2's
+    ResNet-50's 3×3 layers 1.00-1.015×, 512 -> 2048 1×1 at 7² with the residual 1.01×; AMD Zen
+    5, 512-bit units, 7 rounds: 1.50×, 1.14×, 3×3 64@56² 1.05×, stride 2 128@56² 1.05×). AVX2's
     tiles of 3-6 columns × 8 lanes gain nothing from 8 × 8 transposes (with vmaskmovps,
     microcoded on AMD's cores, the ResNet stem ran at 0.76×; 11 columns 0.99×)."""
     return (a["dtype"] == "float32" and target.vector_bytes == 64 and a["CO"] % oc_bn == 0
@@ -917,7 +918,9 @@ def gemm_conv_default(space, a: dict, lanes: int, vector_bytes: int, registers: 
     it pads fewer columns (196 pixels: 2 vectors), which B read in place does not pad (its last
     tile is partial). AMD Zen 5, 2 threads, 7 rounds, 6 × 4 vectors against 6 × 2 at 14²,
     timed in a loop / called once after the caches were flushed: 1024 -> 256 1.08× / 1.12×,
-    1024 -> 512 1.12× / 1.05×, 256 -> 1024 1.01× / 1.00×, with the residual 1.02× / 1.12×."""
+    1024 -> 512 1.12× / 1.05×, 256 -> 1024 1.01× / 1.00×, with the residual 1.02× / 1.12×;
+    MobileNet's 512 -> 512 1.08× / 1.04×, 256 -> 512 1.04× / 1.01×; in ResNet-50's model order
+    (bench/model_cpu.py's chained runs, 7 rounds) 1024 -> 256 1.11×, 1024 -> 512 1.13×."""
     OH, OW = out_size(a)
     config = gemm.gemm_default(space, a["CO"], OH * OW, a["CI"] * a["KH"] * a["KW"], lanes,
                                4 if a["dtype"] == "float32" else 8, registers=registers)
