@@ -224,15 +224,16 @@ def test_default_packs_b_per_block_where_the_threads_reread_little_of_a(isa):
 
 @pytest.mark.parametrize("isa", CPU_ISAS)
 def test_default_tile_width_computes_few_columns_beyond_n(isa):
-    """ResNet-50's 1×1 layers as GEMMs (a config rule, nothing built): at 14² (196 pixels) AVX-512
+    """The GEMMs of ResNet-50's 1×1 layers with B packed (a config rule, nothing built; the
+    convolutions themselves read B in place, conv2d.gemm_conv_default): at 14² (196 pixels) AVX-512
     tiles of 2 vectors (7 × 32 = 224 columns computed) instead of 4 (4 × 64 = 256), with twice the
     rows; at 28² (784 = 12.25 × 64) the widest tile wastes little and stays. The other ISAs' tiles
-    are 2 vectors wide at both. Every tile fits the vector registers."""
+    are as wide at both. Every tile fits the vector registers."""
     target = Target("cpu", isa)
     lanes = target.lanes("float32")
     widths = {}
     for hw in (14, 28):
-        w = ops.make_workload("conv2d_nchw", {"N": 1, "CI": 1024, "CO": 256, "H": hw, "W": hw, "KH": 1, "KW": 1})
+        w = ops.make_workload("matmul", {"M": 256, "N": hw * hw, "K": 1024})
         knobs = ops.default_config(w, target).to_json()["knobs"]
         vectors = -(-knobs["nr"] // lanes)
         assert knobs["mr"] * vectors + vectors + 1 <= VECTOR_REGISTERS[isa]

@@ -914,13 +914,13 @@ def gemm_conv_default(space, a: dict, lanes: int, vector_bytes: int, registers: 
     (216-220 GFLOP/s, 93% of the peak); B in place alone 1.01-1.11×, with the 6-row tiles but
     the blocks of N outermost 1.08-1.23× at K = 1024; the blocks of M outermost at 56² 0.88×
     (the pixels outweigh the weights there), and with AVX2 0.89-0.98×, so neither takes them.
-    Those 6-row tiles are 4 vectors wide (24 accumulators): matmul's rule narrows the tile where
-    it pads fewer columns (196 pixels: 2 vectors), which B read in place does not pad (its last
-    tile is partial). AMD Zen 5, 2 threads, 7 rounds, 6 × 4 vectors against 6 × 2 at 14²,
-    timed in a loop / called once after the caches were flushed: 1024 -> 256 1.08× / 1.12×,
-    1024 -> 512 1.12× / 1.05×, 256 -> 1024 1.01× / 1.00×, with the residual 1.02× / 1.12×;
-    MobileNet's 512 -> 512 1.08× / 1.04×, 256 -> 512 1.04× / 1.01×; in ResNet-50's model order
-    (bench/model_cpu.py's chained runs, 7 rounds) 1024 -> 256 1.11×, 1024 -> 512 1.13×."""
+    With AVX-512 those 6-row tiles are 4 vectors wide (24 accumulators): matmul's rule narrows
+    the tile where it pads fewer columns (196 pixels: 2 vectors), which B read in place does not
+    pad (its last tile is partial). AMD Zen 5, 2 threads, 7 rounds, 6 × 4 vectors against 6 × 2
+    at 14², timed in a loop / called once after the caches were flushed: 1024 -> 256 1.08× /
+    1.12×, 1024 -> 512 1.12× / 1.05×, 256 -> 1024 1.01× / 1.00×, with the residual 1.02× /
+    1.12×; MobileNet's 512 -> 512 1.08× / 1.04×, 256 -> 512 1.04× / 1.01×; in ResNet-50's model
+    order (bench/model_cpu.py's chained runs, 7 rounds) 1024 -> 256 1.11×, 1024 -> 512 1.13×."""
     OH, OW = out_size(a)
     config = gemm.gemm_default(space, a["CO"], OH * OW, a["CI"] * a["KH"] * a["KW"], lanes,
                                4 if a["dtype"] == "float32" else 8, registers=registers)
@@ -929,7 +929,7 @@ def gemm_conv_default(space, a: dict, lanes: int, vector_bytes: int, registers: 
         config["pack_b"] = False
     elif False in pack_b and registers >= 32 and IM2COL_MAX_PIXELS < OH * OW <= IN_PLACE_MAX_PIXELS \
             and 6 in knob_choices(space, "mr"):
-        nr = 4 * lanes if 4 * lanes in knob_choices(space, "nr") else config["nr"]
+        nr = 4 * lanes if vector_bytes >= 64 and 4 * lanes in knob_choices(space, "nr") else config["nr"]
         config.update(pack_b=False, mr=6, nr=nr, order="mn_nm",
                       bn=gemm.pick_at_most(knob_choices(space, "bn"), config["bn"] * config["nr"] // nr),
                       ku=gemm.tile_unroll(6, nr, lanes, vector_bytes // lanes, registers))
