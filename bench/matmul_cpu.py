@@ -243,7 +243,10 @@ Zen 5 again (main at ec65afb; peak in the rounds 526-535), 5 rounds, same column
 508.7 / 481.6 / 253.4 / 218.6 / 1.10 / 2.34 / 97%, 2048³ 501.0 / 501.4 / 457.3 / 242.7 / 218.6 /
 1.10 / 2.33 / 95%, 1000³ 499.0 / 499.2 / 467.3 / 248.4 / 217.3 / 1.10 / 2.33 / 94%, 128×3072×768
 435.6 / 446.6 / 344.1 / 230.9 / 167.7 / 1.30 / 2.72 / 83%: 1.1× OpenBLAS at the three cubes in one
-run, OpenBLAS at 86-92% of the peak.
+run, OpenBLAS at 86-92% of the peak. Built for AVX2 there (`--target "cpu -isa=avx2"`, AVX2
+peak 271-276), default / best of 16 / np-AVX2 / ratio to OpenBLAS's AVX2 kernels / % of that
+peak: 1024³ 269.7 / 269.7 / 267.5 / 1.09 / 98%, 1000³ 261.6 / 261.6 / 258.7 / 1.08 / 95%,
+128×3072×768 244.5 / 245.8 / 244.7 / 1.04 / 91%.
 
 Intel Xeon model 207 again (main at 1ea56ce, the peak now measured in each row's rounds: 311-335;
 a noisy hour, kernel medians up to 25% below their bests), 5 rounds, default / best of 16 / numpy /

@@ -381,7 +381,9 @@ def bench(name: str, trials: int, scheduler: str, runs: int, out: Path, prepack:
     ort_default = onnxruntime_seconds(model, feed, runs, threads, "all")
     print(f"{name}: whole model, ours in model order + onnxruntime's untuned nodes {(ordered + untuned) * 1e3:.2f} ms; "
           f"onnxruntime at its default level (all: NCHWc layout between nodes), whole run {ort_default * 1e3:.2f} ms "
-          f"(ratio {(ordered + untuned) / ort_default:.2f})")
+          f"(ratio {(ordered + untuned) / ort_default:.2f}); its profiled nodes there sum to "
+          f"{sum(profile_all.values()) / ort_default:.2f}× that run (the profiler's time per node is in the "
+          f"per-task 'all ms' column)")
     torch_total = torch_time(tuned, runs)
     if torch_total is not None:
         print(f"{name}: PyTorch, the tuned operators: {torch_total * 1e3:.2f} ms (ratio {ours / torch_total:.2f})")
