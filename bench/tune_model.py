@@ -25,7 +25,9 @@ the whole model: our kernels in model order plus onnxruntime's time for the node
 against onnxruntime's whole run at its default level ("all": its layout transformer keeps the
 convolutions' activations in its blocked NCHWc layout between nodes, which the node-by-node
 levels above do not — ResNet-50 ran 1.5× and MobileNet 1.6-2.2× faster whole at "all" than at
-"extended" on an Intel Xeon model 167, so that line is the peer a user would deploy).
+"extended" on an Intel Xeon model 167, so that line is the peer a user would deploy), and how
+far onnxruntime's profiled nodes at that level sum beyond that whole run (its profiler's cost
+per node, which the per-task "all ms" column carries).
 PyTorch (when importable) runs the same model's tuned operators (conv2d / linear / matmul) at
 its default threads, as a second peer for the tuned share.
 
