@@ -920,7 +920,9 @@ def gemm_conv_default(space, a: dict, lanes: int, vector_bytes: int, registers: 
     at 14², timed in a loop / called once after the caches were flushed: 1024 -> 256 1.08× /
     1.12×, 1024 -> 512 1.12× / 1.05×, 256 -> 1024 1.01× / 1.00×, with the residual 1.02× /
     1.12×; MobileNet's 512 -> 512 1.08× / 1.04×, 256 -> 512 1.04× / 1.01×; in ResNet-50's model
-    order (bench/model_cpu.py's chained runs, 7 rounds) 1024 -> 256 1.11×, 1024 -> 512 1.13×."""
+    order (bench/model_cpu.py's chained runs, 7 rounds) 1024 -> 256 1.11×, 1024 -> 512 1.13×. AMD
+    Zen 4 (256-bit units), 7 rounds, same order of columns: 1.015× / 1.02×, 1.01× / 1.01×, 1.01×
+    / 1.03×, 512 -> 512 1.00×: level there, both at 94% of the FMA peak in a loop."""
     OH, OW = out_size(a)
     config = gemm.gemm_default(space, a["CO"], OH * OW, a["CI"] * a["KH"] * a["KW"], lanes,
                                4 if a["dtype"] == "float32" else 8, registers=registers)
