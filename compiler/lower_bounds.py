@@ -49,7 +49,7 @@ class Bounds:
 
 
 @dataclass(frozen=True)
-class _IndexInterval:
+class IndexInterval:
     """An index expression over a region: `symbolic` (an expression of fixed loops; `key` its
     text, to compare two of them) plus a constant range [low, high]."""
 
@@ -57,6 +57,30 @@ class _IndexInterval:
     symbolic: Expr
     low: int
     high: int
+
+
+def index_interval(simplifier: Simplifier, index: Expr, fixed: set) -> IndexInterval | None:
+    """`index` with the loops not in `fixed` ranging over their extents (the simplifier's ranges);
+    None when some term mixes fixed and ranging loops or has an unbounded range."""
+    linear = simplifier.lin(index)
+    symbolic = Lin()
+    low = high = linear.const
+    for key, (coef, term) in linear.terms.items():
+        term_vars = {n for n in walk(term) if isinstance(n, Var)}
+        if term_vars and term_vars <= fixed:
+            symbolic.terms[key] = [coef, term]
+            continue
+        if term_vars & fixed:
+            return None
+        term_low, term_high = simplifier.range_of(term)
+        if term_low == -INF or term_high == INF:
+            return None
+        if coef > 0:
+            low, high = low + coef * term_low, high + coef * term_high
+        else:
+            low, high = low + coef * term_high, high + coef * term_low
+    symbolic_expr = simplifier.from_lin(symbolic)
+    return IndexInterval(repr(symbolic_expr), symbolic_expr, int(low), int(high))
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -121,7 +145,7 @@ class _BoundInference:
         if not consumers:
             raise ScheduleError(f"stage {stage.name!r} is computed at {parent.name!r} but nothing reads it")
         simplifier = Simplifier(self.bounds.ranges)
-        reads_per_dim: list[list[_IndexInterval | None]] = [[] for _ in stage.tensor.shape]
+        reads_per_dim: list[list[IndexInterval | None]] = [[] for _ in stage.tensor.shape]
         for consumer in consumers:
             if consumer is not parent and attach_loop not in self.bounds.enclosing_loops.get(consumer, []):
                 raise ScheduleError(f"stage {stage.name!r} is computed at {parent.name!r}.{attach_loop.name} but its "
@@ -129,12 +153,12 @@ class _BoundInference:
             for load in self._loads_of(consumer, stage.tensor):
                 for dim, index in enumerate(load.indices):
                     index = substitute(index, self.bounds.axis_values[consumer])
-                    reads_per_dim[dim].append(self._index_interval(simplifier, index, fixed))
+                    reads_per_dim[dim].append(index_interval(simplifier, index, fixed))
         return [self._covering_interval(simplifier, reads, extent)
                 for reads, extent in zip(reads_per_dim, stage.tensor.shape)]
 
     @staticmethod
-    def _covering_interval(simplifier: Simplifier, reads: list[_IndexInterval | None], extent: int) -> Interval:
+    def _covering_interval(simplifier: Simplifier, reads: list[IndexInterval | None], extent: int) -> Interval:
         """The interval of one dimension covering `reads`: the whole dimension (of `extent`)
         unless all reads share one symbolic start and their constant ranges cover less, or
         reach beyond the dimension. A tile larger than what is left of the dimension reads
@@ -150,30 +174,6 @@ class _BoundInference:
             if start_low + low >= 0 and start_high + high <= extent - 1:
                 return whole
         return simplifier.simplify(BinOp("add", reads[0].symbolic, Const(low, "int64"))), high - low + 1
-
-    @staticmethod
-    def _index_interval(simplifier: Simplifier, index: Expr, fixed: set) -> _IndexInterval | None:
-        """`index` with the loops not in `fixed` ranging over their extents; None when some
-        term mixes fixed and ranging loops or has an unbounded range."""
-        linear = simplifier.lin(index)
-        symbolic = Lin()
-        low = high = linear.const
-        for key, (coef, term) in linear.terms.items():
-            term_vars = {n for n in walk(term) if isinstance(n, Var)}
-            if term_vars and term_vars <= fixed:
-                symbolic.terms[key] = [coef, term]
-                continue
-            if term_vars & fixed:
-                return None
-            term_low, term_high = simplifier.range_of(term)
-            if term_low == -INF or term_high == INF:
-                return None
-            if coef > 0:
-                low, high = low + coef * term_low, high + coef * term_high
-            else:
-                low, high = low + coef * term_high, high + coef * term_low
-        symbolic_expr = simplifier.from_lin(symbolic)
-        return _IndexInterval(repr(symbolic_expr), symbolic_expr, int(low), int(high))
 
     # ----------------------------------------------------------------- loops, axis values and guards
     def _derive_loops(self, stage: Stage) -> None:

@@ -8,6 +8,8 @@ loops, outermost first, from what bound inference found (`compiler.lower_bounds.
 - A guard is placed just inside the innermost loop it depends on; in a GPU kernel no higher
   than the innermost loop that stages are computed at, so that a shared-memory copy (with its
   barriers) never runs under a thread-dependent condition.
+- A stage's prefetches (`Stage.prefetch`) open the body of their loop, before the stages
+  computed there: one unrolled nest of `__builtin_prefetch` calls per box of reads.
 - The loops of a tensorized tile become one call of its TensorIntrin; where guards cut a tile,
   the call runs for whole tiles only and the plain loops compute the partial ones.
 """
@@ -16,13 +18,15 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple, Sequence
 
-from .expr import REDUCERS, BinOp, Const, Expr, IterVar, Reduce, TensorLoad, Var, walk
+from .expr import REDUCERS, BinOp, Const, Expr, IterVar, Reduce, TensorLoad, Var, dtype_of, walk
 from .ir import Allocate, Buffer, Evaluate, For, IfThenElse, Provide, Stmt, TensorAddress, seq, substitute
-from .lower_bounds import Bounds
-from .schedule import ScheduleError, Stage
+from .lower_bounds import Bounds, index_interval
+from .schedule import Prefetch, ScheduleError, Stage
 from .simplify import Simplifier
 from .te import Tensor, all_of
 
+#: Bytes of a cache line, the step of `Stage.prefetch`'s prefetches (x86-64 and Arm Neoverse cores).
+CACHE_LINE_BYTES = 64
 #: Stages computed at each loop of a stage (in schedule order).
 Attached = dict[IterVar, list[Stage]]
 
@@ -126,9 +130,52 @@ class LoopNestBuilder:
             for child in reversed(attached.get(loop, [])):
                 buffer = self.buffer_of(child.tensor)
                 nest = Allocate(buffer, seq([self.stage_nest(child), nest]))
+            nest = seq([*(self._prefetch(stage, p) for p in stage.prefetches if p.at is loop), nest])
             nest = For(loop, extents[loop], stage.iter_kind.get(loop, "serial"), nest)
         outermost = [condition for condition, at in placed if at == -1]
         return IfThenElse(all_of(*outermost), nest) if outermost else nest
+
+    def _prefetch(self, stage: Stage, prefetch: Prefetch) -> Stmt:
+        """The software prefetches of `prefetch` (`Stage.prefetch`): for each read of its tensor
+        in `stage`'s body, with loop `ahead` moved `offset` iterations on, the box its indices
+        cover while the loops inside `at` run (outer dimensions row by row, the innermost in
+        cache lines), unrolled."""
+        loops = stage.leaf_iter_vars
+        inner = set(loops[loops.index(prefetch.at) + 1:])
+        simplifier = Simplifier(self.bounds.ranges)
+        body = self.bodies[stage]
+        source = substitute(body.source if isinstance(body, Reduce) else body, self.bounds.axis_values[stage])
+        moved = {prefetch.ahead: BinOp("add", prefetch.ahead, Const(prefetch.offset, "int64"))}
+        line = max(1, CACHE_LINE_BYTES // dtype_of(prefetch.tensor.dtype).bytes)
+        boxes, statements = set(), []
+        for load in walk(source):
+            if not isinstance(load, TensorLoad) or load.tensor is not prefetch.tensor:
+                continue
+            if not any(n is prefetch.ahead for index in load.indices for n in walk(index)):
+                raise ScheduleError(f"stage {stage.name!r}: prefetch of {load.tensor.name!r} {prefetch.offset} "
+                                    f"iterations of {prefetch.ahead.name!r} ahead, which its indices do not read")
+            intervals = []
+            for index in load.indices:
+                index = substitute(index, moved)
+                interval = index_interval(simplifier, index, {n for n in walk(index) if isinstance(n, Var)} - inner)
+                if interval is None:
+                    raise ScheduleError(f"stage {stage.name!r}: prefetch of {load.tensor.name!r}: index {index!r} "
+                                        f"has no box over the loops inside {prefetch.at.name!r}")
+                intervals.append(interval)
+            if tuple(intervals) in boxes:
+                continue
+            boxes.add(tuple(intervals))
+            steps = [IterVar(f"pf{d}", i.high - i.low + 1, "data") for d, i in enumerate(intervals[:-1])]
+            last = intervals[-1]
+            lines = IterVar("pfl", -(-(last.high - last.low + 1) // line), "data")
+            starts = [BinOp("add", i.symbolic, Const(i.low, "int64")) for i in intervals]
+            address = TensorAddress(load.tensor, [BinOp("add", start, step) for start, step in zip(starts, steps)]
+                                    + [BinOp("add", starts[-1], BinOp("mul", lines, Const(line, "int64")))])
+            nest: Stmt = Evaluate("__builtin_prefetch", [address, Const(0, "int32"), Const(2, "int32")])
+            for step in [*steps, lines][::-1]:
+                nest = For(step, step.extent, "unrolled", nest)
+            statements.append(nest)
+        return seq(statements)
 
     def _tensorized_nest(self, stage: Stage, loops: Sequence[IterVar], statement: Stmt, guards: list[_Guard],
                          attached: Attached) -> Stmt:

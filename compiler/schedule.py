@@ -2,8 +2,8 @@
 
 `create_schedule(outputs)` gives one `Stage` per compute tensor. A stage's loop nest starts
 as its root axes (data axes, then reduce axes) and is transformed by the primitives
-`split`, `fuse`, `reorder`, annotated by `parallel`, `vectorize`, `unroll`, and placed by
-`compute_inline`, `compute_at` or left at the root. `Schedule.cache_write` inserts a local
+`split`, `fuse`, `reorder`, annotated by `parallel`, `vectorize`, `unroll`, `prefetch`, and
+placed by `compute_inline`, `compute_at` or left at the root. `Schedule.cache_write` inserts a local
 accumulator stage (e.g. a register tile). For GPUs, `bind` ties loops to block / thread
 indices, `Schedule.cache_read` inserts a copy stage in shared memory or registers, and
 `set_scope` places a stage there. Packing stages for weights are ordinary compute
@@ -42,6 +42,17 @@ class Fuse:
     outer: IterVar
     inner: IterVar
     fused: IterVar
+
+
+@dataclass(eq=False)
+class Prefetch:
+    """`Stage.prefetch`: at the top of each iteration of loop `at`, the cache lines of `tensor`
+    that the iteration reads when loop `ahead` stands `offset` iterations further."""
+
+    tensor: Tensor
+    at: IterVar
+    ahead: IterVar
+    offset: int
 
 
 LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled")
@@ -93,6 +104,7 @@ class Stage:
         self.tensorized: tuple[IterVar, TensorIntrin] | None = None
         self.row_pad = 0
         self.double_buffered = False
+        self.prefetches: list[Prefetch] = []
 
     @property
     def name(self) -> str:
@@ -229,6 +241,25 @@ class Stage:
         CUTLASS's SIMT GEMM mainloop). Lowering for CUDA raises ScheduleError for a stage whose
         scope is not 'shared'."""
         self.double_buffered = True
+
+    def prefetch(self, tensor: Tensor, at: IterVar, ahead: IterVar, offset: int = 1) -> None:
+        """Prefetch, at the top of each iteration of this stage's loop `at`, the part of `tensor`
+        that the same iteration reads when loop `ahead` (`at` itself, or a loop around it: of this
+        stage or of the stage it is computed at) is `offset` iterations further: software
+        prefetches (GCC's __builtin_prefetch, for a read, kept in all cache levels: x86
+        PREFETCHT0) of the cache lines (64 bytes) of the box that the reads of `tensor` below `at`
+        cover, for a stream that the hardware prefetchers lose, e.g. rows of a matrix read a few
+        at a time, each in another page (TVM's `Stage.prefetch` with `at` = `ahead`; Intel's
+        optimization manual, "software prefetching"). A prefetch never faults, so the last
+        iterations may name lines past the tensor. Lowering raises ScheduleError where `ahead`
+        does not move the reads (`offset` would prefetch what the iteration reads anyway)."""
+        self._leaf(at, "prefetch")
+        if not any(t is tensor for t in self.op.input_tensors()):
+            raise ScheduleError(f"stage {self.name!r}: prefetch of {getattr(tensor, 'name', tensor)!r}, which it "
+                                f"does not read; it reads {[t.name for t in self.op.input_tensors()]}")
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 1:
+            raise ScheduleError(f"stage {self.name!r}: prefetch offset must be a positive int, got {offset!r}")
+        self.prefetches.append(Prefetch(tensor, at, ahead, offset))
 
     def tensorize(self, iv: IterVar, intrin: TensorIntrin) -> None:
         """Replace the loops from `iv` inward by a call to `intrin` (a C micro-kernel).

@@ -7,8 +7,10 @@ from isa_targets import FAMILY, params, runs_here
 from tunefleet.compiler import te
 from tunefleet.compiler.driver import build
 from tunefleet.compiler.lower import lower
-from tunefleet.compiler.ir import For, IfThenElse, walk_stmt
+from tunefleet.compiler.expr import Const
+from tunefleet.compiler.ir import Evaluate, For, IfThenElse, substitute, walk_stmt
 from tunefleet.compiler.schedule import ScheduleError, create_schedule
+from tunefleet.compiler.simplify import Simplifier
 from tunefleet.compiler.target import Target
 
 TARGET = Target.host()
@@ -139,6 +141,75 @@ def test_illegal_schedules_name_stage_and_axis():
         s[C].fuse(ii, io)
     with pytest.raises(ScheduleError, match="input"):
         s[A]
+
+
+def _row_sums(rows: int, K: int, tile: int, step: int):
+    """(A, out, schedule, ko): out[i] = Σ_k A[i, k] over `tile` rows of A at a time, K in steps of `step`."""
+    A = te.placeholder((rows, K), name="A")
+    k = te.reduce_axis(K, "k")
+    out = te.compute((rows,), lambda i: te.sum(A[i, k], axis=k), name="out")
+    s = create_schedule(out)
+    io, ii = s[out].split(s[out].op.axis[0], factor=tile)
+    ko, ki = s[out].split(s[out].op.reduce_axis[0], factor=step)
+    s[out].reorder(io, ko, ii, ki)
+    s[out].unroll(ii)
+    s[out].unroll(ki)
+    return A, out, s, io, ko
+
+
+def _prefetched_offsets(func, at: str, outer: str) -> dict[tuple[int, int], list[int]]:
+    """{(outer, at) iteration: the element offsets of the lines prefetched there} of a lowered
+    function whose loop `at` (inside loop `outer`) holds the prefetches."""
+    loops = {s.var.name: s for s in walk_stmt(func.body) if isinstance(s, For)}
+    calls = [s for s in walk_stmt(loops[at].body) if isinstance(s, Evaluate) and s.func == "__builtin_prefetch"]
+    assert all([c.value for c in call.args[1:]] == [0, 2] for call in calls)  # a read, kept in L2
+    simplifier = Simplifier({})
+    return {(o, a): [simplifier.simplify(substitute(call.args[0].index, {loops[outer].var: Const(o, "int64"),
+                                                                           loops[at].var: Const(a, "int64")})).value
+                     for call in calls]
+            for o in range(loops[outer].extent) for a in range(loops[at].extent)}
+
+
+def test_prefetch_names_each_line_that_the_iteration_ahead_reads():
+    """Stage.prefetch at the loop over K of a tile of 2 rows, one tile ahead: each step of K
+    prefetches the box the next tile reads in that step, 2 rows × the 32 elements of the step
+    (two 64-byte lines each), and the sums still match numpy."""
+    A, out, s, io, ko = _row_sums(rows=6, K=128, tile=2, step=32)
+    s[out].prefetch(A, ko, io)
+    offsets = _prefetched_offsets(lower(s, [A, out], "pf", lanes=TARGET.lanes("float32")), "k_o", "i_o")
+    assert offsets == {(o, a): [(2 * o + 2 + r) * 128 + 32 * a + 16 * line for r in range(2) for line in range(2)]
+                       for o in range(3) for a in range(4)}
+    a = rand(6, 128)
+    (b,) = run(s, [A, out], "pf", a)
+    np.testing.assert_allclose(b, a.sum(axis=1), rtol=1e-5, atol=1e-5)
+
+
+def test_prefetch_at_its_own_loop_reads_that_loop_ahead():
+    """`ahead` = `at` (TVM's form): each step of K prefetches the step `offset` further on."""
+    A, out, s, io, ko = _row_sums(rows=8, K=256, tile=4, step=16)
+    s[out].prefetch(A, ko, ko, offset=3)
+    offsets = _prefetched_offsets(lower(s, [A, out], "pf", lanes=TARGET.lanes("float32")), "k_o", "i_o")
+    assert offsets[(1, 5)] == [(4 + r) * 256 + 16 * (5 + 3) for r in range(4)]
+
+
+def test_illegal_prefetches_name_the_stage_and_the_reason():
+    A, out, s, io, ko = _row_sums(rows=4, K=64, tile=2, step=16)
+    B = te.placeholder((4, 64), name="B")
+    with pytest.raises(ScheduleError, match="stage 'out'.*prefetch of 'B', which it does not read"):
+        s[out].prefetch(B, ko, io)
+    with pytest.raises(ScheduleError, match="offset must be a positive int"):
+        s[out].prefetch(A, ko, io, offset=0)
+    with pytest.raises(ScheduleError, match="stage 'out'.*prefetch.*axis 'k' is no longer a leaf"):
+        s[out].prefetch(A, s[out].op.reduce_axis[0], io)
+    D = te.compute((4,), lambda i: A[i, 0] + 1.0, name="D")
+    E = te.compute((4, 5), lambda i, j: D[i] * 2.0, name="E")
+    se = create_schedule(E)
+    se[D].compute_at(se[E], se[E].op.axis[0])
+    ei, ej = se[E].op.axis
+    se[D].prefetch(A, se[D].op.axis[0], ej)
+    with pytest.raises(ScheduleError, match="stage 'D': prefetch of 'A' 1 iterations of 'j' ahead, which its "
+                                            "indices do not read"):
+        lower(se, [A, E], "pf_bad", lanes=TARGET.lanes("float32"))
 
 
 @pytest.mark.parametrize("fn, ref", [

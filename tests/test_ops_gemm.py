@@ -78,6 +78,24 @@ def test_dense_skinny_dot_products(target):
     assert not failures(cases, target=target)
 
 
+@pytest.mark.parametrize("target", params(FAMILY))
+def test_dense_at_one_row_prefetches_the_rows_of_the_next_tile(target):
+    """Where one tile of X's rows covers M, W streams once per call: each step of a tile's loop
+    over K prefetches, per row of W of the next tile, the 64-byte lines that step reads (the
+    default at M = 1, as a classifier's), and the result matches numpy. With more rows of X
+    than a tile, W is read again per tile of rows and nothing is prefetched."""
+    one = ops.make_workload("dense", dict(M=1, N=1000, K=512))
+    config = ops.default_config(one, target)
+    rows, ku, lanes = config["dot_rows"].val, config["ku"].val, target.lanes("float32")
+    step = re.search(r"for \(int64_t ko_o = 0;.*?\n(.*?)\n *Y_part_0 = ", build_workload(one, config, target).source,
+                     re.S)[1]
+    assert step.count("__builtin_prefetch(") == rows * -(-ku * lanes * 4 // 64)
+    many = ops.make_workload("dense", dict(M=config["mr"].val + 1, N=1000, K=512))
+    many_config = ops.config_space(many, target).from_json({"knobs": config.to_json()["knobs"]})
+    assert "__builtin_prefetch" not in build_workload(many, many_config, target).source
+    assert not failures([(one, config), (many, many_config)], target=target)
+
+
 def _hsum_helpers(source: str) -> dict[int, str]:
     """The horizontal-sum helpers of a generated source by width (1: `tf_hsum_*`), each its text."""
     helpers, lines = {}, source.splitlines()
