@@ -196,6 +196,19 @@ the "in order/all" column flatters the small nodes. ResNet-50's layers behind at
 rounds): the 1×1 256 -> 1024 with the residual at 14² 1.14×, 1024 -> 256 1.11×, 64 -> 256 with the
 residual at 56² 1.13×, 512 -> 128 at 28² 1.13×, the stem 1.16×, the stride-2 3×3 128@56² 1.15×;
 ahead: the 7² 3×3 0.91×, the 3×3 256@14² 0.97×, the stride-2 1×1 1024 -> 2048 0.90×.
+
+AMD EPYC Zen 4 (family 25 model 17; main at 346da35, then 4612919 where dense at M = 1 prefetches
+the next tile's rows of W), MobileNet v1, 64 trials, tuned in 262 s. Whole model in fresh
+processes, 6 rounds: ours 6.34 ms against onnxruntime's 5.92 ms at "all" (**onnxruntime 1.07×
+faster**); with the prefetching bundle, the new `--rounds` line: 6.19 against 5.77 ms (1.06).
+Per node in one fresh process each (ours chained, onnxruntime's profile at "all", µs): the 13
+depthwise layers 717 against 529 (strided: 112² 137 / 64, 56² 44 / 29, 28² 35 / 19, 14² 27 / 14;
+7² 30 / 16 — onnxruntime's NCHWc depthwise kernels take 16 channels per vector, so a stride
+costs them no shuffles, where ours deinterleave a padded copy of each plane), the 13 1×1 layers
+5244 against 4969 (32 -> 64 at 112² 319 / 251, 244 in a loop: each tile reads a line of each of
+32 input planes in NCHW, of 2 blocked planes in NCHWc — a likely cause, not measured), the stem
+184 / 152, the classifier 174 / 116 (157-160 with the
+prefetches, 8 rounds). The depthwise layers and the 112² stage hold most of the gap.
 """
 
 from __future__ import annotations
@@ -209,6 +222,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+from common import interleaved_seconds, round_ratio
 from model_cpu import Graph, chained_seconds, compare_tasks, node_time, onnxruntime_profile, onnxruntime_seconds
 from onnx import TensorProto, helper, numpy_helper
 
@@ -348,7 +362,30 @@ def torch_time(tuned, runs: int) -> float | None:
     return total
 
 
-def bench(name: str, trials: int, scheduler: str, runs: int, out: Path, prepack: bool, protocol: str) -> None:
+def fresh_process_rounds(name: str, directory: Path, runs: int, threads: int,
+                         rounds: int) -> tuple[float, float, float]:
+    """(ours, onnxruntime's, ratio) in seconds: medians over `rounds` rounds, each running in
+    fresh processes, one after the other, the bundle in `directory` as a whole model in model
+    order (`chained_seconds` summed: the tuned nodes) and onnxruntime's whole run at "all";
+    ratio: the median of the rounds' ratios. In this bench's own process (after tuning, building
+    the bundle and profiling onnxruntime) both have read slower in some runs (AMD Zen 4,
+    MobileNet: ours in order 8.08 and 8.13 ms in two runs, 6.22 ms in a third, against 6.13-6.46
+    ms in fresh processes, also after the same profiling there; onnxruntime 7.96-8.19 ms in
+    earlier runs against 5.9 ms)."""
+    setup = (f"import sys\nsys.path.insert(0, {str(Path(__file__).resolve().parent)!r})\nimport numpy as np\n"
+             f"from tune_model import MODELS\nbuild, shape, _ = MODELS[{name!r}]\nmodel = build()\n"
+             "feed = {'input': np.random.default_rng(1).random(shape, dtype=np.float32)}\n")
+    ours = (setup + "import tunefleet\nfrom model_cpu import chained_seconds\n"
+            f"print(sum(chained_seconds(tunefleet.load({str(directory)!r}), {str(directory)!r}, model, feed, "
+            f"{runs}).values()))")
+    theirs = (setup + "from model_cpu import onnxruntime_seconds\n"
+              f"print(onnxruntime_seconds(model, feed, {runs}, {threads}))")
+    ours_s, theirs_s = interleaved_seconds([ours, theirs], processes=rounds)
+    return float(np.median(ours_s)), float(np.median(theirs_s)), 1 / round_ratio(theirs_s, ours_s)
+
+
+def bench(name: str, trials: int, scheduler: str, runs: int, out: Path, prepack: bool, protocol: str,
+          rounds: int) -> None:
     build, shape, level = MODELS[name]
     model = build()
     extraction = extract_tasks(load_model(model.SerializeToString(), max_bytes=1 << 30))
@@ -386,6 +423,11 @@ def bench(name: str, trials: int, scheduler: str, runs: int, out: Path, prepack:
           f"(ratio {(ordered + untuned) / ort_default:.2f}); its profiled nodes there sum to "
           f"{sum(profile_all.values()) / ort_default:.2f}× that run (the profiler's time per node is in the "
           f"per-task 'all ms' column)")
+    if rounds:
+        fresh_ours, fresh_theirs, ratio = fresh_process_rounds(name, directory, runs, threads, rounds)
+        print(f"{name}: whole model in {rounds} rounds of fresh processes, medians: ours in model order "
+              f"{fresh_ours * 1e3:.2f} ms + onnxruntime's untuned nodes {untuned * 1e3:.2f} ms; onnxruntime at "
+              f"'all', whole run {fresh_theirs * 1e3:.2f} ms (per-round ratio of the tuned nodes {ratio:.2f})")
     torch_total = torch_time(tuned, runs)
     if torch_total is not None:
         print(f"{name}: PyTorch, the tuned operators: {torch_total * 1e3:.2f} ms (ratio {ours / torch_total:.2f})")
@@ -406,10 +448,12 @@ def main() -> None:
     parser.add_argument("--protocol", choices=list(PROTOCOLS), default="hot",
                         help="how candidates are timed: hot (in a loop, weights cached) or cold (each call after "
                              "a cache flush)")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="rounds of fresh processes timing the whole model, ours and onnxruntime's (0: none)")
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="tune-model-"))
     for name in args.model:
-        bench(name, args.trials, args.scheduler, args.runs, out, args.prepack, args.protocol)
+        bench(name, args.trials, args.scheduler, args.runs, out, args.prepack, args.protocol, args.rounds)
 
 
 if __name__ == "__main__":
