@@ -325,6 +325,14 @@ with the residual 64 -> 256 at 56² 205.2 -> 207.3 (6.39 / 1.74), 128 -> 512 at 
 1.77, OpenBLAS 1.30), 128×768 -> 3072 219.7 (1.24 / 0.99, OpenBLAS 1.12-1.31). Below PyTorch:
 the 7² 3×3 layer with its weights packed per call (model bundles pre-pack them) and, at 1.0,
 the 3×3 layers at 28² and 14².
+
+AMD EPYC Zen 4 again (main at 4612919, where dense at M = 1 prefetches the next tile's rows of W
+into L2: after a cache flush 1.18-1.47×, in a loop 0.85-0.93×; `compiler.ops.dot`), `--only
+"dense 1x"`, 8 configs, 5 rounds (peak 234), GFLOP/s default -> best (PyTorch / onnxruntime ÷
+ours, OpenBLAS): 1×512 -> 1000 73.2 -> 75.5 (3.59 / 1.54, 1.15), 1×768 -> 3072 72.3 -> 72.5
+(2.76 / 1.05, 1.04). Timed in a loop, as this bench does, W stays in the L3, where the
+prefetches cost (85.9 -> 73.2 at 1×512 -> 1000 against the row above); in a model run it comes
+from memory, where they pay (bench/tune_model.py: MobileNet's classifier 1.13-1.26×).
 """
 
 from __future__ import annotations

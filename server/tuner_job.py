@@ -271,7 +271,8 @@ class _TaskRun(Supervisor):
         job_id = f"export-{self.task_id}-{self.budget['trials']}"  # a model's next round exports anew
         job = Job.fetch_many([job_id], connection=self.redis, serializer=queue.SERIALIZER)[0]
         if job is None or job.get_status(refresh=False) in (JobStatus.CANCELED, JobStatus.STOPPED):
-            best = tuning.best_trials(self.session, self.task_id)
+            rule = [c.index for c in ops.preferred_configs(self.workload, Target.parse(self.target))]
+            best = tuning.best_trials(self.session, self.task_id, keep=rule)
             if not best:
                 errors = collections.Counter(t.status for t in tuning.trials_of(self.session, self.task_id))
                 summary = ", ".join(f"{n} {s}" for s, n in errors.most_common()) or "no trials"

@@ -157,6 +157,21 @@ def test_a_failed_add_dispatches_the_same_configs_again_each_stored_once(kept):
     assert sorted(c.config.index for c, _ in database.recorded) == sorted(stored)  # every stored one measured
 
 
+def test_validate_remeasures_the_searchs_preferred_config_among_the_finalists():
+    """The search's preferred config (a template's default) is re-measured whatever its search
+    trial read: here the slowest correct config, among the top 2 with the fastest."""
+    runner, database = FakeRunner(capacity=5, per_poll=5, remote=False), MemoryDatabase()
+    run = loop(runner, database, Budget(trials=15))
+    space = run.search.space
+    slowest = min((space.get(i) for i in range(space.size)),
+                  key=lambda c: (c.to_json()["knobs"]["mode"] != "ok", c.to_json()["knobs"]["vec"]))
+    run.search.prefer([slowest])
+    run.run()
+    stored = run.validate(top=2)
+    vec_of = {c.config.index: c.config.to_json()["knobs"]["vec"] for c, _ in database.recorded}
+    assert stored[-1] == slowest.index and vec_of[stored[0]] == 8
+
+
 def test_validate_remeasures_the_finalists_through_the_runner_and_records_them():
     runner, database = FakeRunner(capacity=5, per_poll=5, remote=False), MemoryDatabase()
     run = loop(runner, database, Budget(trials=15))

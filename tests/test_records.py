@@ -230,3 +230,17 @@ def test_the_fastest_median_is_a_finalist_whatever_the_others_disturbance():
     assert len(chosen) == 5 and "fast" in chosen
     assert chosen[:3] == ["s4", "s3", "s2"]  # the top by own throughput lead
     assert validation.finalists([fastest, fastest, *boosted[:1]], 5) == ["s0", "fast"]  # one place per config
+
+
+def test_the_rule_based_configs_are_finalists_whatever_their_search_trials_read():
+    """A search trial disturbed unnoticed (a 2× slowdown at a probe disturbance of 0.15-0.18 on
+    a Zen 4) must not drop the template's default: the keys in `keep` take the last places."""
+    default = ("default", "default", MeasureResult("ok", [2.05e-3] * 5, disturbance=0.18))
+    others = [(f"c{i}", f"c{i}", MeasureResult("ok", [1.2e-3 + i * 1e-5] * 5, disturbance=0.01)) for i in range(6)]
+    assert "default" not in validation.finalists([default, *others], 5)
+    chosen = validation.finalists([default, *others], 5, keep=["default"])
+    assert chosen == ["c0", "c1", "c2", "c3", "default"]
+    assert validation.finalists([default, *others], 5, keep=["c1"]) == validation.finalists([default, *others], 5)
+    failed = ("default", "default", MeasureResult("wrong_answer", []))
+    assert "default" not in validation.finalists([default, failed, *others], 5, keep=["default"])
+    assert validation.finalists([default], 5, keep=["default", "never measured"]) == ["default"]

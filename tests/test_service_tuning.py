@@ -127,6 +127,9 @@ def test_a_disturbed_trial_keeps_its_disturbance_and_never_sets_the_best(db) -> 
     out = TrialOut.model_validate(db.get(Trial, trials[0].id)).model_dump()
     assert (out["disturbance"], out["disturbed"]) == (2.7, True)
     assert [t.id for t in tuning.best_trials(db, task.id)] == [trials[1].id, trials[0].id]
+    # the template's rule-based config index (trial 0's) takes a place whatever its trial read
+    assert [t.id for t in tuning.best_trials(db, task.id, n=1)] == [trials[1].id]
+    assert [t.id for t in tuning.best_trials(db, task.id, n=1, keep=[1])] == [trials[0].id]
 
 
 def test_a_cancel_is_never_overwritten_by_the_tuner(db) -> None:

@@ -142,11 +142,13 @@ class TuningLoop:
             self.planner.stop()
 
     def validate(self, top: int = validation.FINALISTS, repeat: int | None = None) -> list[Any]:
-        """Re-measure the ``top`` finalists of the history with ``repeat`` repeats in interleaved
+        """Re-measure the ``top`` finalists of the history (the search's preferred configs among
+        them: :func:`.validation.finalists`) with ``repeat`` repeats in interleaved
         rounds (:func:`.validation.validation_protocol`; the runner's measurer interleaves them,
         :func:`.validation.interleaved`), and record them; returns what the database stored, in
         ranking order."""
-        chosen = validation.finalists(((canonical_json(t.config["knobs"]), t, t.result) for t in self.history), top)
+        chosen = validation.finalists(((canonical_json(t.config["knobs"]), t, t.result) for t in self.history), top,
+                                      keep=[canonical_json(c.to_json()["knobs"]) for c in self.search.preferred])
         if not chosen:
             return []
         candidates = [Candidate(self.search.space.from_json(t.config)) for t in chosen]

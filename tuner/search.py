@@ -48,6 +48,8 @@ class SearchStrategy:
         self.rng = np.random.default_rng(seed)
         self._visited: set[int] = set()
         self._first: list[ConfigEntity] = []
+        #: The configs :meth:`prefer` was given, in order (the validation keeps them among the finalists).
+        self.preferred: list[ConfigEntity] = []
 
     @property
     def remaining(self) -> int:
@@ -61,7 +63,9 @@ class SearchStrategy:
     def prefer(self, configs: Iterable[ConfigEntity]) -> None:
         """Propose these configs before any of the strategy's own picks (e.g. the template's
         rule-based default config, so a good kernel is known after the first batch)."""
+        configs = list(configs)
         self._first.extend(configs)
+        self.preferred.extend(configs)
 
     def next_batch(self, n: int) -> list[ConfigEntity]:
         """Up to ``n`` distinct configs never proposed before (fewer only when the space runs out)."""

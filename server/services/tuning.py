@@ -246,14 +246,16 @@ def trial_result(trial: Trial) -> MeasureResult:
     )
 
 
-def best_trials(session: Session, task_id: int, n: int = validation.FINALISTS) -> list[Trial]:
-    """The task's finalists: its `n` fastest correct trials by their fastest repeat
+def best_trials(session: Session, task_id: int, n: int = validation.FINALISTS,
+                keep: Iterable[int] = ()) -> list[Trial]:
+    """The task's finalists: its `n` fastest correct trials by their fastest repeat, the trials of
+    the config indices in `keep` (the template's rule-based configs) among them
     (:func:`tunefleet.tuner.validation.finalists`, as ``tunefleet tune`` picks them), fastest first."""
     trials = session.scalars(
         select(Trial).where(Trial.task_id == task_id, Trial.status.not_in(UNFINISHED_TRIAL)).order_by(Trial.id)
     ).all()
     session.commit()
-    return validation.finalists(((t.config_index, t, trial_result(t)) for t in trials), n)
+    return validation.finalists(((t.config_index, t, trial_result(t)) for t in trials), n, keep)
 
 
 # --- export ----------------------------------------------------------------------------
