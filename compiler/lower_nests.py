@@ -140,6 +140,9 @@ class LoopNestBuilder:
         in `stage`'s body, with loop `ahead` moved `offset` iterations on, the box its indices
         cover while the loops inside `at` run (outer dimensions row by row, the innermost in
         cache lines), unrolled."""
+        if stage.iter_kind.get(prefetch.at, "serial") not in ("serial", "unrolled", "parallel"):
+            raise ScheduleError(f"stage {stage.name!r}: prefetch at loop {prefetch.at.name!r}, which is "
+                                f"{stage.iter_kind[prefetch.at]}; prefetches go in a serial, unrolled or parallel loop")
         loops = stage.leaf_iter_vars
         inner = set(loops[loops.index(prefetch.at) + 1:])
         simplifier = Simplifier(self.bounds.ranges)

@@ -251,8 +251,9 @@ class Stage:
         cover, for a stream that the hardware prefetchers lose, e.g. rows of a matrix read a few
         at a time, each in another page (TVM's `Stage.prefetch` with `at` = `ahead`; Intel's
         optimization manual, "software prefetching"). A prefetch never faults, so the last
-        iterations may name lines past the tensor. Lowering raises ScheduleError where `ahead`
-        does not move the reads (`offset` would prefetch what the iteration reads anyway)."""
+        iterations may name lines past the tensor. Lowering raises ScheduleError where `at` is
+        vectorized or bound, or `ahead` does not move the reads (`offset` would prefetch what the
+        iteration reads anyway)."""
         self._leaf(at, "prefetch")
         if not any(t is tensor for t in self.op.input_tensors()):
             raise ScheduleError(f"stage {self.name!r}: prefetch of {getattr(tensor, 'name', tensor)!r}, which it "

@@ -210,6 +210,13 @@ def test_illegal_prefetches_name_the_stage_and_the_reason():
     with pytest.raises(ScheduleError, match="stage 'D': prefetch of 'A' 1 iterations of 'j' ahead, which its "
                                             "indices do not read"):
         lower(se, [A, E], "pf_bad", lanes=TARGET.lanes("float32"))
+    F = te.compute((4, 64), lambda i, j: A[i, j] + 1.0, name="F")
+    sf = create_schedule(F)
+    fi, fj = sf[F].op.axis
+    sf[F].vectorize(fj)
+    sf[F].prefetch(A, fj, fi)
+    with pytest.raises(ScheduleError, match="stage 'F': prefetch at loop 'j', which is vectorized"):
+        lower(sf, [A, F], "pf_vec", lanes=TARGET.lanes("float32"))
 
 
 @pytest.mark.parametrize("fn, ref", [
