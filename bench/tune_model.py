@@ -373,11 +373,11 @@ def fresh_process_rounds(name: str, directory: Path, runs: int, threads: int,
     """(ours, onnxruntime's, ratio) in seconds: medians over `rounds` rounds, each running in
     fresh processes, one after the other, the bundle in `directory` as a whole model in model
     order (`chained_seconds` summed: the tuned nodes) and onnxruntime's whole run at "all";
-    ratio: the median of the rounds' ratios. In this bench's own process (after tuning, building
-    the bundle and profiling onnxruntime) both have read slower in some runs (AMD Zen 4,
-    MobileNet: ours in order 8.08 and 8.13 ms in two runs, 6.22 ms in a third, against 6.13-6.46
-    ms in fresh processes, also after the same profiling there; onnxruntime 7.96-8.19 ms in
-    earlier runs against 5.9 ms)."""
+    ratio: the median of the rounds' ratios. The single timings of this bench's other lines
+    follow the host's load from one minute to the next (AMD Zen 4, MobileNet, ours in model
+    order: 8.08 and 8.13 ms in two runs, 6.22 ms in a third, 6.1-6.5 ms in fresh processes
+    minutes later, and 8.2 ms in fresh processes in a busier minute, where onnxruntime's read
+    8.1 ms against 5.8-5.9 ms before): only rounds that interleave the two compare them."""
     setup = (f"import sys\nsys.path.insert(0, {str(Path(__file__).resolve().parent)!r})\nimport numpy as np\n"
              f"from tune_model import MODELS\nbuild, shape, _ = MODELS[{name!r}]\nmodel = build()\n"
              "feed = {'input': np.random.default_rng(1).random(shape, dtype=np.float32)}\n")
