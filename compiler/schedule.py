@@ -246,8 +246,8 @@ class Stage:
         """Prefetch, at the top of each iteration of this stage's loop `at`, the part of `tensor`
         that the same iteration reads when loop `ahead` (`at` itself, or a loop around it: of this
         stage or of the stage it is computed at) is `offset` iterations further: software
-        prefetches (GCC's __builtin_prefetch, for a read, kept in all cache levels: x86
-        PREFETCHT0) of the cache lines (64 bytes) of the box that the reads of `tensor` below `at`
+        prefetches (GCC's __builtin_prefetch for a read with locality 2: x86 PREFETCHT1, into the
+        L2, not the L1) of the cache lines (64 bytes) of the box that the reads of `tensor` below `at`
         cover, for a stream that the hardware prefetchers lose, e.g. rows of a matrix read a few
         at a time, each in another page (TVM's `Stage.prefetch` with `at` = `ahead`; Intel's
         optimization manual, "software prefetching"). A prefetch never faults, so the last
