@@ -165,9 +165,10 @@ class LoopNestBuilder:
                     raise ScheduleError(f"stage {stage.name!r}: prefetch of {load.tensor.name!r}: index {index!r} "
                                         f"has no box over the loops inside {prefetch.at.name!r}")
                 intervals.append(interval)
-            if tuple(intervals) in boxes:
+            box = tuple((i.key, i.low, i.high) for i in intervals)  # expressions compare by identity, text by value
+            if box in boxes:
                 continue
-            boxes.add(tuple(intervals))
+            boxes.add(box)
             steps = [IterVar(f"pf{d}", i.high - i.low + 1, "data") for d, i in enumerate(intervals[:-1])]
             last = intervals[-1]
             lines = IterVar("pfl", -(-(last.high - last.low + 1) // line), "data")

@@ -93,10 +93,8 @@ def finalists(measured: Iterable[Measurement], n: int = FINALISTS, keep: Iterabl
     for key, item, _ in by_time:
         if key in keep and key not in picks:
             kept.setdefault(key, item)
-    ranked = list(picks)
-    while len(ranked) + len(kept) > n and any(key not in keep for key in ranked):
-        ranked.remove(next(key for key in reversed(ranked) if key not in keep))
-    return [picks[key] for key in ranked] + list(kept.values())
+    dropped = [key for key in reversed(picks) if key not in keep][:max(0, len(picks) + len(kept) - n)]
+    return [item for key, item in picks.items() if key not in dropped] + list(kept.values())
 
 
 def validation_repeat(protocol: MeasureProtocol) -> int:
