@@ -10,7 +10,7 @@ Printed: per run the tuning's seconds, the trials' disturbance (median, largest,
 stayed disturbed after re-measures), the validated winner's in-search GFLOP/s and config;
 then both winners' re-timed GFLOP/s, and the busy winner as a % of the quiet one (the issue's
 goal: within 10%). Also the interference probe's cost per trial (the reference kernel timed
-before and after on every measuring CPU, the schedstat reads), in this process.
+before and after on all measuring CPUs at once, the schedstat reads), in this process.
 
     python bench/tune_under_load.py [--trials 64] [--M 1024 --N 1024 --K 1024]
                                     [--processes 5] [--load-cpu N] [--out DIR]
@@ -167,6 +167,7 @@ from tunefleet.compiler.target import Target  # noqa: E402
 from tunefleet.tuner import interference  # noqa: E402
 from tunefleet.tuner import records as records_mod  # noqa: E402
 from tunefleet.tuner.apply import apply_best  # noqa: E402
+from tunefleet.tuner.builder import build_candidate  # noqa: E402
 from tunefleet.tuner.measure import MeasureProtocol, workload_key  # noqa: E402
 from tunefleet.tuner.records import Record  # noqa: E402
 from tunefleet.tuner.tune import tune  # noqa: E402
@@ -180,15 +181,18 @@ def spinner(cpu: int) -> subprocess.Popen:
     return proc
 
 
-def probe_seconds(cpus: list[int], n: int = 50) -> float:
-    """Seconds the interference probes add to one trial: two reference timings on every CPU and
-    two schedstat snapshots (as the measuring child takes them), mean over `n`."""
+def probe_seconds(n: int = 50) -> float:
+    """Seconds the interference probes add to one trial: the reference kernel timed twice and two
+    schedstat snapshots (as the measuring child takes them), in this process on all its CPUs,
+    mean over `n`."""
+    built = build_candidate(interference.reference_input())
+    reference = interference.Reference(built.so_path, built.name, built.args)
     t0 = time.perf_counter()
     for _ in range(n):
-        interference.reference_seconds(cpus)
+        reference.seconds()
         interference.sched_times()
         interference.sched_times()
-        interference.reference_seconds(cpus)
+        reference.seconds()
     return (time.perf_counter() - t0) / n
 
 
@@ -224,7 +228,7 @@ def run(label: str, workload: ops.Workload, trials: int, out: Path, load_cpu: in
     records.unlink(missing_ok=True)
     load = spinner(load_cpu) if load_cpu is not None else None
     try:
-        print(f"{label:>6}: interference probe {probe_seconds(cpus) * 1e3:.2f} ms per trial on {len(cpus)} CPUs "
+        print(f"{label:>6}: interference probe {probe_seconds() * 1e3:.2f} ms per trial on {len(cpus)} CPUs "
               f"(load on CPU {load_cpu}); load average {os.getloadavg()[0]:.2f}", flush=True)
         protocol = MeasureProtocol()
         result = tune(workload, Target.host(), trials=trials, records_path=records, protocol=protocol)

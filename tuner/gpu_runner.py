@@ -94,6 +94,7 @@ class GpuMeasurer(LocalMeasurer):
 
     child_target = staticmethod(gpu_child_main)
     address_space = None  # the CUDA driver reserves address space far beyond what it touches
+    times_reference = False  # the probe times CPU work; a GPU kernel's child reads its clocks instead
 
     def __init__(self, **options):
         super().__init__(**options)

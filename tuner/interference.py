@@ -12,74 +12,76 @@ probes, both taken in the measuring child around its timed repeats, tell how far
   slowdown that time-sharing caused the candidate during the window. It costs two
   reads of a few small files: nothing next to the timing. Where schedstat cannot be read
   (a kernel without ``CONFIG_SCHED_INFO``), it is 0.
-* **Reference speed** (:func:`reference_seconds`): a fixed reference kernel (a C loop of
-  :data:`REFERENCE_ADDS` integer additions, ``sum(range(n))`` in CPython) timed on each
-  measuring CPU just before and just after the repeats, best of :data:`REFERENCE_BLOCKS`
-  blocks so that it measures the CPU's speed while running, not time-sharing. Compared with
-  the fastest this measuring process has seen on that CPU (its calibration: the minimum so
-  far, kept by the measurer), it shows what stolen time cannot: a busy SMT sibling, a lower
-  clock, caches shared with a busy neighbour (issue #18: "time a fixed reference kernel in
-  the same window").
+* **Reference speed** (:class:`Reference`, :func:`reference_slowdown`): a fixed reference
+  kernel, the matmul :data:`REFERENCE_WORKLOAD` built by our compiler for the host's ISA with
+  its template's default config, runs in parallel on all measuring CPUs at once through the
+  runtime's pool, as the candidate does, just before and just after the repeats: the fastest
+  of :data:`REFERENCE_BLOCKS` blocks of :data:`REFERENCE_CALLS` calls, so that it measures
+  how fast the CPUs compute while they run, not time-sharing. Compared with the fastest this
+  measuring process has seen (its calibration: the minimum so far, kept by the measurer), it
+  shows what stolen time cannot: the CPUs' vector units shared with another VM's threads (on
+  an SMT sibling, or our two vCPUs on one core), a lower clock, caches shared with a busy
+  neighbour (issue #18: "time a fixed reference kernel in the same window").
+
+  Why a vector kernel on all CPUs at once (AMD EPYC Zen 4 VM, 2 vCPUs, KVM): for up to a few
+  hundred ms at a time, a 2-thread 512³ matmul ran 1.95-2.1x slower while both its threads ran
+  all along (no run-queue wait, no steal time in ``/proc/stat``). The 128³ reference read
+  1.94-1.95x in those windows (1.05 median, 1.15 at the 95th percentile elsewhere), whereas the
+  earlier reference, a CPython integer loop timed one CPU at a time, read 1.0-1.03x there and
+  1.3-1.8x in undisturbed windows: it measured neither the vector units nor both CPUs busy. In
+  ResNet-50 tuning on that host such windows had read trials at twice their time with a
+  disturbance near 0 (a 3×3 layer's default config was dropped for a 0.80x slower one).
 
 :func:`disturbance` combines them into one figure, a fraction: ``(1 + stolen) * (1 +
 slowdown) - 1``, where ``slowdown`` is the reference's time over its calibration minus 1,
-averaged over before/after and maximal over the CPUs. 0 means an undisturbed window; 1 means
-the candidate's CPUs did about half as much of its work per second as they could.
+averaged over before/after. 0 means an undisturbed window; 1 means the candidate's CPUs did
+about half as much of its work per second as they could.
 """
 
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import statistics
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TypeVar
 
-__all__ = ["REFERENCE_ADDS", "REFERENCE_BLOCKS", "sched_times", "thread_cpus", "stolen_fraction", "critical_thread",
-           "reference_seconds", "reference_slowdown", "disturbance"]
+import numpy as np
 
-T = TypeVar("T")
+from tunefleet.base.load import Kernel
+from tunefleet.compiler import ops
+from tunefleet.compiler.target import Target
 
-#: Integer additions of one block of the reference kernel (about 0.1 ms on a 3 GHz Zen 3 core).
-REFERENCE_ADDS = 4000
-#: Blocks of the reference kernel per CPU and side; the fastest counts.
-REFERENCE_BLOCKS = 5
+from .measure import MeasureInput
+
+__all__ = ["REFERENCE_WORKLOAD", "REFERENCE_CALLS", "REFERENCE_BLOCKS", "sched_times", "stolen_fraction",
+           "reference_input", "Reference", "reference_slowdown", "disturbance"]
+
+#: The reference kernel: a float32 matmul whose operands (192 KiB) stay in the L2, about 20 µs
+#: per call on 2 Zen 4 cores (AVX-512).
+REFERENCE_WORKLOAD = ("matmul", {"M": 128, "N": 128, "K": 128})
+#: Back-to-back calls of the reference kernel per block.
+REFERENCE_CALLS = 8
+#: Blocks of the reference kernel per side (before, after); the fastest counts.
+REFERENCE_BLOCKS = 8
 #: A thread counts for stolen time when it ran at least this fraction of the busiest thread's time.
 _BUSY_FRACTION = 0.1
 
 
-def _per_thread(task_dir: Path, name: str, parse: Callable[[str], T]) -> dict[int, T]:
-    """``{thread id: parse(text of <task_dir>/<tid>/<name>)}`` for every thread whose file
-    reads and parses; empty when ``task_dir`` cannot be listed."""
-    out: dict[int, T] = {}
+def sched_times(task_dir: Path = Path("/proc/self/task")) -> dict[int, tuple[int, int]]:
+    """``{thread id: (run ns, run-queue wait ns)}`` of every thread of this process whose
+    schedstat reads; empty when ``task_dir`` cannot be listed."""
+    out: dict[int, tuple[int, int]] = {}
     try:
         tids = os.listdir(task_dir)
     except OSError:
         return out
     for tid in tids:
         try:
-            out[int(tid)] = parse((task_dir / tid / name).read_text())
-        except (OSError, ValueError, IndexError):
+            run, wait, _ = (task_dir / tid / "schedstat").read_text().split()
+            out[int(tid)] = int(run), int(wait)
+        except (OSError, ValueError):
             continue
     return out
-
-
-def _run_and_wait(schedstat: str) -> tuple[int, int]:
-    run, wait, _ = schedstat.split()
-    return int(run), int(wait)
-
-
-def sched_times(task_dir: Path = Path("/proc/self/task")) -> dict[int, tuple[int, int]]:
-    """``{thread id: (run ns, run-queue wait ns)}`` of every thread of this process, from
-    schedstat; empty when it cannot be read."""
-    return _per_thread(task_dir, "schedstat", _run_and_wait)
-
-
-def thread_cpus(task_dir: Path = Path("/proc/self/task")) -> dict[int, int]:
-    """``{thread id: the CPU it last ran on}`` for every thread of this process (field 39,
-    ``processor``, of ``/proc/self/task/<tid>/stat``: proc(5); the fields after the command's
-    closing parenthesis start at 3); empty when it cannot be read."""
-    return _per_thread(task_dir, "stat", lambda stat: int(stat.rsplit(")", 1)[1].split()[39 - 3]))
 
 
 def _busy_deltas(before: Mapping[int, tuple[int, int]], after: Mapping[int, tuple[int, int]]
@@ -93,14 +95,6 @@ def _busy_deltas(before: Mapping[int, tuple[int, int]], after: Mapping[int, tupl
     if busiest <= 0:
         return {}
     return {tid: (run, wait) for tid, (run, wait) in deltas.items() if run >= _BUSY_FRACTION * busiest}
-
-
-def critical_thread(before: Mapping[int, tuple[int, int]], after: Mapping[int, tuple[int, int]]) -> int | None:
-    """The thread on the kernel's critical path between two :func:`sched_times` snapshots: of
-    the busy threads (:func:`stolen_fraction`'s), the one runnable longest; None when no thread
-    ran. Its CPU is the one whose speed set the kernel's time (:func:`reference_slowdown`)."""
-    busy = _busy_deltas(before, after)
-    return max(busy, key=lambda tid: sum(busy[tid])) if busy else None
 
 
 def stolen_fraction(before: Mapping[int, tuple[int, int]], after: Mapping[int, tuple[int, int]]) -> float:
@@ -122,44 +116,38 @@ def stolen_fraction(before: Mapping[int, tuple[int, int]], after: Mapping[int, t
     return max(0.0, runnable / max(run for run, _ in busy.values()) - 1.0)
 
 
-def reference_seconds(cpus: Sequence[int], adds: int = REFERENCE_ADDS, blocks: int = REFERENCE_BLOCKS) -> list[float]:
-    """Seconds of the reference kernel on each of ``cpus`` (same order): the calling thread is
-    pinned to each in turn (its affinity is restored after), and the fastest of ``blocks``
-    blocks of ``adds`` additions counts. About ``len(cpus) * blocks * 0.1`` ms on Zen 3."""
-    mask = os.sched_getaffinity(0)
-    out = []
-    try:
-        for cpu in cpus:
-            os.sched_setaffinity(0, {cpu})
-            best = float("inf")
-            for _ in range(blocks):
-                t0 = time.perf_counter()
-                sum(range(adds))
-                best = min(best, time.perf_counter() - t0)
-            out.append(best)
-    finally:
-        os.sched_setaffinity(0, mask)
-    return out
+def reference_input(target: str | None = None) -> MeasureInput:
+    """The reference kernel as a measure input: :data:`REFERENCE_WORKLOAD` for ``target`` (a
+    target string, default this host's), with its template's default config."""
+    workload = ops.make_workload(*REFERENCE_WORKLOAD)
+    parsed = Target.parse(target) if target else Target.host()
+    return MeasureInput(workload.to_json(), str(parsed), ops.preferred_configs(workload, parsed)[0].to_json())
 
 
-def reference_slowdown(samples: Iterable[Sequence[float]], calibration: Sequence[float],
-                       critical: int | None = None) -> float:
-    """How much slower than ``calibration`` (seconds per CPU, the fastest seen) the reference
-    ran: per CPU the mean of ``samples`` (e.g. before and after, each seconds per CPU) over
-    the calibration, minus 1, at least 0 — of the CPU at index ``critical`` (where the kernel's
-    critical path ran: :func:`critical_thread`), else the largest over the CPUs.
+class Reference:
+    """The built reference kernel (:func:`reference_input`), loaded with random operands: the
+    library ``so_path``, the kernel's ``name`` and its ``args`` (``ArgSpec.to_dict()`` each), as
+    the builder gives them. Raises like :class:`~tunefleet.base.load.Kernel`."""
 
-    A CPU shared with a lasting load slows the reference there, but the kernel only where its
-    critical path runs: a parallel split that gives that CPU's thread less work finishes no
-    later (Intel Xeon model 167, one of 2 CPUs kept busy, a 1024³ matmul split 2:1 toward the
-    free CPU: 0.33-0.43 by the largest, as if a third slower, where it ran as fast as on a quiet
-    host; even splits 0.88-0.89 — too close for the winner's choice to tell them apart, so the
-    uneven split won and ran at 60% of the quiet winner's speed)."""
-    samples = [list(s) for s in samples]
+    def __init__(self, so_path: str, name: str, args: Sequence[dict]):
+        self.kernel = Kernel(so_path, {"name": name, "args": list(args)})
+        workload = ops.make_workload(*REFERENCE_WORKLOAD)
+        self.arrays = ops.random_inputs(workload.tensors(), np.random.default_rng(0))
+
+    def seconds(self) -> float:
+        """Seconds per call: the fastest of :data:`REFERENCE_BLOCKS` blocks of
+        :data:`REFERENCE_CALLS` calls (after one warm-up call), on the runtime's threads."""
+        return float(self.kernel.time(*self.arrays, number=REFERENCE_CALLS, repeat=REFERENCE_BLOCKS,
+                                      min_repeat_ms=0).min())
+
+
+def reference_slowdown(samples: Sequence[float], calibration: float | None) -> float:
+    """How much slower than ``calibration`` (seconds per call, the fastest seen) the reference
+    ran: the mean of ``samples`` (seconds per call, e.g. before and after) over the calibration,
+    minus 1, at least 0; 0.0 without samples or calibration."""
     if not samples or not calibration:
         return 0.0
-    ratios = [sum(s[i] for s in samples) / len(samples) / calibration[i] for i in range(len(calibration))]
-    return max(0.0, (ratios[critical] if critical is not None else max(ratios)) - 1.0)
+    return max(0.0, statistics.fmean(samples) / calibration - 1.0)
 
 
 def disturbance(stolen: float, slowdown: float) -> float:

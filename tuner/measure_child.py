@@ -19,11 +19,10 @@ only this process with it. It talks to the runner over a pipe:
 3. ``("ready",)``, then it waits for ``"go"``: the runner first keeps builds off
    these CPUs;
 4. timing with the artifact runtime's ``tunefleet_timer`` on
-   ``<name>_packed``, between two interference probes (:mod:`.interference`: the
-   reference kernel on each CPU, the threads' schedstat):
+   ``<name>_packed``, between two interference probes (:mod:`.interference`: the job's
+   reference kernel, when it has one, on all its CPUs at once; the threads' schedstat):
    ``("result", "ok", costs, "", probe)``, costs in seconds per call, ``probe`` =
-   ``{"stolen": fraction, "critical_cpu": the CPU of the thread on the kernel's critical path
-   (or None), "reference": [seconds per CPU before, ... after]}``.
+   ``{"stolen": fraction, "reference": [seconds per call before, after] or []}``.
 
 A Python exception, or a nonzero return code of the kernel, ends with
 ``("result", "runtime_error", [], text)``. Output of the process (C runtime
@@ -112,12 +111,14 @@ def sandboxed_main(fd: int, target: str) -> None:
 
 def child_main(conn: Connection, job: dict) -> None:
     """Measure one candidate. ``job``: state (``processes.parent_state()``), cpus, log (path), plugins, workload (JSON),
-    name, so_path, args (ArgSpec dicts), protocol (MeasureProtocol JSON)."""
+    name, so_path, args (ArgSpec dicts), protocol (MeasureProtocol JSON), reference (the built reference
+    kernel's so_path, name and args, or None: :class:`.interference.Reference`)."""
     redirect_output(job)
     os.environ["TUNEFLEET_NUM_THREADS"] = str(len(job["cpus"]))
     try:
         protocol, workload = job_workload(job)
         kernel = Kernel(job["so_path"], {"name": job["name"], "args": job["args"]})
+        reference = interference.Reference(**job["reference"]) if job.get("reference") else None
         conn.send(("started",))
         if protocol.check_correctness:
             wrong, arrays = _check(kernel, workload)
@@ -128,15 +129,13 @@ def child_main(conn: Connection, job: dict) -> None:
             arrays = ops.random_inputs(workload.tensors(), np.random.default_rng())
         conn.send(("ready",))
         conn.recv()
-        before = interference.reference_seconds(job["cpus"])
+        before = [reference.seconds()] if reference else []
         sched = interference.sched_times()
         costs = kernel.time(*arrays, number=protocol.number, repeat=protocol.repeat,
                             min_repeat_ms=round(protocol.min_repeat_ms), cooldown_ms=round(protocol.cooldown_ms),
                             flush_cache=protocol.flush_cache)
-        after, cpus = interference.sched_times(), interference.thread_cpus()  # before the reference moves a thread
-        probe = {"stolen": interference.stolen_fraction(sched, after),
-                 "critical_cpu": cpus.get(interference.critical_thread(sched, after)),
-                 "reference": [before, interference.reference_seconds(job["cpus"])]}
+        probe = {"stolen": interference.stolen_fraction(sched, interference.sched_times()),
+                 "reference": before + ([reference.seconds()] if reference else [])}
         conn.send(("result", "ok", costs.tolist(), "", probe))
     except Exception as exc:
         conn.send(("result", "runtime_error", [], f"{type(exc).__name__}: {exc}"))

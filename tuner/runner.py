@@ -17,8 +17,8 @@ and the worker daemon share it:
   counted from when the child has loaded the library, not from when the
   candidate was queued or built; waiting for the CPUs (below) does not count;
 * each measurement reports its disturbance (:mod:`.interference`: stolen time and the
-  reference kernel's speed against this measurer's calibration, the fastest it has seen per
-  CPU). What counts is its *excess* over the host's present load (:func:`excess_disturbance`):
+  reference kernel's speed against this measurer's calibration, the fastest it has seen; the
+  measurer builds the reference once, with its builders, for this host's ISA). What counts is its *excess* over the host's present load (:func:`excess_disturbance`):
   the baseline is the median first-attempt disturbance of the latest 8 trials (0 until 3 were
   measured), so a load that lasts (one core kept busy, a neighbour's long job) is the level
   every trial shares and compares alike under, and only a trial measured in a burst above it is
@@ -26,8 +26,8 @@ and the worker daemon share it:
   fresh child, up to ``protocol.remeasure`` times; the least disturbed is kept, marked
   ``disturbed`` if still above. (An absolute threshold counted almost every trial disturbed on a
   host whose load lasted, so the cost model learned nothing and the search turned random.)
-  Each probe costs about 2.5 ms per trial on 2 quiet CPUs, more when one is busy (the
-  reference kernel, before and after the repeats, waits for a turn on every measuring CPU);
+  Each probe costs about 1.5 ms per trial on 2 quiet CPUs (the reference kernel, before and
+  after the repeats, on all measuring CPUs at once), more when one is busy;
 * ``protocol.rounds`` > 1 measures the batch in interleaved rounds
   (:func:`.validation.interleaved`), all builds done first.
 
@@ -51,6 +51,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import logging
 import math
 import os
 import signal
@@ -61,6 +62,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future
 from multiprocessing.connection import Connection
 from pathlib import Path
 
@@ -71,6 +73,8 @@ from .builder import Builder, BuildResult
 from .interfaces import Candidate, Runner, RunnerFuture, RunnerResult
 from .measure import MeasureInput, MeasureProtocol, MeasureResult
 from .measure_child import child_main
+
+log = logging.getLogger(__name__)
 
 __all__ = ["STARTUP_TIMEOUT_S", "LocalMeasurer", "LocalRunner", "excess_disturbance", "measure_batch"]
 
@@ -127,6 +131,8 @@ class LocalMeasurer:
     child_target = staticmethod(child_main)
     #: RLIMIT_AS of a sandboxed child (None: unlimited; a CUDA process needs that).
     address_space: int | None = CHILD_ADDRESS_SPACE
+    #: Whether children time the interference probe's reference kernel (a CPU kernel).
+    times_reference: bool = True
 
     def __init__(self, *, cpus: Sequence[int] | None = None, build_cpus: Sequence[int] | None = None,
                  n_parallel: int | None = None, plugin_modules: tuple[str, ...] | None = None,
@@ -145,8 +151,11 @@ class LocalMeasurer:
         self.gate = processes.CpuGate(self._ctx) if set(build) & set(self.cpus) else None
         self.builder = Builder(n_parallel, build, self.gate, self.plugin_modules)
         self._logs = tempfile.TemporaryDirectory(prefix="tunefleet-measure-")
-        #: The reference kernel's fastest seconds per measuring CPU so far (the calibration).
-        self.calibration: dict[int, float] = {}
+        # The reference kernel: its build's future until the first attempt, then its job entry or None.
+        self._reference: Future | dict | None = (self.builder.submit(interference.reference_input())
+                                                 if self.times_reference else None)
+        #: The reference kernel's fastest seconds per call so far (the calibration), None before the first.
+        self.calibration: float | None = None
         # First attempts' disturbances of the latest trials: their median is the baseline.
         self._recent: collections.deque[float] = collections.deque(maxlen=_RECENT)
 
@@ -213,13 +222,20 @@ class LocalMeasurer:
         if not probe:
             return 0.0
         samples = probe["reference"]
-        for side in samples:
-            for cpu, seconds in zip(self.cpus, side):
-                self.calibration[cpu] = min(self.calibration.get(cpu, seconds), seconds)
-        critical = probe.get("critical_cpu")
-        slowdown = interference.reference_slowdown(samples, [self.calibration[c] for c in self.cpus],
-                                                   self.cpus.index(critical) if critical in self.cpus else None)
-        return interference.disturbance(probe["stolen"], slowdown)
+        self.calibration = min([*samples, *([self.calibration] if self.calibration else [])], default=None)
+        return interference.disturbance(probe["stolen"], interference.reference_slowdown(samples, self.calibration))
+
+    def _reference_job(self) -> dict | None:
+        """The reference kernel's entry of a child's job (so_path, name, args), once built; None
+        when this measurer times none, or its build failed (logged: the probe then reads stolen
+        time only)."""
+        if isinstance(self._reference, Future):
+            built = self.builder.result(self._reference)
+            if built.status != "ok":
+                log.warning("the interference probe's reference kernel did not build: %s", built.error)
+            self._reference = ({"so_path": built.so_path, "name": built.name, "args": list(built.args)}
+                               if built.status == "ok" else None)
+        return self._reference
 
     def _attempt(self, inp: MeasureInput, built: BuildResult, protocol: MeasureProtocol) -> MeasureResult:
         box = sandbox.current()
@@ -227,7 +243,8 @@ class LocalMeasurer:
             log = folder / "child.log"
             job = {"state": processes.parent_state(), "cpus": self.cpus, "log": str(log),
                    "plugins": list(self.plugin_modules), "workload": inp.workload, "name": built.name,
-                   "so_path": built.so_path, "args": list(built.args), "protocol": protocol.to_json()}
+                   "so_path": built.so_path, "args": list(built.args), "protocol": protocol.to_json(),
+                   "reference": self._reference_job()}
             start = time.perf_counter()
             parent, proc = self._sandboxed(box, folder, job, protocol) if box else self._forked(job)
             probe = None
@@ -274,7 +291,7 @@ class LocalMeasurer:
         argv = [sys.executable, "-I", "-c", f"from tunefleet.tuner.measure_child import sandboxed_main; "
                                             f"sandboxed_main({child.fileno()}, {target!r})"]
         command = box.command(argv, scratch=scratch, limits=self.limits(protocol), env=env,
-                              read_only=[Path(job["so_path"]).parent], devices=self.sandbox_devices())
+                              read_only=_library_folders(job), devices=self.sandbox_devices())
         with open(scratch.parent / "sandbox.log", "wb") as out:  # bwrap's and Python's start-up errors
             proc = _Popen(command, pass_fds=[child.fileno()], stdin=subprocess.DEVNULL, stdout=out, stderr=out)
         child.close()
@@ -327,6 +344,13 @@ def _receive(conn, seconds: float, timeout_text: str) -> tuple[tuple, float]:
     if not conn.poll(max(0.0, seconds)):
         raise _Timeout(timeout_text)
     return conn.recv(), seconds - (time.perf_counter() - t0)
+
+
+def _library_folders(job: dict) -> list[Path]:
+    """The folders of the job's libraries (the candidate's, the reference kernel's), each once:
+    a sandboxed child reads them."""
+    paths = [job["so_path"], *([job["reference"]["so_path"]] if job.get("reference") else [])]
+    return list(dict.fromkeys(Path(p).parent for p in paths))
 
 
 def _death(exitcode: int | None) -> str:
