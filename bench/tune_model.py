@@ -215,6 +215,13 @@ together in 6 rounds of a noisier hour, 1.07 and 1.11× onnxruntime's 40.23 ms. 
 the 3×3 64@56² layer exported a config at 0.80× its default's speed (the default's one trial
 read 2.05 ms, unflagged; 1.06 ms re-measured), which validation now keeps among the finalists
 (tuner.validation.finalists); in the second its default won (1.05 ms).
+The same host, one run each side of the interference probe's matmul reference (main at 6975bca,
+then fb2eac9; 64 trials, 3 rounds): with the CPython reference, 8 of the 161 measurements had
+their median above 1.4× their fastest repeat (the host's vector units halved for part of them)
+at disturbances of 0.004-0.31, trial disturbance median 0.34, `--rounds` line 1.09; with the
+matmul reference, 6 of 161 at 0.49-0.97 (a 3×3 256@14² layer's finalists read 2.2 ms in most
+rounds, at 0.97), trial disturbance median 0.01, tuned in 391 s (446 s), `--rounds` line 39.86
+against 39.51 ms: 1.01. One run each: the host's minute moves that line by 3-8%.
 """
 
 from __future__ import annotations
