@@ -126,9 +126,10 @@ def reference_input(target: str | None = None) -> MeasureInput:
 
 
 class Reference:
-    """The built reference kernel (:func:`reference_input`), loaded with random operands: the
-    library ``so_path``, the kernel's ``name`` and its ``args`` (``ArgSpec.to_dict()`` each), as
-    the builder gives them. Raises like :class:`~tunefleet.base.load.Kernel`."""
+    """The built reference kernel (:func:`reference_input`), loaded with its operands
+    (``arrays``: A and B, 128 × 128 float32 each, row-major, in [-1, 1)): the library
+    ``so_path``, the kernel's ``name`` and its ``args`` (``ArgSpec.to_dict()`` each), as the
+    builder gives them. Raises like :class:`~tunefleet.base.load.Kernel`."""
 
     def __init__(self, so_path: str, name: str, args: Sequence[dict]):
         self.kernel = Kernel(so_path, {"name": name, "args": list(args)})

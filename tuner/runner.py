@@ -18,16 +18,17 @@ and the worker daemon share it:
   candidate was queued or built; waiting for the CPUs (below) does not count;
 * each measurement reports its disturbance (:mod:`.interference`: stolen time and the
   reference kernel's speed against this measurer's calibration, the fastest it has seen; the
-  measurer builds the reference once, with its builders, for this host's ISA). What counts is its *excess* over the host's present load (:func:`excess_disturbance`):
-  the baseline is the median first-attempt disturbance of the latest 8 trials (0 until 3 were
-  measured), so a load that lasts (one core kept busy, a neighbour's long job) is the level
-  every trial shares and compares alike under, and only a trial measured in a burst above it is
-  suspect. A measurement whose excess is above ``protocol.max_disturbance`` is taken again in a
-  fresh child, up to ``protocol.remeasure`` times; the least disturbed is kept, marked
-  ``disturbed`` if still above. (An absolute threshold counted almost every trial disturbed on a
+  measurer builds the reference once, with its builders, for this host's ISA). What counts is
+  its *excess* over the host's present load (:func:`excess_disturbance`): the baseline is the
+  median first-attempt disturbance of the latest 8 trials (0 until 3 were measured), so a load
+  that lasts (one core kept busy, a neighbour's long job) is the level every trial shares and
+  compares alike under, and only a trial measured in a burst above it is suspect. A
+  measurement whose excess is above ``protocol.max_disturbance`` is taken again in a fresh
+  child, up to ``protocol.remeasure`` times; the least disturbed is kept, marked ``disturbed``
+  if still above. (An absolute threshold counted almost every trial disturbed on a
   host whose load lasted, so the cost model learned nothing and the search turned random.)
-  Each probe costs about 1.5 ms per trial on 2 quiet CPUs (the reference kernel, before and
-  after the repeats, on all measuring CPUs at once), more when one is busy;
+  Each probe costs about 3 ms per trial on 2 quiet AMD Zen 4 CPUs, 5.6 ms with one busy (the
+  reference kernel, before and after the repeats, on all measuring CPUs at once);
 * ``protocol.rounds`` > 1 measures the batch in interleaved rounds
   (:func:`.validation.interleaved`), all builds done first.
 
