@@ -132,7 +132,8 @@ def demo_command(trials: int, out_dir: Path, port: int) -> None:
         ("workload", f"{_describe(op, args)} ({workload.flop / 1e6:.1f} MFLOP)"),
         ("target", f"{task['target']} on device key {task['device_key']}"),
         ("tuning", f"{task['trials_done']} trials ({summary}) in {tuning_s:.0f} s"),
-        ("best", f"{task['best_gflops']:.1f} GFLOP/s, {task['best_latency_s'] * 1e3:.3f} ms (validated median)"),
+        ("best", f"{task['best_gflops']:.1f} GFLOP/s, {task['best_latency_s'] * 1e3:.3f} ms (validated median"
+                 f"{_disturbance_note(manifest)})"),
         ("artifact", f"{folder}"),
         ("Python", f"error {py_error:.1e}, {py_ms:.3f} ms per call"),
         ("C++", "skipped (no g++)" if cpp is None else f"error {cpp[0]:.1e}, {cpp[1]:.3f} ms per call"),
@@ -142,6 +143,13 @@ def demo_command(trials: int, out_dir: Path, port: int) -> None:
         click.echo(f"  {name:<10} {value}")
     if not ok:
         raise SystemExit(1)
+
+
+def _disturbance_note(manifest: dict) -> str:
+    """", disturbance D" from the artifact's manifest (the winning measurement's, a fraction:
+    other work on the worker's CPUs slowed it by about that much), "" when it has none."""
+    disturbance = manifest.get("disturbance")
+    return f", disturbance {disturbance:.2f}" if isinstance(disturbance, int | float) else ""
 
 
 def _describe(op: str, args: dict[str, Any]) -> str:
