@@ -176,7 +176,6 @@ from tunefleet.compiler.target import Target  # noqa: E402
 from tunefleet.tuner import interference  # noqa: E402
 from tunefleet.tuner import records as records_mod  # noqa: E402
 from tunefleet.tuner.apply import apply_best  # noqa: E402
-from tunefleet.tuner.builder import build_candidate  # noqa: E402
 from tunefleet.tuner.measure import MeasureProtocol, workload_key  # noqa: E402
 from tunefleet.tuner.records import Record  # noqa: E402
 from tunefleet.tuner.tune import tune  # noqa: E402
@@ -194,8 +193,7 @@ def probe_seconds(n: int = 50) -> float:
     """Seconds the interference probes add to one trial: the reference kernel timed twice and two
     schedstat snapshots (as the measuring child takes them), in this process on all its CPUs,
     mean over `n`."""
-    built = build_candidate(interference.reference_input())
-    reference = interference.Reference(built.so_path, built.name, built.args)
+    reference = interference.Reference.for_host()
     t0 = time.perf_counter()
     for _ in range(n):
         reference.seconds()

@@ -22,7 +22,6 @@ import pytest
 from tunefleet.compiler import ops
 from tunefleet.compiler.target import Target
 from tunefleet.tuner import interference, processes, validation
-from tunefleet.tuner.builder import build_candidate
 from tunefleet.tuner.host import affinity
 from tunefleet.tuner.measure import MeasureInput, MeasureProtocol, MeasureResult
 from tunefleet.tuner.runner import LocalMeasurer, excess_disturbance
@@ -223,9 +222,7 @@ def test_stolen_time_and_reference_slowdown_from_recorded_numbers():
 def test_probes_read_this_process_and_the_reference_computes_on_every_cpu_at_once():
     times = interference.sched_times()
     assert threading.get_native_id() in times and all(run >= 0 and wait >= 0 for run, wait in times.values())
-    built = build_candidate(interference.reference_input())
-    assert built.status == "ok", built.error
-    reference = interference.Reference(built.so_path, built.name, built.args)
+    reference = interference.Reference.for_host()  # raises with the builder's error if it does not build
     a, b = reference.arrays
     np.testing.assert_allclose(reference.kernel(a, b), a @ b, rtol=1e-4, atol=1e-4)
     threads = reference.kernel.set_num_threads(len(affinity()))  # as the child's TUNEFLEET_NUM_THREADS

@@ -52,6 +52,7 @@ from tunefleet.base.load import Kernel
 from tunefleet.compiler import ops
 from tunefleet.compiler.target import Target
 
+from .builder import build_candidate
 from .measure import MeasureInput
 
 __all__ = ["REFERENCE_WORKLOAD", "REFERENCE_CALLS", "REFERENCE_BLOCKS", "sched_times", "stolen_fraction",
@@ -135,6 +136,15 @@ class Reference:
         self.kernel = Kernel(so_path, {"name": name, "args": list(args)})
         workload = ops.make_workload(*REFERENCE_WORKLOAD)
         self.arrays = ops.random_inputs(workload.tensors(), np.random.default_rng(0))
+
+    @classmethod
+    def for_host(cls) -> Reference:
+        """The reference for this host's ISA, built in this process (the compiler's cache makes a
+        rebuild cheap). Raises RuntimeError with the builder's error when it does not build."""
+        built = build_candidate(reference_input())
+        if built.status != "ok":
+            raise RuntimeError(f"the reference kernel did not build: {built.error}")
+        return cls(built.so_path, built.name, built.args)
 
     def seconds(self) -> float:
         """Seconds per call: the fastest of :data:`REFERENCE_BLOCKS` blocks of
