@@ -308,7 +308,7 @@ class _TaskRun(Supervisor):
         value = job.return_value()
         result = MeasureResult.from_json(value["result"])
         done, best_updated = tuning.finish_export(
-            self.session, self.task_id, value["trial_id"], value["artifact"]["id"], result.median
+            self.session, self.task_id, value["trial_id"], value["artifact"]["id"], result.median, result.disturbance
         )
         if not done:
             return f"not finished: task is {tuning.status(self.session, self.task_id)}"

@@ -62,7 +62,7 @@ def record(session: Session, task: Task, results: Sequence[tuple[str, float | No
             task_id=task.id, config_index=1000 + i,
             config={"tile_m": 2 ** (i % 4), "tile_n": 8, "vectorize": i % 2 == 0},
             status=status, latency_s=latency, costs=[latency] * 3 if latency else None,
-            build_s=0.2, run_s=0.1, error=error, attempts=1,
+            build_s=0.2, run_s=0.1, error=error, attempts=1, disturbance=0.05 if latency else None,
             worker_id=worker.id if worker else None,
             dispatched_at=finished - dt.timedelta(seconds=spacing_s / 2), finished_at=finished,
         )
@@ -73,6 +73,7 @@ def record(session: Session, task: Task, results: Sequence[tuple[str, float | No
         if status == TrialStatus.OK and latency and (task.best_latency_s is None or latency < task.best_latency_s):
             task.best_latency_s = latency
             task.best_gflops = tasks.gflops(task.flop, latency)
+            task.best_disturbance = trial.disturbance
             task.best_trial_id = trial.id
     if worker is not None:
         worker.trials_done += len(results)

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -38,6 +39,7 @@ def test_tune_end_to_end_writes_a_correct_artifact(tmp_path):
     assert run.returncode == 0, run.stderr
     (summary,) = run.stdout.splitlines()
     assert "GFLOP/s" in summary and "best of 8 trials" in summary and str(out) in summary
+    assert re.search(r", disturbance \d+\.\d\d\)", summary), summary  # the winner's measurement's
     assert len({r.config["index"] for r in records.load(out / "records.jsonl")}) == 8
     kernel = tunefleet.load(out)
     rng = np.random.default_rng(0)

@@ -239,6 +239,7 @@ def test_task_page_follows_a_run_live_and_stops_when_it_ends(browser, service: S
         best = float(chart.get_attribute("data-best"))
         assert best == pytest.approx(task.flop / 1e-5 / 1e9, rel=1e-3)
         assert page.inner_text("#best-gflops") == f"{best:.3g} GFLOP/s"
+        assert page.inner_text("#stat-latency").endswith(" · disturbance 0.05")  # the best's measurement's
         listing.page.wait_for_function(
             f"() => document.querySelector(\"tr[data-task-id='{task.id}'] .trials-done\").textContent === '6 / 12'")
         t.shot("task-running")

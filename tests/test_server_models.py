@@ -178,7 +178,7 @@ def finish_round(db, task_id: int, latency_s: float, sha: str) -> None:
     artifact = Artifact(sha256=hashlib.sha256(sha.encode()).hexdigest(), size=1, path=f"{sha}.tar.gz")
     db.add(artifact)
     db.commit()
-    assert tuning.finish_export(db, task_id, trial.id, artifact.id, latency_s)[0]
+    assert tuning.finish_export(db, task_id, trial.id, artifact.id, latency_s, 0.0)[0]
 
 
 def rounds(db, model_id: int) -> list[tuple[int, str]]:

@@ -231,12 +231,13 @@ def test_reuse_answers_at_once_with_the_stored_best(api, tokens, db) -> None:
     db.add(BestRecord(
         workload_key=first["workload_key"], target=first["target"], device_key=first["device_key"],
         trial_id=trial_id, artifact_id=artifact.id, latency_s=5e-6, gflops=first["flop"] / 5e-6 / 1e9,
+        disturbance=0.04,
     ))
     db.commit()
 
     reused = submit(api, tokens, reuse=True)
     assert reused["status"] == "done" and reused["artifact"]["sha256"] == "ab" * 32
-    assert reused["best_latency_s"] == 5e-6 and reused["finished_at"] is not None
+    assert (reused["best_latency_s"], reused["best_disturbance"]) == (5e-6, 0.04) and reused["finished_at"] is not None
     best = api.get(f"/api/v1/tasks/{reused['id']}/best").json()
     assert best["reused"] is True and best["trial"]["id"] == trial_id
 

@@ -121,7 +121,7 @@ def test_a_disturbed_trial_keeps_its_disturbance_and_never_sets_the_best(db) -> 
     assert tuning.record_result(db, trials[1].id, first, attempts=1, worker_id=None)
     assert tuning.record_result(db, trials[0].id, outlier, attempts=1, worker_id=None)
     db.expire_all()
-    assert db.get(Task, task.id).best_latency_s == pytest.approx(4e-6)
+    assert (db.get(Task, task.id).best_latency_s, db.get(Task, task.id).best_disturbance) == (4e-6, 0.03)
     stored = [tuning.trial_result(db.get(Trial, t.id)) for t in trials]
     assert [(r.disturbance, r.disturbed) for r in stored] == [(2.7, True), (0.03, False)]
     out = TrialOut.model_validate(db.get(Trial, trials[0].id)).model_dump()
@@ -142,7 +142,7 @@ def test_a_cancel_is_never_overwritten_by_the_tuner(db) -> None:
     assert tuning.status(db, task.id) == TaskStatus.CANCELLED
 
 
-def _export(db, latency_s: float, sha: str) -> tuple[Task, bool]:
+def _export(db, latency_s: float, sha: str, disturbance: float = 0.0) -> tuple[Task, bool]:
     task = new_task(db)
     assert tuning.start(db, task.id)
     (trial,) = tuning.add_trials(db, task.id, [(1, {"index": 1, "knobs": {}})])
@@ -151,7 +151,7 @@ def _export(db, latency_s: float, sha: str) -> tuple[Task, bool]:
     artifact = Artifact(sha256=sha * 64, size=1, path=f"{sha}.tar.gz")
     db.add(artifact)
     db.commit()
-    done, updated = tuning.finish_export(db, task.id, trial.id, artifact.id, latency_s)
+    done, updated = tuning.finish_export(db, task.id, trial.id, artifact.id, latency_s, disturbance)
     assert done
     return task, updated
 
@@ -159,11 +159,13 @@ def _export(db, latency_s: float, sha: str) -> tuple[Task, bool]:
 def test_the_best_record_is_replaced_only_by_a_faster_kernel(db) -> None:
     first, created = _export(db, 2e-5, "a")
     slower, replaced_by_slower = _export(db, 3e-5, "b")
-    faster, replaced_by_faster = _export(db, 1e-5, "c")
+    faster, replaced_by_faster = _export(db, 1e-5, "c", disturbance=0.12)
     assert created and not replaced_by_slower and replaced_by_faster
     db.expire_all()
     (best,) = db.query(BestRecord).all()
     assert best.latency_s == 1e-5 and best.trial_id == db.get(Task, faster.id).best_trial_id
+    # the validated latency and its measurement's disturbance, on the task and its best record
+    assert (best.disturbance, db.get(Task, faster.id).best_disturbance) == (0.12, 0.12)
     for task in (first, slower, faster):  # each task keeps its own artifact
         stored = db.get(Task, task.id)
         assert stored.status == TaskStatus.DONE and stored.artifact_id is not None

@@ -318,6 +318,16 @@ class Client:
         return root
 
 
+def best_text(task: dict[str, Any]) -> str:
+    """A task's best as "G GFLOP/s, L ms, disturbance D" (the disturbance of its measurement, a
+    fraction, when the server reports one); "-" while it has none."""
+    if task["best_latency_s"] is None:
+        return "-"
+    text = f"{task['best_gflops']:.2f} GFLOP/s, {task['best_latency_s'] * 1e3:.4g} ms"
+    disturbance = task.get("best_disturbance")
+    return text if disturbance is None else f"{text}, disturbance {disturbance:.2f}"
+
+
 def model_line(model: dict[str, Any]) -> str:
     """One line of a model's progress: status, trials, layers with a kernel, the estimate."""
     tuned = sum(1 for t in model["tasks"] if t["best_latency_s"] is not None)

@@ -106,6 +106,9 @@ class Task(Base):
     trials_done: Mapped[int] = mapped_column(Integer, default=0)
     best_latency_s: Mapped[float | None] = mapped_column(Float)
     best_gflops: Mapped[float | None] = mapped_column(Float)
+    # The disturbance of the measurement best_latency_s comes from (a fraction,
+    # tunefleet.tuner.interference); NULL while there is no best, and for tasks older than it.
+    best_disturbance: Mapped[float | None] = mapped_column(Float)
     # The task's result: its own best trial, or the stored best it reused. tasks <-> trials
     # is a cycle, so this key is added after both tables exist (use_alter).
     best_trial_id: Mapped[int | None] = mapped_column(
@@ -193,6 +196,8 @@ class BestRecord(Base):
     artifact_id: Mapped[int] = mapped_column(ForeignKey("artifacts.id"))
     latency_s: Mapped[float] = mapped_column(Float)
     gflops: Mapped[float] = mapped_column(Float)
+    # The disturbance of the measurement latency_s comes from; NULL for records older than it.
+    disturbance: Mapped[float | None] = mapped_column(Float)
     updated_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 

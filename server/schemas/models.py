@@ -31,6 +31,8 @@ class ModelTaskOut(BaseModel):
     trials_done: int
     best_latency_s: float | None = Field(description="median seconds of its best kernel so far")
     best_gflops: float | None
+    best_disturbance: float | None = Field(description="the disturbance of the measurement of best_latency_s "
+                                           "(its task's best_disturbance)")
 
 
 class UntunedOut(BaseModel):

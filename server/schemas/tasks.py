@@ -118,8 +118,13 @@ class TaskOut(BaseModel):
     started_at: dt.datetime | None
     finished_at: dt.datetime | None
     trials_done: int
-    best_latency_s: float | None
+    best_latency_s: float | None = Field(
+        description="median seconds of its best kernel: its fastest trial's while tuning (a disturbed one only "
+        "while no other is measured), the re-measured winner's once done")
     best_gflops: float | None
+    best_disturbance: float | None = Field(
+        description="the disturbance of the measurement best_latency_s comes from, a fraction (0: undisturbed; "
+        "1: other work took about half of the measuring CPUs' time); null without a best or for older tasks")
     artifact: ArtifactOut | None
 
 

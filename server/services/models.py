@@ -172,6 +172,7 @@ def model_out(session: Session, model: Model) -> ModelOut:
             status=task.status if task else "pending", reused=t.reused, trials_given=t.trials_given,
             trials_done=task.trials_done if task and not t.reused else 0,
             best_latency_s=task.best_latency_s if task else None, best_gflops=task.best_gflops if task else None,
+            best_disturbance=task.best_disturbance if task else None,
         ))
     rounds = session.execute(
         select(ModelRound.finished_at, ModelRound.estimate_s)

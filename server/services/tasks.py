@@ -141,6 +141,7 @@ def answer_with(task: Task, best: BestRecord) -> None:
     task.artifact_id = best.artifact_id
     task.best_latency_s = best.latency_s
     task.best_gflops = best.gflops
+    task.best_disturbance = best.disturbance
 
 
 def stored_best(session: Session, workload_key: str, target: str, device_key: str) -> BestRecord | None:

@@ -220,6 +220,7 @@ def record_result(
             better = better | (Task.best_latency_s > latency)
         values["best_latency_s"] = case((better, latency), else_=Task.best_latency_s)
         values["best_gflops"] = case((better, gflops(flop, latency)), else_=Task.best_gflops)
+        values["best_disturbance"] = case((better, result.disturbance), else_=Task.best_disturbance)
     session.execute(update(Task).where(Task.id == task_id).values(**values))
     if worker_id is not None:
         session.execute(update(Worker).where(Worker.id == worker_id).values(trials_done=Worker.trials_done + 1))
@@ -262,27 +263,29 @@ def best_trials(session: Session, task_id: int, n: int = validation.FINALISTS,
 
 
 def finish_export(
-    session: Session, task_id: int, trial_id: int, artifact_id: int, latency_s: float
+    session: Session, task_id: int, trial_id: int, artifact_id: int, latency_s: float, disturbance: float
 ) -> tuple[bool, bool]:
     """The task's artifact is built and stored: exporting → done with its best trial,
-    artifact and (validated) latency; the best record of its workload + target + device key
-    is created, or replaced when this one is faster. Returns (task done, best record
-    updated); nothing changes when the task is no longer exporting (cancelled)."""
+    artifact and (validated) latency in seconds, with that measurement's disturbance (a
+    fraction); the best record of its workload + target + device key is created, or replaced
+    when this one is faster. Returns (task done, best record updated); nothing changes when the
+    task is no longer exporting (cancelled)."""
     task = session.get(Task, task_id)
     if task is None:
         return False, False
     speed = gflops(task.flop, latency_s)
     done = _move(
-        session, task_id, S.DONE,
-        best_trial_id=trial_id, artifact_id=artifact_id, best_latency_s=latency_s, best_gflops=speed,
+        session, task_id, S.DONE, best_trial_id=trial_id, artifact_id=artifact_id,
+        best_latency_s=latency_s, best_gflops=speed, best_disturbance=disturbance,
     )
     if not done:
         return False, False
-    return True, _update_best(session, task, trial_id, artifact_id, latency_s, speed)
+    return True, _update_best(session, task, trial_id, artifact_id, latency_s, speed, disturbance)
 
 
 def _update_best(
-    session: Session, task: Task, trial_id: int, artifact_id: int, latency_s: float, speed: float
+    session: Session, task: Task, trial_id: int, artifact_id: int, latency_s: float, speed: float,
+    disturbance: float,
 ) -> bool:
     where = (
         BestRecord.workload_key == task.workload_key,
@@ -298,10 +301,11 @@ def _update_best(
             session.add(BestRecord(
                 workload_key=task.workload_key, target=task.target, device_key=task.device_key,
                 trial_id=trial_id, artifact_id=artifact_id, latency_s=latency_s, gflops=speed,
+                disturbance=disturbance,
             ))
         else:
             best.trial_id, best.artifact_id = trial_id, artifact_id
-            best.latency_s, best.gflops, best.updated_at = latency_s, speed, utcnow()
+            best.latency_s, best.gflops, best.disturbance, best.updated_at = latency_s, speed, disturbance, utcnow()
         try:
             session.commit()
             return True

@@ -78,6 +78,14 @@
     return `${fmtNumber(sec)} s`;
   }
 
+  // A latency with the disturbance of its measurement (a fraction: 0 undisturbed, 1 about half
+  // the measuring CPUs' time taken by other work), when the server reports one.
+  function fmtMeasured(sec, disturbance) {
+    const text = fmtLatency(sec);
+    if (disturbance === null || disturbance === undefined || text === "—") return text;
+    return `${text} · disturbance ${disturbance.toFixed(2)}`;
+  }
+
   function fmtDuration(sec) {
     if (sec === null || sec === undefined || !isFinite(sec)) return "—";
     sec = Math.max(0, sec);
@@ -887,7 +895,7 @@
     replace($("task-stats"),
       stat("Trials", `${t.trials_done} / ${t.budget.trials}`, "stat-trials"),
       stat("Best", fmtGflops(t.best_gflops), "stat-gflops"),
-      stat("Best latency", fmtLatency(t.best_latency_s), "stat-latency"),
+      stat("Best latency", fmtMeasured(t.best_latency_s, t.best_disturbance), "stat-latency"),
       stat("Elapsed", time.elapsedText, "stat-elapsed"),
       stat("Remaining", time.remainingText, "stat-remaining"),
       stat("Target", t.target, "stat-target"),
@@ -940,7 +948,8 @@
     replace(box,
       revalidated
         ? h("p", {}, h("strong", { id: "best-gflops", text: fmtGflops(t.best_gflops) }),
-          ` · ${fmtLatency(t.best_latency_s)} measured again for the artifact · trial #${b.trial_id}${index}`,
+          ` · ${fmtMeasured(t.best_latency_s, t.best_disturbance)} measured again for the artifact`,
+          ` · trial #${b.trial_id}${index}`,
           ` (${fmtGflops(b.gflops)} during the search)`)
         : h("p", {}, h("strong", { id: "best-gflops", text: fmtGflops(b.gflops) }),
           ` · ${fmtLatency(b.latency_s)} · trial #${b.trial_id}${index}`,

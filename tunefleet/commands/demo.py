@@ -71,7 +71,7 @@ def demo_command(trials: int, out_dir: Path, port: int) -> None:
     conv2d_nchw 1x512x7x7 -> 512, 3x3, pad 1, bias + relu: starts the service on this
     machine, tunes for --trials candidates, downloads the artifact, checks its output from
     Python and from a C++ program against numpy, prints a summary, stops the service."""
-    from tunefleet.client import Client
+    from tunefleet.client import Client, best_text
     from tunefleet.compiler import ops
     from tunefleet.server.embedded import EmbeddedService, ServiceError
     from tunefleet.base.settings import Settings
@@ -132,8 +132,7 @@ def demo_command(trials: int, out_dir: Path, port: int) -> None:
         ("workload", f"{_describe(op, args)} ({workload.flop / 1e6:.1f} MFLOP)"),
         ("target", f"{task['target']} on device key {task['device_key']}"),
         ("tuning", f"{task['trials_done']} trials ({summary}) in {tuning_s:.0f} s"),
-        ("best", f"{task['best_gflops']:.1f} GFLOP/s, {task['best_latency_s'] * 1e3:.3f} ms (validated median"
-                 f"{_disturbance_note(manifest)})"),
+        ("best", f"{best_text(task)} (validated median)"),
         ("artifact", f"{folder}"),
         ("Python", f"error {py_error:.1e}, {py_ms:.3f} ms per call"),
         ("C++", "skipped (no g++)" if cpp is None else f"error {cpp[0]:.1e}, {cpp[1]:.3f} ms per call"),
@@ -143,13 +142,6 @@ def demo_command(trials: int, out_dir: Path, port: int) -> None:
         click.echo(f"  {name:<10} {value}")
     if not ok:
         raise SystemExit(1)
-
-
-def _disturbance_note(manifest: dict) -> str:
-    """", disturbance D" from the artifact's manifest (the winning measurement's, a fraction:
-    other work on the worker's CPUs slowed it by about that much), "" when it has none."""
-    disturbance = manifest.get("disturbance")
-    return f", disturbance {disturbance:.2f}" if isinstance(disturbance, int | float) else ""
 
 
 def _describe(op: str, args: dict[str, Any]) -> str:

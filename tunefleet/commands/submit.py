@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from tunefleet.client import Client, ServerUnreachable, ServiceError
+from tunefleet.client import Client, ServerUnreachable, ServiceError, best_text
 from tunefleet.credentials import token_file_option
 
 _url = click.option(
@@ -55,10 +55,9 @@ def _parse_arg(_ctx: click.Context, _param: click.Parameter, values: tuple[str, 
 
 
 def _print_task(task: dict[str, Any]) -> None:
-    best = f"{task['best_gflops']:.2f} GFLOP/s ({task['best_latency_s'] * 1e6:.1f} us)" if task["best_gflops"] else "-"
     click.echo(
         f"task {task['id']}: {task['status']}  {task['op']} on {task['device_key']} ({task['target']})  "
-        f"trials {task['trials_done']}/{task['budget']['trials']}  best {best}"
+        f"trials {task['trials_done']}/{task['budget']['trials']}  best {best_text(task)}"
     )
     if task["error"]:
         click.echo(f"  error: {task['error']}")

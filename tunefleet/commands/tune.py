@@ -172,7 +172,7 @@ def tune_command(op, op_args, workload_file, target, trials, timeout, repeat, ou
                                    f"{_errors(statuses)}); records in {records_path}")
     path = apply_best([result.best], workload, parsed, out)
     click.echo(f"{workload.kernel_name(parsed)}: {result.gflops:.2f} GFLOP/s ({result.latency_s * 1e3:.4g} ms, "
-               f"spread {result.spread:.1%}, CV {result.cv:.1%}), "
+               f"spread {result.spread:.1%}, CV {result.cv:.1%}, disturbance {result.best.result.disturbance:.2f}), "
                f"best of {len(result.trials)} trials in {result.elapsed_s:.0f} s; "
                f"artifact {path}; records {records_path}")
 
