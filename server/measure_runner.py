@@ -51,8 +51,10 @@ def measure_timeout_s(protocol: MeasureProtocol, candidates: int = 1) -> int:
 
 
 def export_timeout_s(protocol: MeasureProtocol, candidates: int, repeat: int) -> int:
-    """RQ job timeout of an export job: the validation measurements, a build, an upload."""
-    return measure_timeout_s(validation.validation_protocol(protocol, repeat), candidates) + COMPILE_TIMEOUT_S + 120
+    """RQ job timeout of an export job: the validation measurements (the winner's re-measures,
+    :data:`validation.SETTLE`, among them), a build, an upload."""
+    measured = validation.validation_protocol(protocol, repeat)
+    return measure_timeout_s(measured, candidates + validation.SETTLE) + COMPILE_TIMEOUT_S + 120
 
 
 class _JobFuture(RunnerFuture):

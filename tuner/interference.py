@@ -36,7 +36,9 @@ probes, both taken in the measuring child around its timed repeats, tell how far
 :func:`disturbance` combines them into one figure, a fraction: ``(1 + stolen) * (1 +
 slowdown) - 1``, where ``slowdown`` is the reference's time over its calibration minus 1,
 averaged over before/after. 0 means an undisturbed window; 1 means the candidate's CPUs did
-about half as much of its work per second as they could.
+about half as much of its work per second as they could. Where the reference's two readings
+disagree (:func:`unsteady`), the window changed while it was measured and that average may not
+hold for the repeats between them: the runner measures again.
 """
 
 from __future__ import annotations
@@ -56,7 +58,8 @@ from .builder import build_candidate
 from .measure import MeasureInput
 
 __all__ = ["REFERENCE_WORKLOAD", "REFERENCE_CALLS", "REFERENCE_BLOCKS", "sched_times", "stolen_fraction",
-           "reference_input", "Reference", "reference_slowdown", "disturbance"]
+           "reference_input", "Reference", "reference_slowdown", "unsteady",
+           "disturbance", "excess_disturbance", "UNSTEADY"]
 
 #: The reference kernel: a float32 matmul whose operands (192 KiB) stay in the L2, about 20 µs
 #: per call on 2 Zen 4 cores (AVX-512).
@@ -65,6 +68,11 @@ REFERENCE_WORKLOAD = ("matmul", {"M": 128, "N": 128, "K": 128})
 REFERENCE_CALLS = 8
 #: Blocks of the reference kernel per side (before, after); the fastest counts.
 REFERENCE_BLOCKS = 8
+#: How far apart (a fraction of the calibration) the reference's speeds before and after the
+#: repeats may be in a steady window. AMD Zen 4, 2 vCPUs, tuning matmul 1024³: quiet, 0.12 at the
+#: 90th percentile of 80 trials' probes, and 0.93 once (1.94x before, 1.01x after: a burst that
+#: shared the vector units); one CPU kept busy all along, 0.22 at most of 79.
+UNSTEADY = 0.4
 #: A thread counts for stolen time when it ran at least this fraction of the busiest thread's time.
 _BUSY_FRACTION = 0.1
 
@@ -162,6 +170,28 @@ def reference_slowdown(samples: Sequence[float], calibration: float | None) -> f
     return max(0.0, statistics.fmean(samples) / calibration - 1.0)
 
 
+def unsteady(samples: Sequence[float], calibration: float | None) -> bool:
+    """Whether the reference's speed changed during the window: its fastest and slowest
+    ``samples`` (seconds per call, before and after the repeats) differ by more than
+    :data:`UNSTEADY` of ``calibration``. Then the mean that :func:`reference_slowdown` takes is
+    no measure of the repeats between them: a burst that covered one side only reads half its
+    slowdown whether or not it reached the repeats (AMD Zen 4: 0.50 on trials timed at their
+    quiet speed, 2 of 15 in one run; own throughput credited them 1.5x). False without two
+    samples or a calibration."""
+    if len(samples) < 2 or not calibration:
+        return False
+    return (max(samples) - min(samples)) / calibration > UNSTEADY
+
+
 def disturbance(stolen: float, slowdown: float) -> float:
     """``(1 + stolen) * (1 + slowdown) - 1``: the combined slowdown, as a fraction (>= 0)."""
     return max(0.0, (1.0 + stolen) * (1.0 + slowdown) - 1.0)
+
+
+def excess_disturbance(disturbance: float, baseline: float) -> float:
+    """How much more a measurement was disturbed than the host's present load: ``(1 +
+    disturbance) / (1 + baseline) - 1``, at least 0 (both fractions as :func:`disturbance`
+    gives them). E.g. 1.0 under a baseline of 1.0 (one of the CPUs shared with a
+    busy loop, all along) is 0: the trial ran as its neighbours did; 3.0 under it is 1.0: its
+    CPUs did half the work per second its neighbours' did."""
+    return max(0.0, (1.0 + disturbance) / (1.0 + baseline) - 1.0)

@@ -149,9 +149,13 @@ class TuningLoop:
         ranking order."""
         chosen = validation.finalists(((canonical_json(t.config["knobs"]), t, t.result) for t in self.history), top,
                                       keep=[canonical_json(c.to_json()["knobs"]) for c in self.search.preferred])
-        if not chosen:
-            return []
-        candidates = [Candidate(self.search.space.from_json(t.config)) for t in chosen]
+        return self.remeasure([t.config for t in chosen], repeat) if chosen else []
+
+    def remeasure(self, configs: Sequence[dict], repeat: int | None = None) -> list[Any]:
+        """Measure ``configs`` (config JSON each) as :meth:`validate` does (interleaved rounds of
+        :func:`.validation.validation_protocol` with ``repeat`` repeats) and record them; returns
+        what the database stored, in order."""
+        candidates = [Candidate(self.search.space.from_json(c)) for c in configs]
         futures = self.runner.submit(candidates, validation.validation_protocol(self.protocol, repeat))
         while True:
             self.runner.poll(futures)

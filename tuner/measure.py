@@ -115,8 +115,10 @@ class MeasureProtocol(_JsonDataclass):
     ``disturbance`` (a fraction: 0 undisturbed, 1 about half the CPUs' time
     went elsewhere). One whose excess over the host's present load (the
     median of the latest trials' disturbances, :mod:`.runner`) is above
-    ``max_disturbance`` is measured again, up to ``remeasure`` more times; the
-    least disturbed attempt is kept and, if it is still above, marked
+    ``max_disturbance``, or whose probe's reference kernel ran at different speeds
+    before and after the repeats, is measured again, up to ``remeasure`` more
+    times; a steady attempt is kept over an unsteady one, then the least
+    disturbed, and, if it is still above, marked
     ``disturbed`` (the cost model and the ranking then leave it out). A load
     that lasts is the level every trial shares, so its trials still teach
     the cost model; a burst above it is what gets re-measured. The default 2.0
@@ -196,8 +198,9 @@ class MeasureResult(_JsonDataclass):
     processes slowed the measuring CPUs during the timing, a fraction >= 0
     (:mod:`.interference`; 0.0 where not measured, e.g. a failed trial);
     ``disturbed``: it stayed above the host's present load by more than the
-    protocol's ``max_disturbance`` after its re-measures (:mod:`.runner`:
-    ``excess_disturbance``), so its costs say more about the host than the config.
+    protocol's ``max_disturbance`` after its re-measures (:mod:`.runner`,
+    ``interference.excess_disturbance``), so its costs say more about the host than the
+    config.
     """
 
     status: str

@@ -19,16 +19,19 @@ and the worker daemon share it:
 * each measurement reports its disturbance (:mod:`.interference`: stolen time and the
   reference kernel's speed against this measurer's calibration, the fastest it has seen; the
   measurer builds the reference once, with its builders, for this host's ISA). What counts is
-  its *excess* over the host's present load (:func:`excess_disturbance`): the baseline is the
-  median first-attempt disturbance of the latest 8 trials (0 until 3 were measured), so a load
-  that lasts (one core kept busy, a neighbour's long job) is the level every trial shares and
-  compares alike under, and only a trial measured in a burst above it is suspect. A
-  measurement whose excess is above ``protocol.max_disturbance`` is taken again in a fresh
-  child, up to ``protocol.remeasure`` times; the least disturbed is kept, marked ``disturbed``
-  if still above. (An absolute threshold counted almost every trial disturbed on a
-  host whose load lasted, so the cost model learned nothing and the search turned random.)
-  Each probe costs about 3 ms per trial on 2 quiet AMD Zen 4 CPUs, 5.6 ms with one busy (the
-  reference kernel, before and after the repeats, on all measuring CPUs at once);
+  its *excess* over the host's present load (:func:`.interference.excess_disturbance`): the
+  baseline is the median first-attempt disturbance of the latest 8 trials (0 until 3 were
+  measured), so a load that lasts (one core kept busy, a neighbour's long job) is the level
+  every trial shares and compares alike under, and only a trial measured in a burst above it
+  is suspect. A measurement whose excess is above ``protocol.max_disturbance``, or whose
+  reference kernel ran at different speeds before and after the repeats
+  (:func:`.interference.unsteady`: the probe cannot tell whether a burst reached the repeats),
+  is taken again in a fresh child, up to ``protocol.remeasure`` times; a steady one is kept
+  over an unsteady one, then the least disturbed, marked ``disturbed`` if its excess is still
+  above. (An absolute threshold counted almost every trial disturbed on a host whose load
+  lasted, so the cost model learned nothing and the search turned random.) Each probe costs
+  about 3 ms per trial on 2 quiet AMD Zen 4 CPUs, 5.6 ms with one busy (the reference kernel,
+  before and after the repeats, on all measuring CPUs at once);
 * ``protocol.rounds`` > 1 measures the batch in interleaved rounds
   (:func:`.validation.interleaved`), all builds done first.
 
@@ -77,7 +80,7 @@ from .measure_child import child_main
 
 log = logging.getLogger(__name__)
 
-__all__ = ["STARTUP_TIMEOUT_S", "LocalMeasurer", "LocalRunner", "excess_disturbance", "measure_batch"]
+__all__ = ["STARTUP_TIMEOUT_S", "LocalMeasurer", "LocalRunner", "measure_batch"]
 
 #: Seconds a child may take to start and load its library before it counts as a runtime error.
 STARTUP_TIMEOUT_S = 60.0
@@ -204,27 +207,33 @@ class LocalMeasurer:
         ``run_s`` counts every attempt."""
         if built.status != "ok":
             return self._result(built.status, built, error=built.error)
-        kept: MeasureResult | None = None
+        kept: tuple[tuple[bool, float], MeasureResult] | None = None  # steady ones first, then the least disturbed
         run_s = 0.0
         baseline = self.baseline
         for attempt in range(1 + protocol.remeasure):
-            result = self._attempt(inp, built, protocol)
+            result, steady = self._attempt(inp, built, protocol)
             run_s += result.run_s
             if attempt == 0 and result.ok:
                 self._recent.append(result.disturbance)
-            if not result.ok or excess_disturbance(result.disturbance, baseline) <= protocol.max_disturbance:
+            excess = interference.excess_disturbance(result.disturbance, baseline)
+            if not result.ok or (steady and excess <= protocol.max_disturbance):
                 return dataclasses.replace(result, run_s=run_s)
-            if kept is None or result.disturbance < kept.disturbance:
-                kept = result
-        return dataclasses.replace(kept, run_s=run_s, disturbed=True)
+            if kept is None or (not steady, result.disturbance) < kept[0]:
+                kept = (not steady, result.disturbance), result
+        result = kept[1]
+        excess = interference.excess_disturbance(result.disturbance, baseline)
+        return dataclasses.replace(result, run_s=run_s, disturbed=excess > protocol.max_disturbance)
 
-    def _disturbance(self, probe: dict | None) -> float:
-        """The probe's disturbance against the calibration, which it updates first."""
+    def _disturbance(self, probe: dict | None) -> tuple[float, bool]:
+        """The probe's disturbance against the calibration, which it updates first, and whether
+        the reference was steady (:func:`.interference.unsteady`)."""
         if not probe:
-            return 0.0
+            return 0.0, True
         samples = probe["reference"]
         self.calibration = min([*samples, *([self.calibration] if self.calibration else [])], default=None)
-        return interference.disturbance(probe["stolen"], interference.reference_slowdown(samples, self.calibration))
+        slowdown = interference.reference_slowdown(samples, self.calibration)
+        return (interference.disturbance(probe["stolen"], slowdown),
+                not interference.unsteady(samples, self.calibration))
 
     def _reference_job(self) -> dict | None:
         """The reference kernel's entry of a child's job (so_path, name, args), once built; None
@@ -238,7 +247,9 @@ class LocalMeasurer:
                                if built.status == "ok" else None)
         return self._reference
 
-    def _attempt(self, inp: MeasureInput, built: BuildResult, protocol: MeasureProtocol) -> MeasureResult:
+    def _attempt(self, inp: MeasureInput, built: BuildResult, protocol: MeasureProtocol
+                 ) -> tuple[MeasureResult, bool]:
+        """One measurement in a fresh child, and whether its reference was steady."""
         box = sandbox.current()
         with box.scratch() if box else self._log_folder() as folder:
             log = folder / "child.log"
@@ -264,8 +275,8 @@ class LocalMeasurer:
             run_s = time.perf_counter() - start
             if status == "runtime_error":
                 error = f"{error}\n{_tail(log)}\n{_tail(folder.parent / 'sandbox.log') if box else ''}".rstrip()
-        disturbance = self._disturbance(probe) if status == "ok" else 0.0
-        return self._result(status, built, costs=costs, run_s=run_s, error=error, disturbance=disturbance)
+        disturbance, steady = self._disturbance(probe) if status == "ok" else (0.0, True)
+        return self._result(status, built, costs=costs, run_s=run_s, error=error, disturbance=disturbance), steady
 
     @contextlib.contextmanager
     def _log_folder(self):
@@ -409,11 +420,3 @@ def measure_batch(inputs: Sequence[MeasureInput], protocol: MeasureProtocol | No
     with LocalMeasurer(cpus=cpus, **options) as measurer:
         return measurer.measure_batch(inputs, protocol or MeasureProtocol())
 
-
-def excess_disturbance(disturbance: float, baseline: float) -> float:
-    """How much more a measurement was disturbed than the host's present load: ``(1 +
-    disturbance) / (1 + baseline) - 1``, at least 0 (both fractions as :func:`.interference.
-    disturbance` gives them). E.g. 1.0 under a baseline of 1.0 (one of the CPUs shared with a
-    busy loop, all along) is 0: the trial ran as its neighbours did; 3.0 under it is 1.0: its
-    CPUs did half the work per second its neighbours' did."""
-    return max(0.0, (1.0 + disturbance) / (1.0 + baseline) - 1.0)

@@ -15,7 +15,9 @@ workloads of the same operator family on the same device key, and from
 
 At the end, the ``validate_top`` finalists are re-measured side by side with
 more repeats (:mod:`.validation`); the record file's :func:`~.records.best` then
-chooses among those (:func:`.validation.best`: a noise-lucky config cannot win), and the
+chooses among those (:func:`.validation.best`: a noise-lucky config cannot win); while the
+winner's measurement was disturbed beyond the host's load it is measured again and the file
+chooses again (:func:`.validation.settle`). The
 result reports the winner's coefficient of variation.
 """
 
@@ -259,13 +261,16 @@ def tune(
     try:
         stopped = loop.run()
         report("validate", loop)
+        load = measurer.baseline  # the search's: the validation's own measurements join it
         validated = loop.validate(validate_top, validation_repeat)
+        found = validation.settle(database.best, lambda record: record.result,
+                                  lambda record: validated.extend(loop.remeasure([record.config], validation_repeat)),
+                                  load)
     finally:
         if own_featurizer:
             featurizer.close()
         if own:
             measurer.close()
-    found = database.best()
     report("done", loop)
     return TuneResult(workload=workload, target=target, device_key=device_key, best=found, trials=loop.history,
                       measured=len(loop.history) - loop.resumed, transferred=len(transfer), validation=validated,

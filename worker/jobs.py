@@ -133,9 +133,10 @@ def export(
 ) -> dict:
     """Re-measure the task's best `candidates` (``{"trial_id", "config"}``, fastest first)
     with `validation_repeat` repeats in interleaved rounds (:func:`validation.validation_protocol`,
-    as ``tunefleet tune`` does), build the fastest by median into an
-    artifact, upload it to the server's artifact store (checked by sha256 there) and
-    return ``{"trial_id", "result", "artifact": ArtifactOut JSON, "validation": [...]}``.
+    as ``tunefleet tune`` does), choose the winner (:func:`validation.best`, confirmed by
+    :func:`validation.settle`), build it into an artifact, upload it to the server's artifact
+    store (checked by sha256 there) and return ``{"trial_id", "result", "artifact":
+    ArtifactOut JSON, "validation": [...]}`` (every measurement).
 
     Raises ExportError when the host cannot execute `target`, no candidate measures
     correctly again or the upload fails.
@@ -147,25 +148,29 @@ def export(
     longer = validation.validation_protocol(MeasureProtocol.from_json(protocol), validation_repeat)
     with _Working(context, task_id):
         inputs = [MeasureInput(workload, target, c["config"]) for c in candidates]
-        results = context.measurer.measure_batch(inputs, longer)
-        measured = [
-            {"trial_id": c["trial_id"], "status": r.status, "median_s": r.median if r.ok else None,
-             "disturbance": r.disturbance, "disturbed": r.disturbed}
-            for c, r in zip(candidates, results)
-        ]
-        best = validation.best((i, i, r) for i, r in enumerate(results))
+        load = context.measurer.baseline  # the host's before the validation, whose measurements join it
+        # (candidate index, result) of every measurement; the winner is its position in this list
+        measured = list(enumerate(context.measurer.measure_batch(inputs, longer)))
+
+        def again(n: int) -> None:
+            measured.append((measured[n][0], context.measurer.measure_batch([inputs[measured[n][0]]], longer)[0]))
+
+        best = validation.settle(lambda: validation.best((i, n, r) for n, (i, r) in enumerate(measured)),
+                                 lambda n: measured[n][1], again, load)
+        summary = [{"trial_id": candidates[i]["trial_id"], "status": r.status, "median_s": r.median if r.ok else None,
+                    "disturbance": r.disturbance, "disturbed": r.disturbed} for i, r in measured]
         if best is None:
             raise ExportError(f"none of the {len(candidates)} best configs of task {task_id} measured "
-                              f"correctly again: {[(v['trial_id'], v['status']) for v in measured]}")
-        result = results[best]
-        archive, name = _build_archive(task_id, workload, target, device_key, candidates[best]["config"], result)
+                              f"correctly again: {[(v['trial_id'], v['status']) for v in summary]}")
+        winner, result = measured[best]
+        archive, name = _build_archive(task_id, workload, target, device_key, candidates[winner]["config"], result)
         artifact = _upload(context.http, archive)
     log.info(
         "exported task %s: %s", task_id, artifact["sha256"],
         extra={"event": "exported", "task_id": task_id, "kernel": name, "sha256": artifact["sha256"]},
     )
-    return {"trial_id": candidates[best]["trial_id"], "result": result.to_json(), "artifact": artifact,
-            "validation": measured}
+    return {"trial_id": candidates[winner]["trial_id"], "result": result.to_json(), "artifact": artifact,
+            "validation": summary}
 
 
 def _build_archive(task_id: int, workload: dict, target: str, device_key: str, config: dict,
