@@ -15,7 +15,7 @@ from click.testing import CliRunner
 import tunefleet
 from tunefleet.cli import main
 from tunefleet.compiler.target import CPU_ISAS, Target
-from tunefleet.tuner import records
+from tunefleet.tuner import records, validation
 
 TUNEFLEET = str(Path(sys.executable).parent / "tunefleet")
 TESTS = str(Path(__file__).parent)
@@ -93,7 +93,8 @@ def test_ctrl_c_keeps_the_records_and_resume_measures_nothing_twice(tmp_path):
     assert resumed.returncode == 0, resumed.stderr
     stored = records.load(path)  # the search trials of both runs, then the final validation
     assert len({r.config["index"] for r in stored[:10]}) == 10
-    assert all(len(r.result.costs) == 15 for r in stored[10:]) and len(stored) == 10 + 2  # 2 correct configs
+    # 2 correct configs validated; the winner again if a busy host disturbed it (validation.settle)
+    assert all(len(r.result.costs) == 15 for r in stored[10:]) and 10 + 2 <= len(stored) <= 10 + 2 + validation.SETTLE
 
 
 def test_ops_lists_the_arguments_and_build_writes_the_default_config(tmp_path):

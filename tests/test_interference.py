@@ -217,11 +217,14 @@ def test_interleaved_stops_a_failed_candidate_and_merges_rounds():
 
 
 def test_a_winner_validated_during_a_burst_is_measured_again(tmp_path):
-    """Two busy loops start on the measuring CPU with the validation (at the "validate" progress
-    report, after a quiet search) and last through it: the winner's measurement is disturbed far
-    beyond the search's baseline, so it is measured again, validation.SETTLE times (the loops
-    last), each time the winner the record file then chooses, and the result reports it with
-    its disturbance."""
+    """Four busy loops start on the measuring CPU with the validation (at the "validate" progress
+    report) and last through it: the winner's measurement is disturbed far beyond the search's
+    baseline, so it is measured again, validation.SETTLE times (the loops last), each time the
+    winner the record file then chooses, and the result reports it with its disturbance.
+
+    Four loops leave the kernel a fifth of its CPU at most (a disturbance near 4): the suite's
+    other workers on a 2-CPU CI host had set the search's baseline to 1.2, against which two
+    loops need not stand out by DISTURBANCE_NOISE."""
     cpus = affinity()
     protocol = MeasureProtocol(repeat=3, min_repeat_ms=10, cooldown_ms=0, max_disturbance=1e6)
     w = ops.make_workload("matmul", {"M": 64, "N": 64, "K": 64})
@@ -231,7 +234,7 @@ def test_a_winner_validated_during_a_burst_is_measured_again(tmp_path):
     def burst(progress) -> None:
         if progress.phase == "validate":
             search_load.append(m.baseline)
-            loops.append(BusyLoop(cpus[-1], processes=2).__enter__())
+            loops.append(BusyLoop(cpus[-1], processes=4).__enter__())
 
     with LocalMeasurer(cpus=cpus[-1:], build_cpus=cpus[:1], plugin_modules=PLUGINS) as m:
         try:
@@ -241,9 +244,9 @@ def test_a_winner_validated_during_a_burst_is_measured_again(tmp_path):
             for loop in loops:
                 loop.__exit__()
     (load,) = search_load
-    assert load < 1.0, load  # the search was quiet enough for the burst to stand out
     finalists, settled = result.validation[:-validation.SETTLE], result.validation[-validation.SETTLE:]
-    assert len(finalists) == 2 and all(validation.unsettled(r.result, load) for r in result.validation)
+    assert len(finalists) == 2
+    assert all(validation.unsettled(r.result, load) for r in result.validation), (load, result.validation)
     assert all(r.config in [f.config for f in finalists] for r in settled)
     assert result.best in settled and result.best.result.disturbance > validation.DISTURBANCE_NOISE
 
