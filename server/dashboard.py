@@ -24,7 +24,7 @@ from fastapi import APIRouter, FastAPI, Path as PathParam, Request
 from fastapi.responses import HTMLResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -69,6 +69,8 @@ class TopConfig(BaseModel):
     config: dict[str, Any]
     latency_s: float
     gflops: float
+    disturbance: float | None = Field(description="the trial's measured disturbance, a fraction (null: not measured)")
+    disturbed: bool = Field(description="still above the protocol's max_disturbance after its re-measures")
     worker_id: int | None
 
 
@@ -210,6 +212,8 @@ def _top(trial: Trial, flop: int) -> TopConfig:
         config=trial.config,
         latency_s=trial.latency_s,
         gflops=tasks.gflops(flop, trial.latency_s),
+        disturbance=trial.disturbance,
+        disturbed=trial.disturbed,
         worker_id=trial.worker_id,
     )
 

@@ -88,6 +88,7 @@ def test_progress_condenses_the_trials(api, db) -> None:
     assert body["counts"]["ok"] == 3 and body["counts"]["compile_error"] == 1
     assert body["counts"]["queued"] == 0
     assert [t["latency_s"] for t in body["top"]] == [1e-3, 2e-3, 4e-3]
+    assert [(t["disturbance"], t["disturbed"]) for t in body["top"]] == [(0.05, False)] * 3  # each with its own
     assert body["best"]["latency_s"] == 1e-3 and body["best"]["gflops"] == pytest.approx(flop / 1e-3 / 1e9)
     assert body["best"]["config"] == body["top"][0]["config"] and not body["best_reused"]
     assert [e["status"] for e in body["errors"]] == ["timeout", "wrong_answer", "compile_error"]

@@ -225,6 +225,7 @@ def test_task_page_follows_a_run_live_and_stops_when_it_ends(browser, service: S
         assert "compile error 1" in page.inner_text("#status-counts")
         assert "k.c:3: error: bad" in page.inner_text("#last-errors")
         assert page.locator("#top-table tbody tr").count() == 2
+        assert page.locator("#top-table td[data-label='Latency']").first.inner_text().endswith(" · disturbance 0.05")
         assert "Live" in page.inner_text("#live-state")
         listing.goto("/")
         listing.page.locator(f"tr[data-task-id='{task.id}'] .trials-done").wait_for()

@@ -969,7 +969,8 @@
       h("tbody", {}, p.top.map((c, i) => h("tr", {},
         h("td", { "data-label": "Rank", class: "nowrap", text: i + 1 }),
         h("td", { "data-label": "GFLOP/s", class: "num", text: fmtNumber(c.gflops) }),
-        h("td", { "data-label": "Latency", class: "num", text: fmtLatency(c.latency_s) }),
+        h("td", { "data-label": "Latency", class: "num",
+          text: `${fmtMeasured(c.latency_s, c.disturbance)}${c.disturbed ? " (disturbed)" : ""}` }),
         h("td", { "data-label": "Trial", class: "nowrap", text: `#${c.trial_id}${c.worker_id ? ` · worker ${c.worker_id}` : ""}` }),
         h("td", { "data-label": "Config", class: "config", text: fmtConfig(c.config) || "default" }))))));
   }
