@@ -222,6 +222,13 @@ at disturbances of 0.004-0.31, trial disturbance median 0.34, `--rounds` line 1.
 matmul reference, 6 of 161 at 0.49-0.97 (a 3×3 256@14² layer's finalists read 2.2 ms in most
 rounds, at 0.97), trial disturbance median 0.01, tuned in 391 s (446 s), `--rounds` line 39.86
 against 39.51 ms: 1.01. One run each: the host's minute moves that line by 3-8%.
+Again (main at cc50559, where a winner validated in a burst is measured again,
+tuner.validation.settle, and a trial whose reference changed speed is re-measured): tuned in 496
+s; of 57 validation passes, 3 had their winner at disturbance 0.95 (0.92-1.01 ms), and its
+re-measures, 1-2 each, read 0.06-0.07 (0.51-0.55 ms), the latencies those tasks kept. A noisy
+hour: the in-process "in model order" line ran 1.9× the per-kernel sums (a halved-vector-unit
+stretch), the `--rounds` line 46.29 against 38.93 ms (1.19); Σ kernel latencies against
+onnxruntime "extended" 0.81, as before.
 """
 
 from __future__ import annotations

@@ -155,6 +155,12 @@ Measured (2-vCPU Intel Xeon, AVX-512, KVM; each phase under the shared CPU lock,
   busy. Re-timed quietly: busy winner 222.3 vs quiet 223.0 GFLOP/s best, **99.7%** (102.8% by
   median), different configs (busy 6 × 64 bm 16 bn 2 nm_nm; quiet 4 × 64 bm 32 nm_mn; both
   B packed per block, parallel outer).
+  Again (main at cc50559, with trials whose reference changed speed re-measured and a winner
+  validated in a burst measured again): quiet 53 s, disturbance median 0.11, max 0.33; busy 70 s,
+  median 0.94, max 1.17 (its winner validated at 0.87, the search's own load: not measured
+  again); 0% counted disturbed; probe 3.0 ms quiet, 5.65 ms busy. Re-timed quietly: busy winner
+  218.0 vs quiet 222.3 GFLOP/s best, **98.0%** (98.0% by median), different configs (busy 7 × 48
+  bm 64 nm_nm, quiet 6 × 64 bm 8 ku 4 nm_mn; both B packed per block, parallel outer).
 """
 
 from __future__ import annotations
