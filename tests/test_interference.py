@@ -251,6 +251,39 @@ def test_a_winner_validated_during_a_burst_is_measured_again(tmp_path):
     assert result.best in settled and result.best.result.disturbance > validation.DISTURBANCE_NOISE
 
 
+def test_the_workers_export_measures_a_winner_validated_during_a_burst_again(api, tokens):
+    """The service's export job (worker.jobs.export, in this process with a real measurer and the
+    in-process API for its upload) validates two configs while four busy loops share the
+    measuring CPU: its winner is measured again validation.SETTLE times, every measurement is
+    reported, and the artifact's manifest and the result carry the one the job chose."""
+    from fastapi.testclient import TestClient
+
+    from tunefleet.worker import jobs
+
+    cpus = affinity()
+    w = ops.make_workload("matmul", {"M": 64, "N": 64, "K": 64})
+    space = ops.config_space(w, TARGET)
+    candidates = [{"trial_id": 7, "config": ops.preferred_configs(w, TARGET)[0].to_json()},
+                  {"trial_id": 9, "config": space.random(np.random.default_rng(0), 1)[0].to_json()}]
+    protocol = MeasureProtocol(repeat=3, min_repeat_ms=10, cooldown_ms=0, max_disturbance=1e6)
+    http = TestClient(api.app, base_url="http://testserver/api/v1", headers=tokens["worker"])
+    with LocalMeasurer(cpus=cpus[-1:], build_cpus=cpus[:1]) as m:
+        jobs.bind(jobs.WorkerContext(worker_id=0, name="in-test", device_key="cpu-test", measurer=m, http=http))
+        try:
+            with BusyLoop(cpus[-1], processes=4):
+                out = jobs.export(1, w.to_json(), str(TARGET), "cpu-test", candidates, protocol.to_json(), 4)
+        finally:
+            jobs.bind(None)
+    measured = out["validation"]
+    assert len(measured) == len(candidates) + validation.SETTLE and all(v["status"] == "ok" for v in measured)
+    assert all(v["disturbance"] > validation.DISTURBANCE_NOISE for v in measured), measured  # the loops lasted
+    assert {v["trial_id"] for v in measured[2:]} <= {7, 9}
+    # the result is the winner's latest measurement (its config's representative in validation.best)
+    latest = [v for v in measured if v["trial_id"] == out["trial_id"]][-1]
+    result = MeasureResult.from_json(out["result"])
+    assert (result.disturbance, result.median, len(result.costs)) == (latest["disturbance"], latest["median_s"], 4)
+
+
 def test_only_a_winner_disturbed_beyond_the_hosts_load_is_measured_again():
     assert validation.unsettled(MeasureResult("ok", [1e-3], disturbance=1.0))
     assert not validation.unsettled(MeasureResult("ok", [1e-3], disturbance=0.3))  # the probes' noise
