@@ -83,7 +83,8 @@ def test_transfer_seeds_the_model_and_early_stopping_ends_the_run(tmp_path, meas
     path, other = tmp_path / "records.jsonl", tmp_path / "other.jsonl"
     run(faulty(64), path, measurer, trials=6, strategy="random", seed=1)
     tune(faulty(48), TARGET, records_path=other, protocol=FAST, device_key="cpu-elsewhere-2c", measurer=measurer,
-         trials=3, strategy="grid", validate_top=0)
+         trials=3, strategy="xgb", validate_top=0)
+    assert len(records.load(other)) == 3  # the search's trials: with validate_top=0 nothing is validated
     same_family_and_device = len(records.load(path))
     # another shape of the same operator on the same device key seeds the model; another device's do not
     result = run(faulty(32), path, measurer, trials=15, strategy="xgb", early_stopping=3,

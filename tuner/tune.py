@@ -196,7 +196,9 @@ def tune(
     ``protocol``: how candidates are timed (default ``MeasureProtocol()``);
     ``cpus``: the CPUs to measure on (default: the affinity mask);
     ``device_key``: default ``host.device_key(cpus)``; ``early_stopping``:
-    stop after that many trials without a better one; ``validation_repeat``:
+    stop after that many trials without a better one; ``validate_top``: finalists to validate
+    (0: none, nor the template's rule-based configs: whole-model tuning validates each task
+    once, after its last round); ``validation_repeat``:
     repeats of the final re-measurement (default ``max(15, 3 * protocol.repeat)``);
     ``measurer``: a LocalMeasurer to use (default: one made and closed here);
     ``featurizer``: the Featurizer of the xgb search (default: one made and closed here, with a
@@ -261,11 +263,15 @@ def tune(
     try:
         stopped = loop.run()
         report("validate", loop)
-        load = measurer.baseline  # the search's: the validation's own measurements join it
-        validated = loop.validate(validate_top, validation_repeat)
-        found = validation.settle(database.best, lambda record: record.result,
-                                  lambda record: validated.extend(loop.remeasure([record.config], validation_repeat)),
-                                  load)
+        if validate_top:
+            load = measurer.baseline  # the search's: the validation's own measurements join it
+            validated = loop.validate(validate_top, validation_repeat)
+            found = validation.settle(database.best, lambda record: record.result,
+                                      lambda record: validated.extend(loop.remeasure([record.config],
+                                                                                     validation_repeat)),
+                                      load)
+        else:
+            validated, found = [], database.best()
     finally:
         if own_featurizer:
             featurizer.close()
