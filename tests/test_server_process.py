@@ -168,6 +168,11 @@ def test_cli_submit_status_wait_download(live: LiveServer, db, tmp_path: Path) -
     assert waited.returncode == 1 and "cancelled" in waited.stdout
 
     task_id = _publish(live, db, tarball(artifact_files()))
+    published = db.get(Task, task_id)
+    published.best_latency_s, published.best_gflops, published.best_disturbance = 2.5e-6, 1.6, 0.07
+    db.commit()
+    status = live.cli("status", str(task_id))
+    assert "best 1.60 GFLOP/s, 2.5 us, disturbance 0.07" in status.stdout, status.stdout
     downloaded = live.cli("download", str(task_id), "-o", str(tmp_path / "dl"))
     assert downloaded.returncode == 0, downloaded.stderr
     assert Path(downloaded.stdout.strip(), "manifest.json").is_file()

@@ -319,11 +319,14 @@ class Client:
 
 
 def best_text(task: dict[str, Any]) -> str:
-    """A task's best as "G GFLOP/s, L ms, disturbance D" (the disturbance of its measurement, a
-    fraction, when the server reports one); "-" while it has none."""
+    """A task's best as "G GFLOP/s, L ms, disturbance D" (L in us below a millisecond; the
+    disturbance of its measurement, a fraction, when the server reports one); "-" while it has
+    none."""
     if task["best_latency_s"] is None:
         return "-"
-    text = f"{task['best_gflops']:.2f} GFLOP/s, {task['best_latency_s'] * 1e3:.4g} ms"
+    latency = task["best_latency_s"]
+    shown = f"{latency * 1e6:.4g} us" if latency < 1e-3 else f"{latency * 1e3:.4g} ms"
+    text = f"{task['best_gflops']:.2f} GFLOP/s, {shown}"
     disturbance = task.get("best_disturbance")
     return text if disturbance is None else f"{text}, disturbance {disturbance:.2f}"
 
