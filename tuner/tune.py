@@ -266,10 +266,11 @@ def tune(
         if validate_top:
             load = measurer.baseline  # the search's: the validation's own measurements join it
             validated = loop.validate(validate_top, validation_repeat)
-            found = validation.settle(database.best, lambda record: record.result,
-                                      lambda record: validated.extend(loop.remeasure([record.config],
-                                                                                     validation_repeat)),
-                                      load)
+
+            def again(record: Record) -> None:
+                validated.extend(loop.remeasure([record.config], validation_repeat))
+
+            found = validation.settle(database.best, lambda record: record.result, again, load)
         else:
             validated, found = [], database.best()
     finally:
