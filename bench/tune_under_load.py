@@ -10,7 +10,10 @@ Printed: per run the tuning's seconds, the trials' disturbance (median, largest,
 stayed disturbed after re-measures), the validated winner's in-search GFLOP/s and config;
 then both winners' re-timed GFLOP/s, and the busy winner as a % of the quiet one (the issue's
 goal: within 10%). Also the interference probe's cost per trial (the reference kernel timed
-before and after on all measuring CPUs at once, the schedstat reads), in this process.
+before and after on all measuring CPUs at once, the schedstat reads), in this process, and
+the spread of the probes each run took: how far apart the reference's readings before and
+after the repeats were (the figure ``interference.UNSTEADY`` bounds), its slowdown and the
+stolen time, at the 50th/90th/99th percentile: the data that sets the thresholds on an ISA.
 
     python bench/tune_under_load.py [--trials 64] [--M 1024 --N 1024 --K 1024]
                                     [--processes 5] [--load-cpu N] [--out DIR]
@@ -161,11 +164,20 @@ Measured (2-vCPU Intel Xeon, AVX-512, KVM; each phase under the shared CPU lock,
   again); 0% counted disturbed; probe 3.0 ms quiet, 5.65 ms busy. Re-timed quietly: busy winner
   218.0 vs quiet 222.3 GFLOP/s best, **98.0%** (98.0% by median), different configs (busy 7 × 48
   bm 64 nm_nm, quiet 6 × 64 bm 8 ku 4 nm_mn; both B packed per block, parallel outer).
+* Intel Xeon model 167 (AVX-512 with two FMA units; main at 0086e8f with the probes' spread
+  printed, 5 rounds, 4 min): quiet 50 s for 64 trials, disturbance median 0.09, max 0.27; 79
+  probes, the reference's before/after gap p50 0.036, p90 0.129, p99 0.190, max 0.224 (none
+  above UNSTEADY 0.4), its slowdown p99 0.19, stolen p99 0.07. Busy 61 s, median 1.08, max 1.71;
+  gap p99 0.257, max 0.284 (none above 0.4), slowdown p99 0.25, stolen p50 0.89, p99 1.12; 0%
+  counted disturbed in both; probe 2.4 ms quiet, 5.1 ms busy. Re-timed quietly: busy winner
+  352.1 vs quiet 359.7 GFLOP/s best, **97.9%** (95.7% by median), different configs (6 × 64 bm 8,
+  bn 1 nm_mn vs bn 2 nm_nm; both B packed per block, parallel outer).
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import statistics
 import subprocess
@@ -174,6 +186,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, os.path.dirname(__file__))
 from common import interleaved_seconds, kernel_code  # noqa: E402
 
@@ -181,6 +195,7 @@ from tunefleet.compiler import ops  # noqa: E402
 from tunefleet.compiler.target import Target  # noqa: E402
 from tunefleet.tuner import interference  # noqa: E402
 from tunefleet.tuner import records as records_mod  # noqa: E402
+from tunefleet.tuner import runner  # noqa: E402
 from tunefleet.tuner.apply import apply_best  # noqa: E402
 from tunefleet.tuner.measure import MeasureProtocol, workload_key  # noqa: E402
 from tunefleet.tuner.records import Record  # noqa: E402
@@ -233,10 +248,53 @@ def summary(label: str, workload: ops.Workload, records: list[Record], max_distu
     return best
 
 
+class ProbeLog(logging.Handler):
+    """Collects the measurer's interference probes (its debug lines' ``probe`` data: the
+    reference's seconds per call before and after the repeats, the calibration, the stolen
+    fraction) while attached to the runner's logger."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.probes: list[dict] = []
+        self.logger = logging.getLogger(runner.__name__)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        probe = getattr(record, "probe", None)
+        if probe and len(probe["reference"]) == 2 and probe["calibration"]:
+            self.probes.append(probe)
+
+    def __enter__(self) -> ProbeLog:
+        self.level_was = self.logger.level
+        self.logger.setLevel(logging.DEBUG)
+        self.logger.addHandler(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.logger.removeHandler(self)
+        self.logger.setLevel(self.level_was)
+
+
+def _percentiles(values: list[float]) -> str:
+    q = np.percentile(values, [50, 90, 99]) if values else [0.0] * 3
+    return f"p50 {q[0]:.3f}, p90 {q[1]:.3f}, p99 {q[2]:.3f}, max {max(values, default=0):.3f}"
+
+
+def probe_spread(label: str, probes: list[dict]) -> None:
+    """Print how far apart the reference's two readings were (|before - after| / calibration, the
+    figure :data:`interference.UNSTEADY` bounds), its slowdown (mean / calibration - 1) and the
+    stolen fraction over ``probes``: the numbers that set the thresholds on this host's ISA."""
+    gap = [abs(p["reference"][0] - p["reference"][1]) / p["calibration"] for p in probes]
+    slowdown = [interference.reference_slowdown(p["reference"], p["calibration"]) for p in probes]
+    print(f"{label:>6}: {len(probes)} probes; reference before/after gap {_percentiles(gap)}; above "
+          f"UNSTEADY {interference.UNSTEADY:g}: {sum(g > interference.UNSTEADY for g in gap)}", flush=True)
+    print(f"{label:>6}: reference slowdown {_percentiles(slowdown)}; stolen "
+          f"{_percentiles([p['stolen'] for p in probes])}", flush=True)
+
+
 def run(label: str, workload: ops.Workload, trials: int, out: Path, load_cpu: int | None, cpus: list[int]) -> None:
     """Tune with a fresh record file ``out/under-load-<label>.jsonl``, with a spinner on
     ``load_cpu`` (None: none) for the whole run; print the probe's cost under the same load,
-    the run's time and :func:`summary`."""
+    the run's time, :func:`probe_spread` of its probes and :func:`summary`."""
     records = out / f"under-load-{label}.jsonl"
     records.unlink(missing_ok=True)
     load = spinner(load_cpu) if load_cpu is not None else None
@@ -244,11 +302,13 @@ def run(label: str, workload: ops.Workload, trials: int, out: Path, load_cpu: in
         print(f"{label:>6}: interference probe {probe_seconds() * 1e3:.2f} ms per trial on {len(cpus)} CPUs "
               f"(load on CPU {load_cpu}); load average {os.getloadavg()[0]:.2f}", flush=True)
         protocol = MeasureProtocol()
-        result = tune(workload, Target.host(), trials=trials, records_path=records, protocol=protocol)
+        with ProbeLog() as probes:
+            result = tune(workload, Target.host(), trials=trials, records_path=records, protocol=protocol)
     finally:
         if load is not None:
             load.kill()
             load.wait()
+    probe_spread(label, probes.probes)
     print(f"{label:>6}: {result.elapsed_s:.0f} s for {len(result.trials)} trials "
           f"({result.search_s:.0f} s proposing and learning); load average {os.getloadavg()[0]:.2f}", flush=True)
     summary(label, workload, records_mod.load(records), protocol.max_disturbance)

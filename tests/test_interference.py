@@ -9,6 +9,7 @@ sides of a pair alike and a burst of it cannot decide the test alone)."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 import statistics
 import subprocess
 import sys
@@ -21,7 +22,7 @@ import pytest
 
 from tunefleet.compiler import ops
 from tunefleet.compiler.target import Target
-from tunefleet.tuner import interference, processes, validation
+from tunefleet.tuner import interference, processes, runner, validation
 from tunefleet.tuner.host import affinity
 from tunefleet.tuner.measure import MeasureInput, MeasureProtocol, MeasureResult
 from tunefleet.tuner.interference import excess_disturbance
@@ -100,6 +101,20 @@ def test_a_busy_loop_on_the_measuring_cpu_makes_the_disturbance_higher(measurer)
         assert q.ok and d.ok and not q.disturbed and not d.disturbed
     assert higher_in_most_rounds(quiet, loaded), (quiet, loaded)
     assert measurer.calibration is not None and measurer.calibration > 0  # the reference kernel was timed
+
+
+def test_each_probe_is_logged_with_its_readings(measurer, caplog):
+    """The runner's debug line per probe carries its readings as data (bench/tune_under_load.py
+    reads them to set the thresholds on a host's ISA)."""
+    caplog.set_level(logging.DEBUG, logger=runner.__name__)
+    results = measurer.measure_batch([candidate(), candidate(4)], RAW)
+    assert all(r.ok for r in results)
+    probes = [r.probe for r in caplog.records if hasattr(r, "probe")]
+    assert len(probes) == 2
+    for probe in probes:
+        before, after = probe["reference"]
+        assert 0 < probe["calibration"] <= min(before, after) and probe["stolen"] >= 0
+    assert probes[-1]["calibration"] == measurer.calibration
 
 
 def test_a_disturbed_trial_is_measured_again_and_marked():
