@@ -14,6 +14,7 @@ longer has. Workers push a job's id to the task's *done key* once its result is 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -52,9 +53,10 @@ def measure_timeout_s(protocol: MeasureProtocol, candidates: int = 1) -> int:
 
 def export_timeout_s(protocol: MeasureProtocol, candidates: int, repeat: int) -> int:
     """RQ job timeout of an export job: the validation measurements (the winner's re-measures,
-    :data:`validation.SETTLE`, among them), a build, an upload."""
+    :data:`validation.SETTLE`, and the pauses before them, among them), a build, an upload."""
     measured = validation.validation_protocol(protocol, repeat)
-    return measure_timeout_s(measured, candidates + validation.SETTLE) + COMPILE_TIMEOUT_S + 120
+    settling = math.ceil(sum(validation.SETTLE_PAUSES_S))
+    return measure_timeout_s(measured, candidates + validation.SETTLE) + settling + COMPILE_TIMEOUT_S + 120
 
 
 class _JobFuture(RunnerFuture):

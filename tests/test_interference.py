@@ -307,6 +307,25 @@ def test_only_a_winner_disturbed_beyond_the_hosts_load_is_measured_again():
     assert not validation.unsettled(MeasureResult("timeout", disturbance=3.0))
 
 
+def test_settle_waits_before_each_re_measure_and_stops_once_the_winner_is_settled():
+    """Recorded disturbances: the winner's validation at 2.0 and its first re-measure at 1.5 are
+    bursts; the second re-measure, at 0.1, settles it. Each re-measure starts after its pause."""
+    readings = iter([1.5, 0.1])
+    measured = [MeasureResult("ok", [2e-3], disturbance=2.0)]
+    started: list[float] = []
+    t0 = time.monotonic()
+
+    def again(_: int) -> None:
+        started.append(time.monotonic() - t0)
+        measured.append(MeasureResult("ok", [1e-3], disturbance=next(readings)))
+
+    winner = validation.settle(lambda: len(measured) - 1, lambda i: measured[i], again)
+    assert winner == 2 and measured[winner].disturbance == 0.1 and len(started) == validation.SETTLE
+    first, second = validation.SETTLE_PAUSES_S
+    assert started[0] >= first and started[1] - started[0] >= second
+    assert validation.settle(lambda: 2, lambda i: measured[i], again) == 2 and len(started) == 2  # settled
+
+
 def test_stolen_time_and_reference_slowdown_from_recorded_numbers():
     before = {10: (1_000_000, 0), 11: (0, 0)}
     # thread 10 ran 20 ms and waited 20 ms (half its CPU went elsewhere); 11 ran 1 ms, waited 9;

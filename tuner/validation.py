@@ -22,9 +22,9 @@ task's device key) end alike:
    own throughput.
 4. :func:`settle`: while the winner's measurement was disturbed by more than
    :data:`DISTURBANCE_NOISE` beyond the host's present load (:func:`unsettled`), it is
-   measured again (up to :data:`SETTLE` times, same protocol) and :func:`best` chooses again
-   with it: the latency published with the kernel is one the host's neighbours did not
-   inflate, or is reported with the disturbance it had.
+   measured again (up to :data:`SETTLE` times, same protocol, each after a pause for the burst
+   to pass) and :func:`best` chooses again with it: the latency published with the kernel is
+   one the host's neighbours did not inflate, or is reported with the disturbance it had.
 
 Measurements are given as ``(key, item, result)`` triples: ``key`` names the config
 (e.g. its canonical knobs JSON), ``item`` is what the caller wants back (a record, a trial
@@ -36,14 +36,16 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
+import time
 from collections.abc import Callable, Hashable, Iterable
 from typing import TypeVar
 
 from . import interference
 from .measure import MeasureProtocol, MeasureResult
 
-__all__ = ["FINALISTS", "ROUNDS", "DISQUALIFYING", "DISTURBANCE_NOISE", "SETTLE", "finalists", "validation_repeat",
-           "validation_protocol", "interleaved", "merge_rounds", "best", "unsettled", "settle"]
+__all__ = ["FINALISTS", "ROUNDS", "DISQUALIFYING", "DISTURBANCE_NOISE", "SETTLE_PAUSES_S", "SETTLE",
+           "finalists", "validation_repeat", "validation_protocol", "interleaved", "merge_rounds", "best",
+           "unsettled", "settle"]
 
 #: Configs re-measured at the end of a tuning run, local or distributed.
 FINALISTS = 5
@@ -57,8 +59,13 @@ DISQUALIFYING = ("wrong_answer", "runtime_error")
 #: (0.37); an even parallel split with one of two CPUs shared by a busy loop shows about 1.0
 #: against 0 for an uneven one (:meth:`~.measure.MeasureResult.own_throughput`).
 DISTURBANCE_NOISE = 0.5
-#: Re-measures of a winner whose validation was disturbed beyond the host's load (:func:`unsettled`).
-SETTLE = 2
+#: Seconds :func:`settle` waits before each re-measure of a winner whose validation was disturbed
+#: beyond the host's load (:func:`unsettled`): a burst of another VM's work outlasts a measurement
+#: (AMD Zen 4, ResNet-50 tuning: up to three consecutive validation measurements of a task, within
+#: 4 s, at 0.95), so each re-measure starts later than the last.
+SETTLE_PAUSES_S = (1.0, 3.0)
+#: Re-measures of such a winner, at most.
+SETTLE = len(SETTLE_PAUSES_S)
 
 T = TypeVar("T")
 Measurement = tuple[Hashable, T, MeasureResult]
@@ -232,11 +239,13 @@ def settle(choose: Callable[[], T | None], result_of: Callable[[T], MeasureResul
     """The winner, confirmed: ``choose()`` (the caller's :func:`best` over its measurements);
     while that winner's measurement (``result_of(winner)``) is :func:`unsettled` against
     ``baseline``, ``remeasure(winner)`` adds a new measurement of its config (same protocol)
-    to what ``choose`` sees, and ``choose()`` chooses again, up to :data:`SETTLE` times."""
+    to what ``choose`` sees, and ``choose()`` chooses again, up to :data:`SETTLE` times, each
+    after a pause of :data:`SETTLE_PAUSES_S` (seconds) for the burst to pass."""
     winner = choose()
-    for _ in range(SETTLE):
+    for pause_s in SETTLE_PAUSES_S:
         if winner is None or not unsettled(result_of(winner), baseline):
             break
+        time.sleep(pause_s)
         remeasure(winner)
         winner = choose()
     return winner
