@@ -307,9 +307,11 @@ def test_only_a_winner_disturbed_beyond_the_hosts_load_is_measured_again():
     assert not validation.unsettled(MeasureResult("timeout", disturbance=3.0))
 
 
-def test_settle_waits_before_each_re_measure_and_stops_once_the_winner_is_settled():
+def test_settle_waits_before_each_re_measure_and_stops_once_the_winner_is_settled(caplog):
     """Recorded disturbances: the winner's validation at 2.0 and its first re-measure at 1.5 are
-    bursts; the second re-measure, at 0.1, settles it. Each re-measure starts after its pause."""
+    bursts; the second re-measure, at 0.1, settles it. Each re-measure starts after its pause,
+    and the log says why it waits."""
+    caplog.set_level(logging.INFO, logger=validation.__name__)
     readings = iter([1.5, 0.1])
     measured = [MeasureResult("ok", [2e-3], disturbance=2.0)]
     started: list[float] = []
@@ -323,6 +325,9 @@ def test_settle_waits_before_each_re_measure_and_stops_once_the_winner_is_settle
     assert winner == 2 and measured[winner].disturbance == 0.1 and len(started) == validation.SETTLE
     first, second = validation.SETTLE_PAUSES_S
     assert started[0] >= first and started[1] - started[0] >= second
+    said = [r.getMessage() for r in caplog.records if r.name == validation.__name__]
+    assert said == [f"the winner's validation read disturbance {d} over the host's load 0.00: measuring it again "
+                    f"in {p:g} s" for d, p in (("2.00", first), ("1.50", second))]
     assert validation.settle(lambda: 2, lambda i: measured[i], again) == 2 and len(started) == 2  # settled
 
 

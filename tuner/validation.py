@@ -34,6 +34,7 @@ row, an index), ``result`` its :class:`~.measure.MeasureResult`.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import statistics
 import time
@@ -66,6 +67,8 @@ DISTURBANCE_NOISE = 0.5
 SETTLE_PAUSES_S = (1.0, 3.0)
 #: Re-measures of such a winner, at most.
 SETTLE = len(SETTLE_PAUSES_S)
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Measurement = tuple[Hashable, T, MeasureResult]
@@ -245,6 +248,8 @@ def settle(choose: Callable[[], T | None], result_of: Callable[[T], MeasureResul
     for pause_s in SETTLE_PAUSES_S:
         if winner is None or not unsettled(result_of(winner), baseline):
             break
+        log.info("the winner's validation read disturbance %.2f over the host's load %.2f: measuring it again "
+                 "in %g s", result_of(winner).disturbance, baseline, pause_s)
         time.sleep(pause_s)
         remeasure(winner)
         winner = choose()
