@@ -265,6 +265,17 @@ Intel Xeon model 167 again (main at f7a0a7c; a slower instance, peak 376-387), 5
 through the knobs at 1024³ (each thread's half of N as 8 panels, K blocks of 128-256 packed per
 block, A's blocks of 32-64 row tiles in the L2 across the panels; 7 interleaved rounds, medians
 against the default): 0.80-0.89×, with all of K 0.96×; 1000³ with 48-column panels 0.90-0.98×.
+
+Intel Xeon model 167 again (main at cd951f1, peak 476-480): where the default's 82% of the peak
+at 1024³ goes. One thread reaches the same share as two (191.3 of 236.6 GFLOP/s, 81%; two
+391.2 of 479.7, 82%): the core, not the split. Its inner loop (6 × 64 tile, ku 2, B packed per
+64-column panel of all of K, so each row tile streams the 256 KiB panel from the L2) issues 48
+FMAs, 8 loads of B, 12 broadcasts of A and 3 register moves per iteration (gcc 12): 20 loads in
+the 24 cycles its FMAs take on two ports, so not load-bound. Against the default, medians of 5 interleaved
+rounds: software prefetches of the B panel 4, 8 or 16 iterations ahead 0.95×; K blocks of 128
+or 256 (the panel's block in the L1) 0.74× and 0.79×, with A packed 0.70× and 0.84×; ku 1 or 4
+0.94× and 0.97×; tiles 8 × 48, 7 × 48, 12 × 32, 14 × 32 0.90-0.95×. Still open: a hardware
+counter (none in this VM) would tell whether the L2's bandwidth or the FMA ports' are short.
 """
 
 from __future__ import annotations

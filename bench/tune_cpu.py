@@ -189,6 +189,13 @@ rounds, tuned vs numpy / PyTorch (ratios by rounds; % of the peak): matmul 1024�
 303.7 (1.19 / 1.08; 82%), 2048³ 318.0 vs 267.3 / 298.8 (1.16 / 1.05; 84%), 1000³ 290.6 vs 255.3 /
 274.5 (1.14 / 1.06; 77%), 128×3072×768 242.3 vs 217.3 / 263.2 (1.14 / 0.91; 63%), conv2d 512@7²
 213.0 vs PyTorch 166.4 (1.28; 56%); 90% of each run's best at the first trial; tuning 41-150 s.
+
+Intel Xeon model 167 again (main at cd951f1, with the winner's settle pauses; peak 480-491),
+xgb, 64 trials, 5 rounds, tuned vs numpy / PyTorch (ratios by rounds; % of the peak): matmul
+1024³ 408.0 vs 350.5 / 375.7 (1.19 / 1.08; 84%), 2048³ 428.5 vs 384.4 / 399.0 (1.12 / 1.07; 89%),
+1000³ 420.3 vs 341.2 / 380.9 (1.13 / 1.10; 87%), 128×3072×768 337.1 vs 277.7 / 335.5 (1.19 /
+0.99; 70%), conv2d 512@7² 300.2 vs PyTorch 195.9 (1.55; 61%); 90% of each run's best at the
+first trial except 1000³ (11 trials, 6 s); tuning 31-110 s.
 """
 
 from __future__ import annotations

@@ -229,6 +229,13 @@ re-measures, 1-2 each, read 0.06-0.07 (0.51-0.55 ms), the latencies those tasks 
 hour: the in-process "in model order" line ran 1.9× the per-kernel sums (a halved-vector-unit
 stretch), the `--rounds` line 46.29 against 38.93 ms (1.19); Σ kernel latencies against
 onnxruntime "extended" 0.81, as before.
+
+Intel Xeon model 167 again (main at cd951f1, with the settle pauses; load 1.1-1.3), ResNet-50,
+64 trials, `--rounds 3`: tuned in 238 s; no winner needed settling (none validated beyond the
+noise). Σ kernel latencies 23.85 ms against onnxruntime "extended" 32.11 ms (0.74), in model
+order 28.03 ms (0.87), PyTorch's tuned operators 32.70 ms (0.73); whole model 28.21 ms against
+onnxruntime's whole run at "all" 21.52 ms (1.31×; by the rounds' medians 26.43 + 0.18 against
+21.73 ms, 1.20×): the NCHWc layout between nodes is still the gap on this ISA too.
 """
 
 from __future__ import annotations
