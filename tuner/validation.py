@@ -58,7 +58,9 @@ DISQUALIFYING = ("wrong_answer", "runtime_error")
 #: AMD Zen 4 (2 vCPUs) the validated finalists of one run showed 0.09-0.58, and their own
 #: throughputs put a GEMM of median 156 GFLOP/s (disturbance 0.58) above dot products of 175
 #: (0.37); an even parallel split with one of two CPUs shared by a busy loop shows about 1.0
-#: against 0 for an uneven one (:meth:`~.measure.MeasureResult.own_throughput`).
+#: against 0 for an uneven one (:meth:`~.measure.MeasureResult.own_throughput`). On a quiet Intel
+#: Xeon model 167 a 64-trial run's trials read 0.09 (median) to 0.27, with one CPU kept busy
+#: 1.08 to 1.71 (bench/tune_under_load.py).
 DISTURBANCE_NOISE = 0.5
 #: Seconds :func:`settle` waits before each re-measure of a winner whose validation was disturbed
 #: beyond the host's load (:func:`unsettled`): a burst of another VM's work outlasts a measurement
