@@ -172,6 +172,11 @@ Measured (2-vCPU Intel Xeon, AVX-512, KVM; each phase under the shared CPU lock,
   counted disturbed in both; probe 2.4 ms quiet, 5.1 ms busy. Re-timed quietly: busy winner
   352.1 vs quiet 359.7 GFLOP/s best, **97.9%** (95.7% by median), different configs (6 × 64 bm 8,
   bn 1 nm_mn vs bn 2 nm_nm; both B packed per block, parallel outer).
+  Again (main at 91585b0, a quieter hour: load 0.1-0.8 before the spinner): quiet 36 s,
+  disturbance median 0.11, max 0.34; gap p99 0.202, max 0.220; busy 51 s, median 0.96, max 1.28;
+  gap p99 0.206, max 0.235; none above 0.4, 0% counted disturbed. Re-timed quietly: busy winner
+  436.9 vs quiet 432.6 GFLOP/s best, **101.0%** (101.0% by median; 6 × 64 bm 8 bn 2 vs 5 × 64
+  bm 16 bn 4 ku 4).
 """
 
 from __future__ import annotations

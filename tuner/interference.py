@@ -72,8 +72,8 @@ REFERENCE_BLOCKS = 8
 #: repeats may be in a steady window. AMD Zen 4, 2 vCPUs, tuning matmul 1024³: quiet, 0.12 at the
 #: 90th percentile of 80 trials' probes, and 0.93 once (1.94x before, 1.01x after: a burst that
 #: shared the vector units); one CPU kept busy all along, 0.22 at most of 79. Intel Xeon (model
-#: 167, AVX-512), the same runs: quiet 0.19 at the 99th percentile of 79, 0.22 at most; busy 0.26
-#: and 0.28 (bench/tune_under_load.py prints these).
+#: 167, AVX-512), the same runs twice: quiet 0.19-0.20 at the 99th percentile of 79, 0.22 at most;
+#: busy 0.21-0.26, 0.28 at most (bench/tune_under_load.py prints these).
 UNSTEADY = 0.4
 #: A thread counts for stolen time when it ran at least this fraction of the busiest thread's time.
 _BUSY_FRACTION = 0.1
