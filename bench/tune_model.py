@@ -235,7 +235,13 @@ Intel Xeon model 167 again (main at cd951f1, with the settle pauses; load 1.1-1.
 noise). Σ kernel latencies 23.85 ms against onnxruntime "extended" 32.11 ms (0.74), in model
 order 28.03 ms (0.87), PyTorch's tuned operators 32.70 ms (0.73); whole model 28.21 ms against
 onnxruntime's whole run at "all" 21.52 ms (1.31×; by the rounds' medians 26.43 + 0.18 against
-21.73 ms, 1.20×): the NCHWc layout between nodes is still the gap on this ISA too.
+21.73 ms, 1.20×): the NCHWc layout between nodes is still the gap on this ISA too. Where it
+lies: the looped kernels sum 1.9 ms above onnxruntime's nodes at "all" (about 21.9 ms), while
+in model order ours take 4.2 ms more than looped: the 1×1 layers 12.93 -> 15.84 ms (+22%), the
+3×3 ones 10.12 -> 11.28 (+11%). Not the thread pool's wake-up: the same records re-run five times
+with TUNEFLEET_SPIN_US 100 (the default), 300, 1000 and 2000 read 26.7-28.5 ms in model order,
+in no order of the spin; only the 64 -> 64 1×1 layer at 56² gained from spinning ≥ 1 ms (0.19 ->
+0.13 ms, against 0.07 looped).
 """
 
 from __future__ import annotations
