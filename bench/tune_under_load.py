@@ -13,7 +13,8 @@ goal: within 10%). Also the interference probe's cost per trial (the reference k
 before and after on all measuring CPUs at once, the schedstat reads), in this process, and
 the spread of the probes each run took: how far apart the reference's readings before and
 after the repeats were (the figure ``interference.UNSTEADY`` bounds), its slowdown and the
-stolen time, at the 50th/90th/99th percentile: the data that sets the thresholds on an ISA.
+stolen time, at the 50th/90th/99th percentile: the data that sets the thresholds on an ISA;
+and how many times its winner, validated during a burst, was measured again (validation.settle).
 
     python bench/tune_under_load.py [--trials 64] [--M 1024 --N 1024 --K 1024]
                                     [--processes 5] [--load-cpu N] [--out DIR]
@@ -198,9 +199,8 @@ from common import interleaved_seconds, kernel_code  # noqa: E402
 
 from tunefleet.compiler import ops  # noqa: E402
 from tunefleet.compiler.target import Target  # noqa: E402
-from tunefleet.tuner import interference  # noqa: E402
+from tunefleet.tuner import interference, runner, validation  # noqa: E402
 from tunefleet.tuner import records as records_mod  # noqa: E402
-from tunefleet.tuner import runner  # noqa: E402
 from tunefleet.tuner.apply import apply_best  # noqa: E402
 from tunefleet.tuner.measure import MeasureProtocol, workload_key  # noqa: E402
 from tunefleet.tuner.records import Record  # noqa: E402
@@ -254,29 +254,35 @@ def summary(label: str, workload: ops.Workload, records: list[Record], max_distu
 
 
 class ProbeLog(logging.Handler):
-    """Collects the measurer's interference probes (its debug lines' ``probe`` data: the
-    reference's seconds per call before and after the repeats, the calibration, the stolen
-    fraction) while attached to the runner's logger."""
+    """Collects, while attached, the measurer's interference probes (the runner's debug lines'
+    ``probe`` data: the reference's seconds per call before and after the repeats, the
+    calibration, the stolen fraction) and the validation's settle lines (a winner validated
+    in a burst, measured again)."""
 
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
         self.probes: list[dict] = []
-        self.logger = logging.getLogger(runner.__name__)
+        self.settles: list[str] = []
+        self.loggers = [logging.getLogger(runner.__name__), logging.getLogger(validation.__name__)]
 
     def emit(self, record: logging.LogRecord) -> None:
         probe = getattr(record, "probe", None)
         if probe and len(probe["reference"]) == 2 and probe["calibration"]:
             self.probes.append(probe)
+        elif record.name == validation.__name__:
+            self.settles.append(record.getMessage())
 
     def __enter__(self) -> ProbeLog:
-        self.level_was = self.logger.level
-        self.logger.setLevel(logging.DEBUG)
-        self.logger.addHandler(self)
+        self.levels_were = [logger.level for logger in self.loggers]
+        for logger in self.loggers:
+            logger.setLevel(logging.DEBUG)
+            logger.addHandler(self)
         return self
 
     def __exit__(self, *exc) -> None:
-        self.logger.removeHandler(self)
-        self.logger.setLevel(self.level_was)
+        for logger, level in zip(self.loggers, self.levels_were):
+            logger.removeHandler(self)
+            logger.setLevel(level)
 
 
 def _percentiles(values: list[float]) -> str:
@@ -314,6 +320,8 @@ def run(label: str, workload: ops.Workload, trials: int, out: Path, load_cpu: in
             load.kill()
             load.wait()
     probe_spread(label, probes.probes)
+    print(f"{label:>6}: winner measured again {len(probes.settles)} times (validated in a burst)"
+          + "".join(f"\n{label:>6}:   {line}" for line in probes.settles), flush=True)
     print(f"{label:>6}: {result.elapsed_s:.0f} s for {len(result.trials)} trials "
           f"({result.search_s:.0f} s proposing and learning); load average {os.getloadavg()[0]:.2f}", flush=True)
     summary(label, workload, records_mod.load(records), protocol.max_disturbance)
