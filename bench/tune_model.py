@@ -241,7 +241,13 @@ in model order ours take 4.2 ms more than looped: the 1×1 layers 12.93 -> 15.84
 3×3 ones 10.12 -> 11.28 (+11%). Not the thread pool's wake-up: the same records re-run five times
 with TUNEFLEET_SPIN_US 100 (the default), 300, 1000 and 2000 read 26.7-28.5 ms in model order,
 in no order of the spin; only the 64 -> 64 1×1 layer at 56² gained from spinning ≥ 1 ms (0.19 ->
-0.13 ms, against 0.07 looped).
+0.13 ms, against 0.07 looped). The 1×1 layers' GEMMs read the input rows in place (pack_b False),
+each k step 3-12 KiB further; with the caches flushed before each call they take 1.30-1.53× their
+looped time (3×3 at 14²: 1.17×), so most of the penalty is data from memory, and no knob of the
+space reads it faster (512 -> 128 at 28²: 0.98-1.28× the default's flushed time). By hand, PREFETCHT0
+of those rows 4-8 k steps ahead (8-24 prefetches per step): 512 -> 128 at 28² 1.32× looped, 1.15×
+flushed; 256 -> 64 at 56² 1.16× and 1.20×; 1024 -> 256 at 14² 1.00×; 64 -> 256 at 56² (K = 64)
+0.93-0.96×: a knob for the search to take where it pays, not a default.
 """
 
 from __future__ import annotations
