@@ -175,7 +175,7 @@ class LoopNestBuilder:
             starts = [BinOp("add", i.symbolic, Const(i.low, "int64")) for i in intervals]
             address = TensorAddress(load.tensor, [BinOp("add", start, step) for start, step in zip(starts, steps)]
                                     + [BinOp("add", starts[-1], BinOp("mul", lines, Const(line, "int64")))])
-            nest: Stmt = Evaluate("__builtin_prefetch", [address, Const(0, "int32"), Const(2, "int32")])
+            nest: Stmt = Evaluate("__builtin_prefetch", [address, Const(0, "int32"), Const(prefetch.locality, "int32")])
             for step in [*steps, lines][::-1]:
                 nest = For(step, step.extent, "unrolled", nest)
             statements.append(nest)

@@ -53,6 +53,7 @@ class Prefetch:
     at: IterVar
     ahead: IterVar
     offset: int
+    locality: int = 2
 
 
 LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled")
@@ -242,25 +243,28 @@ class Stage:
         scope is not 'shared'."""
         self.double_buffered = True
 
-    def prefetch(self, tensor: Tensor, at: IterVar, ahead: IterVar, offset: int = 1) -> None:
+    def prefetch(self, tensor: Tensor, at: IterVar, ahead: IterVar, offset: int = 1, locality: int = 2) -> None:
         """Prefetch, at the top of each iteration of this stage's loop `at`, the part of `tensor`
         that the same iteration reads when loop `ahead` (`at` itself, or a loop around it: of this
         stage or of the stage it is computed at) is `offset` iterations further: software
-        prefetches (GCC's __builtin_prefetch for a read with locality 2: x86 PREFETCHT1, into the
-        L2, not the L1) of the cache lines (64 bytes) of the box that the reads of `tensor` below `at`
-        cover, for a stream that the hardware prefetchers lose, e.g. rows of a matrix read a few
-        at a time, each in another page (TVM's `Stage.prefetch` with `at` = `ahead`; Intel's
-        optimization manual, "software prefetching"). A prefetch never faults, so the last
-        iterations may name lines past the tensor. Lowering raises ScheduleError where `at` is
-        vectorized or bound, or `ahead` does not move the reads (`offset` would prefetch what the
-        iteration reads anyway)."""
+        prefetches (GCC's __builtin_prefetch for a read with `locality` 0-3; on x86 2 is PREFETCHT1,
+        into the L2, not the L1, and 3 PREFETCHT0, into the L1 too) of the cache lines (64 bytes) of
+        the box that the reads of `tensor` below `at` cover, for a stream that the hardware
+        prefetchers lose, e.g. rows of a matrix read a few at a time, each in another page (TVM's
+        `Stage.prefetch` with `at` = `ahead`; Intel's optimization manual, "software
+        prefetching"). A prefetch never faults, so the last iterations may name lines past the
+        tensor. Raises ScheduleError for an `offset` that is not a positive int or a `locality`
+        outside 0-3; lowering raises it where `at` is vectorized or bound, or `ahead` does not
+        move the reads (`offset` would prefetch what the iteration reads anyway)."""
         self._leaf(at, "prefetch")
         if not any(t is tensor for t in self.op.input_tensors()):
             raise ScheduleError(f"stage {self.name!r}: prefetch of {getattr(tensor, 'name', tensor)!r}, which it "
                                 f"does not read; it reads {[t.name for t in self.op.input_tensors()]}")
         if not isinstance(offset, int) or isinstance(offset, bool) or offset < 1:
             raise ScheduleError(f"stage {self.name!r}: prefetch offset must be a positive int, got {offset!r}")
-        self.prefetches.append(Prefetch(tensor, at, ahead, offset))
+        if locality not in (0, 1, 2, 3) or isinstance(locality, bool):
+            raise ScheduleError(f"stage {self.name!r}: prefetch locality must be 0, 1, 2 or 3, got {locality!r}")
+        self.prefetches.append(Prefetch(tensor, at, ahead, offset, locality))
 
     def tensorize(self, iv: IterVar, intrin: TensorIntrin) -> None:
         """Replace the loops from `iv` inward by a call to `intrin` (a C micro-kernel).

@@ -192,6 +192,14 @@ def test_prefetch_at_its_own_loop_reads_that_loop_ahead():
     assert offsets[(1, 5)] == [(4 + r) * 256 + 16 * (5 + 3) for r in range(4)]
 
 
+def test_prefetch_into_the_l1_asks_for_locality_3():
+    A, out, s, io, ko = _row_sums(rows=4, K=64, tile=2, step=16)
+    s[out].prefetch(A, ko, ko, offset=2, locality=3)
+    func = lower(s, [A, out], "pf", lanes=TARGET.lanes("float32"))
+    calls = [c for c in walk_stmt(func.body) if isinstance(c, Evaluate) and c.func == "__builtin_prefetch"]
+    assert calls and all([c.value for c in call.args[1:]] == [0, 3] for call in calls)
+
+
 def test_illegal_prefetches_name_the_stage_and_the_reason():
     A, out, s, io, ko = _row_sums(rows=4, K=64, tile=2, step=16)
     B = te.placeholder((4, 64), name="B")
@@ -199,6 +207,8 @@ def test_illegal_prefetches_name_the_stage_and_the_reason():
         s[out].prefetch(B, ko, io)
     with pytest.raises(ScheduleError, match="offset must be a positive int"):
         s[out].prefetch(A, ko, io, offset=0)
+    with pytest.raises(ScheduleError, match="locality must be 0, 1, 2 or 3, got 4"):
+        s[out].prefetch(A, ko, io, locality=4)
     with pytest.raises(ScheduleError, match="stage 'out'.*prefetch.*axis 'k' is no longer a leaf"):
         s[out].prefetch(A, s[out].op.reduce_axis[0], io)
     D = te.compute((4,), lambda i: A[i, 0] + 1.0, name="D")
