@@ -2,6 +2,7 @@
 with gcc and checked against numpy, over ResNet-50 layers (few configs: they are big) and
 small odd shapes (many configs); pre-packed weights; the public signature stays NCHW/OIHW."""
 
+import re
 import shutil
 import subprocess
 
@@ -106,10 +107,10 @@ def test_float64():
 
 def test_pointwise_convolution_is_a_gemm_over_views_of_its_arguments():
     """A 1×1, stride-1, unpadded NCHW convolution runs the matmul template (its knobs; with at
-    most IM2COL_MAX_PIXELS pixels also `dot_rows`) on [CO, CI] · [CI, H·W] per image; the
-    kernel's arguments keep the operator's shapes."""
+    most IM2COL_MAX_PIXELS pixels also `dot_rows`; `prefetch_b` for B read in place) on [CO, CI]
+    · [CI, H·W] per image; the kernel's arguments keep the operator's shapes."""
     w = _workload("conv2d_nchw", dict(N=2, CI=40, CO=24, H=6, W=9, KH=1, KW=1, bias=True, epilogue="relu"))
-    assert set(ops.config_space(w, TARGET).knobs) == {"dot_rows"} | set(ops.config_space(
+    assert set(ops.config_space(w, TARGET).knobs) == {"dot_rows", "prefetch_b"} | set(ops.config_space(
         ops.make_workload("matmul", {"M": 24, "N": 54, "K": 40}), TARGET).knobs)
     built = build_workload(w, ops.default_config(w, TARGET), TARGET)
     assert [a.shape for a in built.args] == [(2, 40, 6, 9), (24, 40, 1, 1), (24,), (2, 24, 6, 9)]
@@ -117,6 +118,23 @@ def test_pointwise_convolution_is_a_gemm_over_views_of_its_arguments():
     inputs = ops.random_inputs(w.tensors(), rng)
     (out,) = built.run(*inputs)
     assert relative_error(out, w.reference(*inputs)[0]) < 1e-4
+
+
+@pytest.mark.parametrize("target", params(FAMILY))
+def test_pointwise_prefetch_of_the_input_read_in_place(target):
+    """prefetch_b > 0 with B (the input) read in place puts PREFETCHT0s (locality 3) of its rows
+    in the tiles' K loop, and random configs with it match numpy, batch 2; the default has none
+    (its index is the one it had before the knob: defined last, absent 0)."""
+    w = _workload("conv2d_nchw", dict(N=2, CI=64, CO=24, H=16, W=16, KH=1, KW=1, bias=True, epilogue="relu"))
+    default = ops.default_config(w, target)
+    assert default["prefetch_b"].val == 0 and "__builtin_prefetch" not in build_workload(w, default, target).source
+    space = ops.config_space(w, target)
+    assert space.from_json({"knobs": default.to_json()["knobs"]}).index == default.index < space.size // 2
+    configs = [space.from_json({"knobs": {**c.to_json()["knobs"], "pack_b": False, "prefetch_b": 4}})
+               for c in space.random(np.random.default_rng(3), 6)]
+    source = build_workload(w, configs[0], target).source
+    assert re.search(r"__builtin_prefetch\(\(data \+ [^;]*, 0, 3\);", source), source
+    assert not failures([(w, c) for c in configs], target=target)
 
 
 @pytest.mark.parametrize("target", params(FAMILY))

@@ -414,7 +414,8 @@ def gemm_template(cfg, workload, target):
     weights are the GEMM's A, read in place (OIHW rows are contiguous runs of CI·KH·KW), no
     packing into NCHWc and back.
 
-    A 1×1 convolution with stride 1 and no padding reads data itself as B, [N, CI, H·W].
+    A 1×1 convolution with stride 1 and no padding reads data itself as B, [N, CI, H·W]; its
+    knob `prefetch_b` (gemm.define_prefetch_b_knob) prefetches B's rows ahead of the tiles.
     Otherwise B is the pixels each output reads (im2col, Chellapilla et al. 2006): B[n, (ci,
     kh, kw), oh·OW + ow] = data[n, ci, oh·sh + kh·dh - ph, ow·sw + kw·dw - pw] (0 in the
     padding), a stage of its own whose loops run over (ci, kh, kw) and (oh, ow) — no division
@@ -435,6 +436,8 @@ def gemm_template(cfg, workload, target):
     few_pixels = OH * OW <= IM2COL_MAX_PIXELS
     if few_pixels:
         cfg.define_knob("dot_rows", dot.dot_rows_choices(K, lanes), absent=0)
+    if not gathered:
+        gemm.define_prefetch_b_knob(cfg)
     cfg.add_flop(flop(a))
     dt = a["dtype"]
     data = te.placeholder((N, CI, a["H"], a["W"]) if gathered else (N, CI, OH * OW), dt, "data")
@@ -454,7 +457,7 @@ def gemm_template(cfg, workload, target):
         out = te.compute((N, CO, OH * OW), lambda n, co, q: finish(prod[n, co, q], bias, co, a["epilogue"],
                                                                    residual, (n, co, q)), name="out")
     sch = create_schedule(out)
-    gemm.schedule_gemm(sch, cfg, prod, out, packs, K)
+    gemm.schedule_gemm(sch, cfg, prod, out, packs, K, b_in_place=None if gathered else data)
     if gathered:
         # Packed straight from data, each element of the panels took a division and a modulo by
         # OW, KH·KW, KW and KH in a scalar loop: 18% of a 512@14² 3×3 stride-2 call. As a stage
