@@ -123,8 +123,9 @@ def test_pointwise_convolution_is_a_gemm_over_views_of_its_arguments():
 @pytest.mark.parametrize("target", params(FAMILY))
 def test_pointwise_prefetch_of_the_input_read_in_place(target):
     """prefetch_b > 0 with B (the input) read in place puts PREFETCHT0s (locality 3) of its rows
-    in the tiles' K loop, and random configs with it match numpy, batch 2; the default has none
-    (its index is the one it had before the knob: defined last, absent 0)."""
+    in the tiles' K loop, and random configs with it match numpy, batch 2; the search never
+    proposes it with B packed; the default has none (its index is the one it had before the
+    knob: defined last, absent 0)."""
     w = _workload("conv2d_nchw", dict(N=2, CI=64, CO=24, H=16, W=16, KH=1, KW=1, bias=True, epilogue="relu"))
     default = ops.default_config(w, target)
     assert default["prefetch_b"].val == 0 and "__builtin_prefetch" not in build_workload(w, default, target).source
@@ -132,6 +133,8 @@ def test_pointwise_prefetch_of_the_input_read_in_place(target):
     assert space.from_json({"knobs": default.to_json()["knobs"]}).index == default.index < space.size // 2
     configs = [space.from_json({"knobs": {**c.to_json()["knobs"], "pack_b": False, "prefetch_b": 4}})
                for c in space.random(np.random.default_rng(3), 6)]
+    assert all(space.valid(c) for c in configs)
+    assert not space.valid(space.from_json({"knobs": {**configs[0].to_json()["knobs"], "pack_b": True}}))
     source = build_workload(w, configs[0], target).source
     assert re.search(r"__builtin_prefetch\(\(data \+ [^;]*, 0, 3\);", source), source
     assert not failures([(w, c) for c in configs], target=target)

@@ -12,6 +12,7 @@ L1/L2. The bias and activation are applied when the register tile is written out
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -313,8 +314,20 @@ def define_prefetch_b_knob(cfg) -> None:
     over the NCHW input, PREFETCHT0 4 steps of ku 2 ahead, medians of 3 rounds, looped / caches
     flushed: 512 -> 128 at 28² 1.32× / 1.15×, 256 -> 64 at 56² 1.16× / 1.20×, 1024 -> 256 at
     14² 1.00×, 64 -> 256 at 56² 0.93-0.96×): so a choice for the search, not a default. Define it
-    after the space's other knobs: absent (0) it leaves their configs' indices as they were."""
+    after the space's other knobs: absent (0) it leaves their configs' indices as they were.
+    The search never proposes it with B packed, where it changes nothing (PrefetchReadsInPlace)."""
     cfg.define_knob("prefetch_b", [0, 4], absent=0)
+    cfg.define_constraint(PrefetchReadsInPlace())
+
+
+@dataclass(frozen=True)
+class PrefetchReadsInPlace:
+    """A space's constraint (``cfg.define_constraint``): `prefetch_b` > 0 only with B read in
+    place (pack_b False): the same kernel as prefetch_b 0 otherwise, a trial the search would
+    spend twice."""
+
+    def __call__(self, cfg) -> bool:
+        return not cfg["prefetch_b"].val or cfg["pack_b"].val is False
 
 
 def kc_choices(K: int) -> list[int]:
