@@ -110,8 +110,12 @@ def test_pointwise_convolution_is_a_gemm_over_views_of_its_arguments():
     most IM2COL_MAX_PIXELS pixels also `dot_rows`; `prefetch_b` for B read in place) on [CO, CI]
     · [CI, H·W] per image; the kernel's arguments keep the operator's shapes."""
     w = _workload("conv2d_nchw", dict(N=2, CI=40, CO=24, H=6, W=9, KH=1, KW=1, bias=True, epilogue="relu"))
-    assert set(ops.config_space(w, TARGET).knobs) == {"dot_rows", "prefetch_b"} | set(ops.config_space(
+    space = ops.config_space(w, TARGET)
+    assert set(space.knobs) == {"dot_rows", "prefetch_b"} | set(ops.config_space(
         ops.make_workload("matmul", {"M": 24, "N": 54, "K": 40}), TARGET).knobs)
+    in_place = {**ops.default_config(w, TARGET).to_json()["knobs"], "pack_b": False, "prefetch_b": 4}
+    # the prefetch only where the GEMM's tiles read B in place, not in the dot products' form
+    assert [space.valid(space.from_json({"knobs": {**in_place, "dot_rows": d}})) for d in (0, 4)] == [True, False]
     built = build_workload(w, ops.default_config(w, TARGET), TARGET)
     assert [a.shape for a in built.args] == [(2, 40, 6, 9), (24, 40, 1, 1), (24,), (2, 24, 6, 9)]
     rng = np.random.default_rng(4)

@@ -437,7 +437,7 @@ def gemm_template(cfg, workload, target):
     if few_pixels:
         cfg.define_knob("dot_rows", dot.dot_rows_choices(K, lanes), absent=0)
     if not gathered:
-        gemm.define_prefetch_b_knob(cfg)
+        gemm.define_prefetch_b_knob(cfg, dot_rows=few_pixels)
     cfg.add_flop(flop(a))
     dt = a["dtype"]
     data = te.placeholder((N, CI, a["H"], a["W"]) if gathered else (N, CI, OH * OW), dt, "data")

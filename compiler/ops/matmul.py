@@ -307,7 +307,7 @@ def define_gemm_knobs(cfg, M: int, N: int, K: int, lanes: int, registers: int,
     cfg.define_constraint(RegisterTileFits("mr", "nr", lanes, registers))
 
 
-def define_prefetch_b_knob(cfg) -> None:
+def define_prefetch_b_knob(cfg, dot_rows: bool = False) -> None:
     """The knob `prefetch_b` of schedule_gemm's `b_in_place`: 0 (none) or the K steps ahead.
     Where the rows of B read in place are each in another page, the hardware prefetchers do not
     run ahead of the tile (Intel Xeon model 167, AVX-512, 2 threads, a 1×1 convolution's GEMM
@@ -315,19 +315,22 @@ def define_prefetch_b_knob(cfg) -> None:
     flushed: 512 -> 128 at 28² 1.32× / 1.15×, 256 -> 64 at 56² 1.16× / 1.20×, 1024 -> 256 at
     14² 1.00×, 64 -> 256 at 56² 0.93-0.96×): so a choice for the search, not a default. Define it
     after the space's other knobs: absent (0) it leaves their configs' indices as they were.
-    The search never proposes it with B packed, where it changes nothing (PrefetchReadsInPlace)."""
+    The search never proposes it with B packed, or with the space's knob `dot_rows` (where
+    `dot_rows`: it has one) above 0, where it changes nothing (PrefetchReadsInPlace)."""
     cfg.define_knob("prefetch_b", [0, 4], absent=0)
-    cfg.define_constraint(PrefetchReadsInPlace())
+    cfg.define_constraint(PrefetchReadsInPlace(dot_rows))
 
 
 @dataclass(frozen=True)
 class PrefetchReadsInPlace:
     """A space's constraint (``cfg.define_constraint``): `prefetch_b` > 0 only with B read in
-    place (pack_b False): the same kernel as prefetch_b 0 otherwise, a trial the search would
-    spend twice."""
+    place by the GEMM's tiles (pack_b False, and `dot_rows` 0 where the space has that knob):
+    the same kernel as prefetch_b 0 otherwise, a trial the search would spend twice."""
+
+    dot_rows: bool = False
 
     def __call__(self, cfg) -> bool:
-        return not cfg["prefetch_b"].val or cfg["pack_b"].val is False
+        return not cfg["prefetch_b"].val or (cfg["pack_b"].val is False and not (self.dot_rows and cfg["dot_rows"].val))
 
 
 def kc_choices(K: int) -> list[int]:
