@@ -247,7 +247,8 @@ looped time (3×3 at 14²: 1.17×), so most of the penalty is data from memory, 
 space reads it faster (512 -> 128 at 28²: 0.98-1.28× the default's flushed time). By hand, PREFETCHT0
 of those rows 4-8 k steps ahead (8-24 prefetches per step): 512 -> 128 at 28² 1.32× looped, 1.15×
 flushed; 256 -> 64 at 56² 1.16× and 1.20×; 1024 -> 256 at 14² 1.00×; 64 -> 256 at 56² (K = 64)
-0.93-0.96×: a knob for the search to take where it pays, not a default.
+0.93-0.96×: so the knob `prefetch_b` of the pointwise GEMM (compiler.ops.matmul's
+define_prefetch_b_knob), for the search to take where it pays, not a default.
 """
 
 from __future__ import annotations
