@@ -234,10 +234,11 @@ class LocalMeasurer:
         slowdown = interference.reference_slowdown(samples, self.calibration)
         # One line per probe, its readings as data: bench/tune_under_load.py prints their spread,
         # to calibrate interference.UNSTEADY and validation.DISTURBANCE_NOISE on a host's ISA.
-        log.debug("interference probe: reference %s s per call, calibration %.3g s, stolen %.3f",
-                  " / ".join(f"{s:.3g}" for s in samples) or "-", self.calibration or 0.0, probe["stolen"],
-                  extra={"probe": {"reference": list(samples), "calibration": self.calibration,
-                                   "stolen": probe["stolen"]}})
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("interference probe: reference %s s per call, calibration %.3g s, stolen %.3f",
+                      " / ".join(f"{s:.3g}" for s in samples) or "-", self.calibration or 0.0, probe["stolen"],
+                      extra={"probe": {"reference": list(samples), "calibration": self.calibration,
+                                       "stolen": probe["stolen"]}})
         return (interference.disturbance(probe["stolen"], slowdown),
                 not interference.unsteady(samples, self.calibration))
 
