@@ -15,7 +15,8 @@ Before registering it waits for its Redis: one line at once when Redis does not 
 (both retried with tenacity). A refused or failed heartbeat (the server's
 database away: 503) is logged once per outage, and once more when heartbeats go through again.
 
-SIGTERM (or Ctrl-C) stops it after the current job; a second one stops it at once.
+SIGTERM (or Ctrl-C) stops it after the current job; a second one stops it at once. During a
+Redis outage a stop does not wait for Redis (:mod:`tunefleet.base.rqworker`).
 
 Imports stay light: the compiler, the tuner's measurement modules, redis, rq, httpx and
 tenacity; no SQL, XGBoost or web framework.

@@ -9,6 +9,8 @@ restarts it). The API server uses a short `ride_out_s` and answers 503 meanwhile
 
 :class:`Outages` records what the connection went through: whether Redis is down now, when it
 came back, how often the process reconnected; each outage and each recovery is logged once.
+A process asked to stop calls :meth:`Outages.stop_riding_out`: from then on a command that
+fails raises at once, so that a stop asked for during an outage does not wait for its end.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ class Outages:
         self.down_since: float | None = None
         self.back_at: float | None = None
         self.reconnects = 0
+        self.riding_out = True
         self._lock = threading.Lock()
         self._on_back: list[Callable[[float], None]] = []
 
@@ -83,6 +86,11 @@ class Outages:
             except Exception:  # a callback must not fail the command that went through
                 log.exception("callback after the %s outage failed", self.what)
 
+    def stop_riding_out(self) -> None:
+        """Retry no more: each command that fails from now on (one sleeping between two tries
+        included, at its next try) raises its error at once."""
+        self.riding_out = False
+
     def recovering(self, grace_s: float) -> bool:
         """Whether Redis is down now or came back less than `grace_s` seconds ago (others may
         not have noticed yet: their heartbeats in it are stale)."""
@@ -95,7 +103,8 @@ class Outages:
 
 class RideOutRetry(Retry):
     """redis-py's Retry on connection errors and timeouts with exponential backoff, telling
-    `outages` about each failure and each command that went through after failures."""
+    `outages` about each failure and each command that went through after failures; a failure
+    after :meth:`Outages.stop_riding_out` raises at once."""
 
     def __init__(self, outages: Outages, ride_out_s: float) -> None:
         # tries: the doubling waits up to the cap, then waits of the cap until ride_out_s
@@ -114,7 +123,10 @@ class RideOutRetry(Retry):
             nonlocal failed
             failed = True
             self.outages.failed(error)
-            return fail(error, *count)
+            outcome = fail(error, *count)
+            if not self.outages.riding_out:
+                raise error
+            return outcome
 
         result = super().call_with_retry(do, note, is_retryable, with_failure_count)
         if failed:

@@ -11,6 +11,13 @@ and fork server, the tuner's database engine) plus two things RQ's forking worke
   ``Retry`` allows, or fails it with ``AbandonedJobError``;
 - a warm shutdown (SIGTERM, or the first Ctrl-C) also sets :attr:`stopping`, which a long
   job (a tuning run) watches to stop early; RQ itself exits after the current job;
+- a warm shutdown also ends the connection's ride-out of Redis outages
+  (:meth:`~tunefleet.base.redisconn.Outages.stop_riding_out`): RQ's teardown writes the worker's
+  death to Redis, and with Redis down that write waited out the whole ride-out (15 minutes),
+  so a worker asked to stop during an outage did not. Its Redis commands now fail at once; the
+  signal handler's write of the stop request and a teardown that cannot reach Redis are logged
+  (neither raises into the running job), and the worker's record expires by its TTL (a job it
+  could not finish is found abandoned by its missing heartbeat, as after a kill);
 - a job whose ``meta["notify"]`` names a Redis list gets its id pushed there once its
   outcome is stored (RQ's own callbacks run before that), so whoever waits for it can block
   on the list instead of polling;
@@ -46,6 +53,8 @@ from rq.job import Job
 from rq.queue import Queue
 from rq.serializers import JSONSerializer
 from rq.worker import SimpleWorker, WorkerStatus
+
+from tunefleet.base.redisconn import RideOutRetry
 
 log = logging.getLogger(__name__)
 
@@ -154,3 +163,25 @@ class HeartbeatWorker(SimpleWorker):
     def handle_warm_shutdown_request(self) -> None:
         super().handle_warm_shutdown_request()
         self.stopping.set()
+        retry = self.connection.get_retry()
+        if isinstance(retry, RideOutRetry):
+            retry.outages.stop_riding_out()
+
+    def set_shutdown_requested_date(self) -> None:
+        """RQ's, which runs in the signal handler, amid the running job: a failed write is
+        logged, not raised into the job."""
+        try:
+            super().set_shutdown_requested_date()
+        except RedisError as exc:
+            log.warning("worker %s: could not record the stop request in Redis (%s)", self.name, exc)
+
+    def teardown(self) -> None:
+        """RQ's (its death and unsubscribe written to Redis), logged instead of raised when Redis
+        cannot be reached: the worker's record then expires by its TTL."""
+        try:
+            super().teardown()
+        except RedisError as exc:
+            log.warning("worker %s: could not record its stop in Redis (%s); its record expires by itself",
+                        self.name, exc)
+            if self.pubsub_thread is not None:
+                self.pubsub_thread.stop(timeout=0)
