@@ -178,6 +178,18 @@ Measured (2-vCPU Intel Xeon, AVX-512, KVM; each phase under the shared CPU lock,
   gap p99 0.206, max 0.235; none above 0.4, 0% counted disturbed. Re-timed quietly: busy winner
   436.9 vs quiet 432.6 GFLOP/s best, **101.0%** (101.0% by median; 6 × 64 bm 8 bn 2 vs 5 × 64
   bm 16 bn 4 ku 4).
+* AMD EPYC Zen 3 (family 25 model 1, AVX2 only, 2 vCPUs, Firecracker; main at ae54d98, 5
+  rounds, two runs). Run 1, its "quiet" phase in a disturbed stretch of the host throughout
+  (validated 89.1 GFLOP/s, re-timed 178.8): quiet 140 s, disturbance median 1.01, max 1.85;
+  94 probes, gap p50 0.146, p90 0.530, p99 0.969, max 1.238 (16 above UNSTEADY 0.4), stolen
+  p50 0.72; busy 151 s, median 1.61, max 3.62; gap p90 0.519, p99 0.765 (16 above 0.4); 0%
+  counted disturbed in both (the load lasted: the baseline). Re-timed quietly: busy winner
+  171.2 vs quiet 178.8 GFLOP/s best, **95.7%** (97.3% by median). Run 2, a quiet hour: quiet
+  65 s, disturbance median 0.07, max 0.53; 80 probes, gap p50 0.024, p90 0.161, p99 0.415, max
+  0.888 (1 above 0.4), stolen p99 0.24; busy 103 s, median 1.14, max 2.75; 88 probes, gap p50
+  0.101, p90 0.422, p99 0.701 (9 above 0.4), stolen p50 0.88; 0% counted disturbed; probe 3.8
+  ms quiet, 6.8 ms busy. Re-timed quietly: busy winner 184.7 vs quiet 187.2 GFLOP/s best,
+  **98.7%** (101.4% by median), different configs (busy 6 × 16 bm 16 A packed; quiet 3 × 32 bm 2).
 """
 
 from __future__ import annotations
