@@ -276,6 +276,13 @@ rounds: software prefetches of the B panel 4, 8 or 16 iterations ahead 0.95×; K
 or 256 (the panel's block in the L1) 0.74× and 0.79×, with A packed 0.70× and 0.84×; ku 1 or 4
 0.94× and 0.97×; tiles 8 × 48, 7 × 48, 12 × 32, 14 × 32 0.90-0.95×. Still open: a hardware
 counter (none in this VM) would tell whether the L2's bandwidth or the FMA ports' are short.
+AMD EPYC Zen 3 (family 25 model 1, AVX2 only, 512 KiB L2 per core; main at ae54d98, peak
+205-206), 5 rounds, default / best of 16 / numpy / np-AVX2 / PyTorch / ratio to OpenBLAS / to
+PyTorch / % of the peak: 1024³ 192.8 / 192.8 / 191.1 / 185.2 / 181.8 / 1.04 / 1.08 / 94%, 2048³
+189.3 / 189.3 / 189.9 / 189.8 / 188.0 / 1.00 / 1.01 / 92%, 1000³ 190.4 / 190.9 / 190.1 / 190.5 /
+187.5 / 1.00 / 1.02 / 93%, 128×3072×768 175.8 / 176.1 / 173.0 / 173.8 / 160.1 / 1.04 / 1.09 / 86%.
+Blocks sized for this L2 (the default rule assumes 1 MiB), at 1024³ against the default, medians
+of 5 interleaved rounds: bn 4 1.00, bn 2 0.99, bm 4 1.00, bn 4 with bm 4 0.99.
 """
 
 from __future__ import annotations

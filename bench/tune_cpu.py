@@ -196,6 +196,12 @@ xgb, 64 trials, 5 rounds, tuned vs numpy / PyTorch (ratios by rounds; % of the p
 1000³ 420.3 vs 341.2 / 380.9 (1.13 / 1.10; 87%), 128×3072×768 337.1 vs 277.7 / 335.5 (1.19 /
 0.99; 70%), conv2d 512@7² 300.2 vs PyTorch 195.9 (1.55; 61%); 90% of each run's best at the
 first trial except 1000³ (11 trials, 6 s); tuning 31-110 s.
+AMD EPYC Zen 3 (family 25 model 1, AVX2 only, 512 KiB L2 per core; main at d041f7b, peak 205),
+xgb, 64 trials, 5 rounds, tuned vs numpy / PyTorch (ratios by rounds; % of the peak): matmul
+1024³ 192.5 vs 189.4 / 186.3 (1.11 / 1.06; 94%), 2048³ 189.0 vs 188.4 / 188.1 (1.00 / 1.03; 92%),
+1000³ 186.6 vs 187.7 / 186.2 (1.00 / 1.01; 91%), 128×3072×768 174.8 vs 174.7 / 159.6 (1.03 / 1.11;
+85%), conv2d 512@7² 162.9 vs PyTorch 128.4 (1.29; 79%); 90% of each run's best at the first
+trial; tuning 53-316 s. OpenBLAS runs at 92-93% of the peak at the cubes here.
 """
 
 from __future__ import annotations
