@@ -199,12 +199,15 @@ def test_a_busy_loop_off_the_kernels_cpus_disturbs_less_than_one_on_them(measure
 
 
 def test_finalists_are_measured_in_interleaved_rounds_with_per_config_costs():
+    """Rounds of one candidate after another. Re-measures are left out (remeasure 0): with the
+    suite's other workers on a 2-CPU AMD Zen 3 host, a probe's reference changed speed during a
+    round often enough to measure one candidate twice in a row."""
     cpus = affinity()
     inputs = [candidate(v) for v in (1, 4, 8)]
     longer = validation.validation_protocol(MeasureProtocol(repeat=2, min_repeat_ms=1, cooldown_ms=0), repeat=6)
     assert (longer.rounds, longer.repeat) == (3, 6)
     with Counting(cpus=cpus[-1:], build_cpus=cpus[:1], plugin_modules=PLUGINS) as m:
-        results = m.measure_batch(inputs, dataclasses.replace(longer, max_disturbance=1e6))
+        results = m.measure_batch(inputs, dataclasses.replace(longer, max_disturbance=1e6, remeasure=0))
     assert m.ran == [1, 4, 8, 1, 4, 8, 1, 4, 8]
     assert all(r.ok and len(r.costs) == 6 for r in results)
 
