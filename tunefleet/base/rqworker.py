@@ -2,8 +2,8 @@
 
 :class:`HeartbeatWorker` is RQ's ``SimpleWorker`` (a job runs in the worker's own process,
 so it can use what that process keeps between jobs: the measurer with its builder pool
-and fork server, the tuner's database engine) plus two things RQ's forking worker has and
-``SimpleWorker`` lacks:
+and fork server, the tuner's database engine) plus what RQ's forking worker has and
+``SimpleWorker`` lacks (the first two) and what tunefleet's processes need of it:
 
 - it heartbeats the running job every ``heartbeat_s`` with a TTL of ``3 * heartbeat_s``,
   so that when the worker dies (kill -9, a lost host), RQ's abandoned-job handling
