@@ -315,8 +315,8 @@ def define_prefetch_b_knob(cfg, dot_rows: bool = False) -> None:
     flushed: 512 -> 128 at 28² 1.32× / 1.15×, 256 -> 64 at 56² 1.16× / 1.20×, 1024 -> 256 at
     14² 1.00×, 64 -> 256 at 56² 0.93-0.96×): so a choice for the search, not a default. Define it
     after the space's other knobs: absent (0) it leaves their configs' indices as they were.
-    The search never proposes it with B packed, or with the space's knob `dot_rows` (where
-    `dot_rows`: it has one) above 0, where it changes nothing (PrefetchReadsInPlace)."""
+    The search never proposes it with B packed, or (`dot_rows` True: the space has that knob)
+    with the knob `dot_rows` above 0, where it changes nothing (PrefetchReadsInPlace)."""
     cfg.define_knob("prefetch_b", [0, 4], absent=0)
     cfg.define_constraint(PrefetchReadsInPlace(dot_rows))
 
