@@ -9,10 +9,13 @@
 // binding do). Each call writes X then Y (float32, N each) to OUT_DIR/<phase>.bin and prints
 // one JSON line: the thread count tunefleet_get_num_threads gave before the call, the
 // distinct thread ids that ran the parallel loop's blocks, the threads of the process after
-// the call (/proc/self/task) and the CPU each block ran on. After the narrow and the
-// widened calls it prints what tunefleet_set_num_threads(8) returned.
+// the call (/proc/self/task), the calling thread's id, and the CPU and thread id of each
+// block. After the narrow and the widened calls it prints what tunefleet_set_num_threads(8)
+// returned.
 #include <dirent.h>
 #include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -63,9 +66,11 @@ static void call(const char* phase, int index, const char* out_dir) {
   }
   fclose(out);
   std::set<int> ran(tid.begin(), tid.end());
-  printf("{\"phase\": \"%s\", \"api\": %d, \"threads_seen\": %zu, \"tasks\": %zu, \"cpus\": [",
-         phase, api, ran.size(), thread_ids().size());
+  printf("{\"phase\": \"%s\", \"api\": %d, \"threads_seen\": %zu, \"tasks\": %zu, \"caller\": %ld, \"cpus\": [",
+         phase, api, ran.size(), thread_ids().size(), (long)syscall(SYS_gettid));
   for (int b = 0; b < BLOCKS; ++b) printf("%s%d", b ? ", " : "", cpu[b]);
+  printf("], \"tids\": [");
+  for (int b = 0; b < BLOCKS; ++b) printf("%s%d", b ? ", " : "", tid[b]);
   printf("]}\n");
 }
 

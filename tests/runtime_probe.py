@@ -18,17 +18,40 @@ from tunefleet.compiler.build import compile_shared
 from tunefleet.compiler.target import Target
 
 N, BLOCKS = 4096, 64
+SLOW_BLOCK, SLOW_S = BLOCKS // 2, 1.0
 
 # Each block adds 1 through a nested tf_parallel_for (must run inline) and a 64-byte aligned
 # temporary, and records sched_getcpu() in CPU[block], gettid() in TID[block]. A negative X[0]
-# is reported as an error.
+# is reported as an error. Each pool thread, at its first block of a call, waits (up to 10 s)
+# until every thread of the loop has started one, so that every thread runs blocks even where
+# one could take them all (its parts, then the others'); a negative X[1] makes block
+# SLOW_BLOCK (the first of chunk 1 with 2 threads) take SLOW_S seconds.
 PROBE = r"""
 #include "tunefleet_runtime.h"
 #include <sched.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
-typedef struct { const float* x; float* y; int32_t* cpu; int32_t* tid; int failed; } probe_t;
+typedef struct { const float* x; float* y; int32_t* cpu; int32_t* tid; int failed; int call; int started; } probe_t;
+
+static int probe_calls;
+static __thread int probe_seen_call;
+
+static double probe_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+static void probe_join(probe_t* t) {
+  if (probe_seen_call == t->call) return;
+  probe_seen_call = t->call;
+  int threads = tunefleet_get_num_threads();
+  __atomic_add_fetch(&t->started, 1, __ATOMIC_SEQ_CST);
+  for (double until = probe_now() + 10; __atomic_load_n(&t->started, __ATOMIC_SEQ_CST) < threads && probe_now() < until;)
+    sched_yield();
+}
 
 static void probe_add(int64_t begin, int64_t end, void* p) {
   probe_t* t = p;
@@ -37,7 +60,9 @@ static void probe_add(int64_t begin, int64_t end, void* p) {
 
 static void probe_block(int64_t begin, int64_t end, void* p) {
   probe_t* t = p;
+  probe_join(t);
   for (int64_t b = begin; b < end; ++b) {
+    if (b == SLOW_BLOCK && t->x[1] < 0) usleep(SLOW_US);
     float* tmp = tf_alloc_aligned(64 * sizeof(float));
     if (tmp == NULL || (uintptr_t)tmp % 64 != 0) t->failed = 1;
     probe_t block = {t->x + b * 64, tmp, t->cpu, t->tid, 0};
@@ -55,7 +80,7 @@ int NAME(const float* restrict X, float* restrict Y, int32_t* restrict CPU,
     tf_set_error("NAME: X[0] is negative (%g)", X[0]);
     return 2;
   }
-  probe_t t = {X, Y, CPU, TID, 0};
+  probe_t t = {X, Y, CPU, TID, 0, __atomic_add_fetch(&probe_calls, 1, __ATOMIC_SEQ_CST), 0};
   tf_parallel_for(BLOCKS, probe_block, &t);
   if (t.failed) {
     tf_set_error("NAME: tf_alloc_aligned failed or was not 64-byte aligned");
@@ -63,7 +88,7 @@ int NAME(const float* restrict X, float* restrict Y, int32_t* restrict CPU,
   }
   return 0;
 }
-""".replace("BLOCKS", str(BLOCKS))
+""".replace("SLOW_BLOCK", str(SLOW_BLOCK)).replace("SLOW_US", str(int(SLOW_S * 1e6))).replace("BLOCKS", str(BLOCKS))
 
 ARGS = [ArgSpec("X", (N,), "float32", False), ArgSpec("Y", (N,), "float32", True),
         ArgSpec("CPU", (BLOCKS,), "int32", True), ArgSpec("TID", (BLOCKS,), "int32", True)]
@@ -91,11 +116,12 @@ def probe_dir(tmp_path_factory, build_cache):
     return build_probe(tmp_path_factory.mktemp("probe"), "probe")
 
 
-def chunk_of(block, threads):
-    """The static chunk tf_parallel_for gives `block` of BLOCKS over `threads` threads."""
-    base, rem = divmod(BLOCKS, threads)
-    starts = [i * base + min(i, rem) for i in range(threads)]
-    return max(i for i, s in enumerate(starts) if s <= block)
+def cpus_by_thread(cpus, tids) -> dict[int, set[int]]:
+    """The CPUs each thread (by id) ran its blocks on, from a probe call's CPU and TID outputs."""
+    by_thread: dict[int, set[int]] = {}
+    for cpu, tid in zip(cpus.tolist(), tids.tolist()):
+        by_thread.setdefault(tid, set()).add(cpu)
+    return by_thread
 
 
 def run_probe(kernel, x=None):

@@ -3,12 +3,13 @@ aligned allocation, fork safety and the timer. Real gcc builds, child processes 
 
 import ctypes
 import os
+import threading
 import time
 
 import numpy as np
 import pytest
 from runtime_probe import (  # noqa: F401 (build_cache, probe_dir: fixtures)
-    BLOCKS, N, build_cache, build_probe, chunk_of, probe_dir, run_child, run_probe)
+    BLOCKS, N, SLOW_BLOCK, build_cache, build_probe, cpus_by_thread, probe_dir, run_child, run_probe)
 
 import tunefleet
 
@@ -24,27 +25,48 @@ print(json.dumps({{"before": before, "set8": k.set_num_threads(8), "after": k.nu
 
 
 def test_parallel_for_output_matches_numpy_and_workers_are_pinned(probe_dir):
-    """Each worker runs on one CPU of the mask, none shared; the caller (chunk 0) is left
-    unpinned and the pool keeps the CPU it is on when a loop starts free of workers. On a
-    loaded host the scheduler may still move the caller onto a worker's CPU during a loop
-    (CI saw it once), so that part must hold in one of up to 5 runs: a pool that pinned a
-    worker to the caller's CPU would share it in every run."""
+    """Each worker runs on one CPU of the mask, none shared; the caller is left unpinned and
+    the pool keeps the CPU it is on when a loop starts free of workers. On a loaded host the
+    scheduler may still move the caller onto a worker's CPU during a loop (CI saw it once), so
+    that part must hold in one of up to 5 runs: a pool that pinned a worker to the caller's
+    CPU would share it in every run."""
     kernel = tunefleet.load(probe_dir)
     mask = sorted(os.sched_getaffinity(0))
     assert kernel.num_threads == len(mask)
     runs = []
     for _ in range(5):
-        cpus, _ = run_probe(kernel)
-        by_chunk = [{int(cpus[b]) for b in range(BLOCKS) if chunk_of(b, len(mask)) == c}
-                    for c in range(len(mask))]
-        workers = [cpu for chunk in by_chunk[1:] for cpu in chunk]
-        assert all(len(chunk) == 1 for chunk in by_chunk[1:]), by_chunk
-        assert set(workers) <= set(mask) and len(set(workers)) == len(workers), by_chunk
-        runs.append(by_chunk)
-        if not set(workers) & by_chunk[0]:
+        by_thread = cpus_by_thread(*run_probe(kernel))
+        caller = by_thread.pop(threading.get_native_id())
+        workers = [cpu for cpus in by_thread.values() for cpu in cpus]
+        assert len(by_thread) == len(mask) - 1 and all(len(cpus) == 1 for cpus in by_thread.values()), by_thread
+        assert set(workers) <= set(mask) and len(set(workers)) == len(workers), by_thread
+        runs.append((caller, by_thread))
+        if not set(workers) & caller:
             break
     else:
         raise AssertionError(f"the caller shared a worker's CPU in every run: {runs}")
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs in the affinity mask")
+def test_a_thread_held_up_in_its_chunk_leaves_the_rest_of_it_to_the_others(probe_dir):
+    """Load balancing: the worker's first block (SLOW_BLOCK, the first of chunk 1 with 2
+    threads) takes a second, as if another program had its CPU; meanwhile the caller runs its
+    own chunk, then the rest of chunk 1 from its end, so only the worker's first part (the
+    chunk's first eighth) waits for it. With one static chunk per thread the worker ran all of
+    chunk 1 after its second."""
+    kernel = tunefleet.load(probe_dir)
+    assert kernel.set_num_threads(2) == 2
+    try:
+        x = np.arange(N, dtype=np.float32)
+        x[1] = -1.0
+        _, tids = run_probe(kernel, x)
+    finally:
+        kernel.set_num_threads(0)
+    caller, worker = threading.get_native_id(), int(tids[SLOW_BLOCK])
+    part = (BLOCKS - SLOW_BLOCK) // 8
+    assert worker != caller
+    assert set(tids[SLOW_BLOCK:SLOW_BLOCK + part].tolist()) == {worker}, tids
+    assert set(tids[:SLOW_BLOCK].tolist()) == set(tids[SLOW_BLOCK + part:].tolist()) == {caller}, tids
 
 
 def test_single_cpu_mask_gives_one_thread_and_clamps_requests(probe_dir):

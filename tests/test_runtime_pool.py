@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from runtime_probe import (  # noqa: F401 (build_cache, probe_dir: fixtures)
-    BLOCKS, N, build_cache, chunk_of, probe_dir, run_child, run_probe)
+    BLOCKS, N, build_cache, cpus_by_thread, probe_dir, run_child, run_probe)
 
 import tunefleet
 
@@ -72,8 +72,8 @@ def test_widening_the_mask_again_gives_two_pinned_threads(program, tmp_path, mod
     phases, stderr = run_program(program, tmp_path, mode)
     widened = phases["widened"]
     assert (widened["api"], widened["threads_seen"], widened["tasks"]) == (2, 2, 2)
-    # the worker runs chunk 1, pinned to the second CPU of the new mask
-    assert {widened["cpus"][b] for b in range(BLOCKS) if chunk_of(b, 2) == 1} == {MASK[1]}
+    # the worker runs its blocks pinned to the second CPU of the new mask
+    assert {cpu for cpu, tid in zip(widened["cpus"], widened["tids"]) if tid != widened["caller"]} == {MASK[1]}
     assert phases["set8 widened"]["returned"] == 2
     assert "asks for 8 threads but the calling thread's CPU affinity mask has 2 CPU(s); using 2" in stderr
 
@@ -130,7 +130,7 @@ def test_a_caller_left_on_a_workers_cpu_does_not_share_it(probe_dir):
     """A thread whose mask was narrowed to one CPU and widened again stays on that CPU (Linux
     moves it later, if at all); where a worker was pinned there, the two took turns on one CPU
     while the other idled (a 1024³ matmul on 2 CPUs ran at half speed). Each call, whichever
-    CPU the caller is left on, its chunk and the worker's run on different CPUs."""
+    CPU the caller is left on, its blocks and the worker's run on different CPUs."""
     kernel = tunefleet.load(probe_dir)
     placements, errors = [], []
 
@@ -139,9 +139,9 @@ def test_a_caller_left_on_a_workers_cpu_does_not_share_it(probe_dir):
             for call in range(20):
                 os.sched_setaffinity(0, [MASK[call % 2]])
                 os.sched_setaffinity(0, MASK)
-                cpus, _ = run_probe(kernel)
-                caller = {int(cpus[b]) for b in range(BLOCKS) if chunk_of(b, 2) == 0}
-                worker = {int(cpus[b]) for b in range(BLOCKS) if chunk_of(b, 2) == 1}
+                by_thread = cpus_by_thread(*run_probe(kernel))
+                caller = by_thread.pop(threading.get_native_id())
+                (worker,) = by_thread.values()
                 placements.append((MASK[call % 2], caller, worker))
         except BaseException as exc:  # reported by the main thread
             errors.append(exc)

@@ -99,14 +99,17 @@ extern "C" {
 /* Body of a parallel loop: runs iterations [begin, end) of the loop. */
 typedef void (*tf_parallel_fn)(int64_t begin, int64_t end, void* closure);
 
-/* Runs fn over [0, extent) split into one contiguous static chunk per pool thread
- * (the calling thread runs chunk 0) and returns when all chunks are done. First the
+/* Runs fn over [0, extent) and returns when every iteration is done. The range is split
+ * into one contiguous chunk per pool thread (the calling thread's is chunk 0), each chunk
+ * into up to 8 parts; a thread runs its chunk's parts in order, then takes the parts left
+ * of the others from their ends, so a thread slowed by other work on its CPU does not hold
+ * up the loop. fn is called once per part, with any [begin, end) of the range. First the
  * pool follows the calling thread's affinity mask and the cgroup CPU quota (see
  * tunefleet_set_num_threads). Runs fn(0, extent, closure) inline when extent <= 1,
  * when the pool has one thread, or when called from inside a parallel body (no nested
  * parallelism). A call while another thread's parallel loop runs waits for it (the
  * pool runs one loop at a time). Errors set with tf_set_error inside fn stay in the
- * thread that ran the chunk; fn cannot fail. */
+ * thread that ran the part; fn cannot fail. */
 TF_HIDDEN void tf_parallel_for(int64_t extent, tf_parallel_fn fn, void* closure);
 
 /* Sets this thread's last-error text (printf format, truncated to 1023 bytes). */
