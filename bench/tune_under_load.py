@@ -190,6 +190,20 @@ Measured (2-vCPU Intel Xeon, AVX-512, KVM; each phase under the shared CPU lock,
   0.101, p90 0.422, p99 0.701 (9 above 0.4), stolen p50 0.88; 0% counted disturbed; probe 3.8
   ms quiet, 6.8 ms busy. Re-timed quietly: busy winner 184.7 vs quiet 187.2 GFLOP/s best,
   **98.7%** (101.4% by median), different configs (busy 6 × 16 bm 16 A packed; quiet 3 × 32 bm 2).
+* AMD EPYC Zen 4 (family 25 model 17), after the runtime's parallel loops took to sharing a
+  slowed thread's parts out (tunefleet_runtime.c, "load balancing"; 5 rounds, runs of one
+  session). The old runtime's busy phase: 96 s, 89 probes, 10 above UNSTEADY, stolen p50 0.91,
+  disturbance median 1.11, winner validated at 95.7 GFLOP/s. With the balancing and stolen time
+  still the longest runnable thread over the longest running one: busy 102 s, 113 probes (37
+  above 0.4), stolen p50 0.09 although the kernels ran 1.4x their quiet time, winner validated
+  at 149.3; busy winner **100.4%** of the quiet one (99.6% by median). With stolen time the
+  threads' waits over their run times (interference.stolen_fraction): quiet 57-59 s, stolen p50
+  0.003, p90 0.016, disturbance median 0.11; busy 105 s, 138 probes, gap p50 0.586, p90 0.960
+  (71 above 0.4: the reference, 160 us a block, now reads near its quiet speed in the spinner's
+  off-slices and up to 2x in its on-slices, so half the trials are measured again), stolen p50
+  0.34, disturbance median 0.47, winner validated at 156.3; re-timed quietly, busy winner 221.8
+  vs quiet 223.2 GFLOP/s best, **99.4%** (100.6% by median), different configs (busy 6 × 64 bm 8
+  B packed per block, parallel outer; quiet bm 16 bn 2 B packed, fused).
 """
 
 from __future__ import annotations

@@ -337,19 +337,19 @@ def test_settle_waits_before_each_re_measure_and_stops_once_the_winner_is_settle
 def test_stolen_time_and_reference_slowdown_from_recorded_numbers():
     before = {10: (1_000_000, 0), 11: (0, 0)}
     # thread 10 ran 20 ms and waited 20 ms (half its CPU went elsewhere); 11 ran 1 ms, waited 9;
-    # 12 was born in between; 11 ran less than a tenth of the busiest and does not count.
-    after = {10: (21_000_000, 20_000_000), 11: (1_000_000, 9_000_000), 12: (5_000_000, 1_000_000)}
-    assert interference.stolen_fraction(before, after) == pytest.approx(1.0)
+    # 12 was born in between and ran 20 ms; 11 ran less than a tenth of the busiest and does not count.
+    after = {10: (21_000_000, 20_000_000), 11: (1_000_000, 9_000_000), 12: (20_000_000, 0)}
+    assert interference.stolen_fraction(before, after) == pytest.approx(0.5)
     assert interference.stolen_fraction(before, before) == 0.0
-    # One of two CPUs shared with a busy loop: an even split's thread there waits as long as it
-    # runs (the kernel took twice as long); an uneven split giving it a third of the work
-    # finishes it with the other thread's two thirds (the kernel was not slowed at all).
-    even = {1: (10_000_000, 0), 2: (10_000_000, 10_000_000)}
-    uneven = {1: (20_000_000, 0), 2: (10_000_000, 10_000_000)}
-    assert interference.stolen_fraction({}, even) == pytest.approx(1.0)
+    # One of two CPUs shared with a busy loop: a balanced loop's thread there runs half the window
+    # and waits the other half while the other thread runs all of it (30 ms of work done at the
+    # pace of 30 ms run + 10 waited: 1.33x); on a quiet host a thread that ran less waited no more.
+    balanced = {1: (20_000_000, 0), 2: (10_000_000, 10_000_000)}
+    uneven = {1: (20_000_000, 0), 2: (10_000_000, 0)}
+    assert interference.stolen_fraction({}, balanced) == pytest.approx(1 / 3)
     assert interference.stolen_fraction({}, uneven) == 0.0
-    # Ranked with the time-sharing taken out, the even split (20 ms measured) wins over the
-    # uneven one (20 ms too), as it does on a quiet host (10 ms against 20).
+    # Ranked with the time-sharing taken out, 20 ms measured at a disturbance of 1.0 counts as 10 ms,
+    # ahead of 20 ms undisturbed.
     assert MeasureResult("ok", [0.02], disturbance=1.0).own_throughput() == pytest.approx(100.0)
     assert MeasureResult("ok", [0.02], disturbance=0.0).own_throughput() == pytest.approx(50.0)
     assert MeasureResult("timeout").own_throughput() == 0.0

@@ -7,11 +7,11 @@ probes, both taken in the measuring child around its timed repeats, tell how far
   the nanoseconds it ran and the nanoseconds it waited on a run queue while runnable
   (``/proc/self/task/<tid>/schedstat``: run time, run delay, time slices; the kernel's
   ``Documentation/scheduler/sched-stats.rst``). A thread that waited ``d`` ns while it ran
-  ``r`` ns was runnable ``r + d``; a parallel loop waits for its slowest thread, so the
-  longest ``r + d`` over the longest ``r`` of the process's busy threads, minus 1, is the
-  slowdown that time-sharing caused the candidate during the window. It costs two
-  reads of a few small files: nothing next to the timing. Where schedstat cannot be read
-  (a kernel without ``CONFIG_SCHED_INFO``), it is 0.
+  ``r`` ns was runnable ``r + d``; the runtime's parallel loops share a slowed thread's work
+  out among the others, so the ``d`` summed over the process's busy threads over their ``r``
+  is the slowdown that time-sharing caused the candidate during the window.
+  It costs two reads of a few small files: nothing next to the timing. Where schedstat cannot
+  be read (a kernel without ``CONFIG_SCHED_INFO``), it is 0.
 * **Reference speed** (:class:`Reference`, :func:`reference_slowdown`): a fixed reference
   kernel, the matmul :data:`REFERENCE_WORKLOAD` built by our compiler for the host's ISA with
   its template's default config, runs in parallel on all measuring CPUs at once through the
@@ -115,22 +115,24 @@ def _busy_deltas(before: Mapping[int, tuple[int, int]], after: Mapping[int, tupl
 
 
 def stolen_fraction(before: Mapping[int, tuple[int, int]], after: Mapping[int, tuple[int, int]]) -> float:
-    """The time-sharing slowdown minus 1 of the kernel's critical path between two
-    :func:`sched_times` snapshots: the longest a thread was runnable (ran or waited on a run
-    queue) over the longest a thread ran, minus 1, among the threads that ran at least a tenth
-    as long as the busiest one (threads born in between count from 0). 0.0 when no thread ran.
+    """The time-sharing slowdown minus 1 of the kernel between two :func:`sched_times`
+    snapshots: the threads' run-queue waits over their run times, both summed over the threads
+    that ran at least a tenth as long as the busiest one (threads born in between count from 0).
+    0.0 when no thread ran.
 
-    A parallel loop ends with its slowest thread, so this is how much longer the loops took
-    than they would have on CPUs of their own. A thread that waited while another thread had
-    more work anyway did not make the kernel slower: with one of two CPUs shared with a busy
-    loop, an even split's thread there waits as long as it runs (1.0), but a split that gives
-    that thread a third of the work finishes it no later than the other thread's two thirds
-    (0.0), as it would on a quiet host."""
+    The runtime's parallel loops hand the parts a slowed thread has not started to the others
+    (tunefleet_runtime.c, "load balancing"), so the kernel's threads together get their work
+    done at the rate they get CPU time: of the time they were runnable, the waits were lost.
+    With one of two CPUs shared with a busy loop, the thread there runs half the window and
+    waits the other half while the other thread runs all of it: 0.5 / 1.5 = 0.33 (a 1024³ matmul
+    took 1.40x its quiet time on an AMD Zen 4). A thread that runs less than the others on a
+    quiet host (the caller's timing loop between calls) waits no more for it: 0. Static chunks,
+    before the balancing, made the kernel wait for its slowest thread (the same even split took
+    twice as long; this reads 0.5)."""
     busy = _busy_deltas(before, after)
     if not busy:
         return 0.0
-    runnable = max(run + wait for run, wait in busy.values())
-    return max(0.0, runnable / max(run for run, _ in busy.values()) - 1.0)
+    return sum(wait for _, wait in busy.values()) / sum(run for run, _ in busy.values())
 
 
 def reference_input(target: str | None = None) -> MeasureInput:
