@@ -293,7 +293,8 @@ class MeasureResult(_JsonDataclass):
         0), the even split's was (about 1), so this ranks them as a quiet host would
         (issue #18: 2-CPU Xeon, one CPU shared with a busy loop: an even 1024³ matmul 190
         GFLOP/s by its fastest repeat, 300-325 by this; an uneven one 217 and 216-244; quietly
-        310 and 215)."""
+        310 and 215; measured before the runtime's parallel loops shared a slowed thread's work
+        out, which now evens such splits out at run time, and the probes read the rest)."""
         return (1.0 + self.disturbance) / self.median if self.ok else 0.0
 
     def peak_throughput(self) -> float:

@@ -57,8 +57,9 @@ DISQUALIFYING = ("wrong_answer", "runtime_error")
 #: How far apart two measurements' disturbances may be from the probes' noise alone: on a quiet
 #: AMD Zen 4 (2 vCPUs) the validated finalists of one run showed 0.09-0.58, and their own
 #: throughputs put a GEMM of median 156 GFLOP/s (disturbance 0.58) above dot products of 175
-#: (0.37); an even parallel split with one of two CPUs shared by a busy loop shows about 1.0
-#: against 0 for an uneven one (:meth:`~.measure.MeasureResult.own_throughput`). On a quiet Intel
+#: (0.37); an even parallel split with one of two CPUs shared by a busy loop showed about 1.0
+#: against 0 for an uneven one (:meth:`~.measure.MeasureResult.own_throughput`; static chunks, before
+#: the runtime's load balancing: now 0.34 at the median, bench/tune_under_load.py). On a quiet Intel
 #: Xeon model 167 a 64-trial run's trials read 0.09 (median) to 0.27, with one CPU kept busy
 #: 1.08 to 1.71 (bench/tune_under_load.py).
 DISTURBANCE_NOISE = 0.5
