@@ -47,7 +47,7 @@ static double probe_now(void) {
 static void probe_join(probe_t* t) {
   if (probe_seen_call == t->call) return;
   probe_seen_call = t->call;
-  int threads = tunefleet_get_num_threads();
+  int threads = tunefleet_get_num_threads() < BLOCKS ? tunefleet_get_num_threads() : BLOCKS;
   __atomic_add_fetch(&t->started, 1, __ATOMIC_SEQ_CST);
   for (double until = probe_now() + 10; __atomic_load_n(&t->started, __ATOMIC_SEQ_CST) < threads && probe_now() < until;)
     sched_yield();
