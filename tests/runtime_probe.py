@@ -33,7 +33,9 @@ PROBE = r"""
 #include <time.h>
 #include <unistd.h>
 
-typedef struct { const float* x; float* y; int32_t* cpu; int32_t* tid; int failed; int call; int started; } probe_t;
+typedef struct {
+  const float* x; float* y; int32_t* cpu; int32_t* tid; int failed; int call; int threads; int started;
+} probe_t;
 
 static int probe_calls;
 static __thread int probe_seen_call;
@@ -47,9 +49,8 @@ static double probe_now(void) {
 static void probe_join(probe_t* t) {
   if (probe_seen_call == t->call) return;
   probe_seen_call = t->call;
-  int threads = tunefleet_get_num_threads() < BLOCKS ? tunefleet_get_num_threads() : BLOCKS;
   __atomic_add_fetch(&t->started, 1, __ATOMIC_SEQ_CST);
-  for (double until = probe_now() + 10; __atomic_load_n(&t->started, __ATOMIC_SEQ_CST) < threads && probe_now() < until;)
+  for (double until = probe_now() + 10; __atomic_load_n(&t->started, __ATOMIC_SEQ_CST) < t->threads && probe_now() < until;)
     sched_yield();
 }
 
@@ -65,7 +66,7 @@ static void probe_block(int64_t begin, int64_t end, void* p) {
     if (b == SLOW_BLOCK && t->x[1] < 0) usleep(SLOW_US);
     float* tmp = tf_alloc_aligned(64 * sizeof(float));
     if (tmp == NULL || (uintptr_t)tmp % 64 != 0) t->failed = 1;
-    probe_t block = {t->x + b * 64, tmp, t->cpu, t->tid, 0};
+    probe_t block = {t->x + b * 64, tmp, t->cpu, t->tid, 0, 0, 1, 0};
     tf_parallel_for(64, probe_add, &block);
     for (int i = 0; tmp && i < 64; ++i) t->y[b * 64 + i] = tmp[i];
     tf_free(tmp);
@@ -80,7 +81,11 @@ int NAME(const float* restrict X, float* restrict Y, int32_t* restrict CPU,
     tf_set_error("NAME: X[0] is negative (%g)", X[0]);
     return 2;
   }
-  probe_t t = {X, Y, CPU, TID, 0, __atomic_add_fetch(&probe_calls, 1, __ATOMIC_SEQ_CST), 0};
+  /* the threads this call's loop will run on (the calling thread's mask and the pool's
+     request; read inside the loop, the count could be another caller's loop's) */
+  int threads = tunefleet_get_num_threads();
+  probe_t t = {X, Y, CPU, TID, 0, __atomic_add_fetch(&probe_calls, 1, __ATOMIC_SEQ_CST),
+               threads < BLOCKS ? threads : BLOCKS, 0};
   tf_parallel_for(BLOCKS, probe_block, &t);
   if (t.failed) {
     tf_set_error("NAME: tf_alloc_aligned failed or was not 64-byte aligned");
