@@ -19,7 +19,7 @@ parts (5 rounds of fresh processes, busy ÷ quiet, medians; scratch builds of th
 against each runtime): matmul 1024³ 1.98 -> 1.40 (numpy/OpenBLAS 1.68), 128×3072×768 1.99 ->
 1.42, conv2d 3×3 64@56² 2.04 -> 1.79, 512@7² (per-call weight packing, three parallel loops)
 2.27 -> 1.91, 1×1 1024 -> 256 at 14² 2.07 -> 1.85, dense 1×2048 -> 1000 2.38 -> 1.98,
-depthwise 32@112² 2.10 -> 1.89; quiet times level (0.97-1.02×). Calls of 1-2 ms gain less than
+depthwise 32@112² 2.10 -> 1.89; quiet times level (0.97-1.03×). Calls of 1-2 ms gain less than
 long ones: the spinner's CPU is lent in slices of milliseconds, and a worker holding a part when
 its slice ends keeps the call waiting until its next.
 """
