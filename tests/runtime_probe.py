@@ -19,6 +19,8 @@ from tunefleet.compiler.target import Target
 
 N, BLOCKS = 4096, 64
 SLOW_BLOCK, SLOW_S = BLOCKS // 2, 1.0
+#: The most parts tf_parallel_for cuts a thread's chunk into (tunefleet_runtime.c's TF_CHUNK_PARTS).
+CHUNK_PARTS = 8
 
 # Each block adds 1 through a nested tf_parallel_for (must run inline) and a 64-byte aligned
 # temporary, and records sched_getcpu() in CPU[block], gettid() in TID[block]. A negative X[0]

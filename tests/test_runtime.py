@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 from runtime_probe import (  # noqa: F401 (build_cache, probe_dir: fixtures)
-    BLOCKS, N, SLOW_BLOCK, build_cache, build_probe, cpus_by_thread, probe_dir, run_child, run_probe)
+    BLOCKS, CHUNK_PARTS, N, SLOW_BLOCK, build_cache, build_probe, cpus_by_thread, probe_dir, run_child, run_probe)
 
 import tunefleet
 
@@ -63,7 +63,7 @@ def test_a_thread_held_up_in_its_chunk_leaves_the_rest_of_it_to_the_others(probe
     finally:
         kernel.set_num_threads(0)
     caller, worker = threading.get_native_id(), int(tids[SLOW_BLOCK])
-    part = (BLOCKS - SLOW_BLOCK) // 8
+    part = (BLOCKS - SLOW_BLOCK) // CHUNK_PARTS
     assert worker != caller
     assert set(tids[SLOW_BLOCK:SLOW_BLOCK + part].tolist()) == {worker}, tids
     assert set(tids[:SLOW_BLOCK].tolist()) == set(tids[SLOW_BLOCK + part:].tolist()) == {caller}, tids

@@ -396,12 +396,20 @@ static pthread_once_t tf_pool_once = PTHREAD_ONCE_INIT;
 /* Set in workers and in a thread holding the pool lock: parallel loops there run inline. */
 static __thread int tf_in_parallel;
 
+/* The first iteration of chunk `chunk` of the current job; its iteration count in *size. */
+static int64_t tf_chunk_begin(int chunk, int64_t* size) {
+  int64_t n = tf_pool.num_chunks, base = tf_pool.extent / n, rem = tf_pool.extent % n;
+  *size = base + (chunk < rem);
+  return chunk * base + (chunk < rem ? chunk : rem);
+}
+
+/* The parts a chunk of `size` iterations is cut into. */
+static int64_t tf_parts_of(int64_t size) { return size < TF_CHUNK_PARTS ? size : TF_CHUNK_PARTS; }
+
 /* The first iteration of part `part` of chunk `chunk` (part = its count: the chunk's end). */
 static int64_t tf_part_begin(int chunk, uint32_t part) {
-  int64_t n = tf_pool.num_chunks, base = tf_pool.extent / n, rem = tf_pool.extent % n;
-  int64_t begin = chunk * base + (chunk < rem ? chunk : rem), size = base + (chunk < rem);
-  int64_t parts = size < TF_CHUNK_PARTS ? size : TF_CHUNK_PARTS;
-  return begin + size * part / parts;
+  int64_t size, begin = tf_chunk_begin(chunk, &size);
+  return begin + size * part / tf_parts_of(size);
 }
 
 /* Takes the next part of chunk `chunk`, from its front (the owner) or its back; 0 when none is left. */
@@ -700,9 +708,9 @@ TF_HIDDEN void tf_parallel_for(int64_t extent, tf_parallel_fn fn, void* closure)
   tf_pool.extent = extent;
   tf_pool.num_chunks = chunks;
   for (int c = 0; c < chunks; ++c) {
-    int64_t size = extent / chunks + (c < extent % chunks);
-    uint64_t parts = size < TF_CHUNK_PARTS ? (uint64_t)size : TF_CHUNK_PARTS;
-    __atomic_store_n(&tf_pool.parts[c].word, parts << 32, __ATOMIC_RELAXED);
+    int64_t size;
+    tf_chunk_begin(c, &size);
+    __atomic_store_n(&tf_pool.parts[c].word, (uint64_t)tf_parts_of(size) << 32, __ATOMIC_RELAXED);
   }
   __atomic_store_n(&tf_pool.finished, 0, __ATOMIC_RELAXED);
   uint32_t generation = tf_pool.generation + 1;
