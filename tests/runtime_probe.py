@@ -83,8 +83,7 @@ int NAME(const float* restrict X, float* restrict Y, int32_t* restrict CPU,
     tf_set_error("NAME: X[0] is negative (%g)", X[0]);
     return 2;
   }
-  /* the threads this call's loop will run on (the calling thread's mask and the pool's
-     request; read inside the loop, the count could be another caller's loop's) */
+  /* the threads this call's loop will run on (the calling thread's mask and the pool's request) */
   int threads = tunefleet_get_num_threads();
   probe_t t = {X, Y, CPU, TID, 0, __atomic_add_fetch(&probe_calls, 1, __ATOMIC_SEQ_CST),
                threads < BLOCKS ? threads : BLOCKS, 0};
@@ -101,12 +100,13 @@ ARGS = [ArgSpec("X", (N,), "float32", False), ArgSpec("Y", (N,), "float32", True
         ArgSpec("CPU", (BLOCKS,), "int32", True), ArgSpec("TID", (BLOCKS,), "int32", True)]
 
 
-def build_probe(out_dir, name):
-    """Builds the probe as kernel `name` for the host and writes its artifact into `out_dir`."""
-    source = PROBE.replace("NAME", name)
-    so = compile_shared([entry_points_source(name, ARGS), source], Target.host(), name=name)
+def build_probe(out_dir, name, source=PROBE, args=ARGS):
+    """Builds `source` (the probe by default; NAME stands for `name`) with arguments `args` as
+    kernel `name` for the host and writes its artifact into `out_dir`."""
+    source = source.replace("NAME", name)
+    so = compile_shared([entry_points_source(name, args), source], Target.host(), name=name)
     return write_artifact(out_dir, name=name, source=so.with_suffix(".c").read_text(),
-                          so_path=so, args=ARGS, manifest={"target": str(Target.host())})
+                          so_path=so, args=args, manifest={"target": str(Target.host())})
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -15,9 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from runtime_probe import (  # noqa: F401 (build_cache, probe_dir: fixtures)
-    BLOCKS, N, build_cache, cpus_by_thread, probe_dir, run_child, run_probe)
+    BLOCKS, N, build_cache, build_probe, cpus_by_thread, probe_dir, run_child, run_probe)
 
 import tunefleet
+from tunefleet.compiler.abi import ArgSpec
 
 PROGRAM = Path(__file__).with_name("runtime_mask_program.cpp")
 MASK = sorted(os.sched_getaffinity(0))
@@ -157,6 +158,68 @@ def test_a_caller_left_on_a_workers_cpu_does_not_share_it(probe_dir):
         raise errors[0]
     assert len(placements) == 20
     assert all(len(worker) == 1 and not caller & worker for _, caller, worker in placements), placements
+
+
+# Each block of a BLOCKS-block loop writes tunefleet_get_num_threads() to COUNT[block]. With
+# MODE[0] == 1 the first block waits (up to 10 s) for a MODE[0] == 2 call to have run its loop,
+# which itself waits (up to 10 s) for that first block to have started.
+COUNTING = r"""
+#include "tunefleet_runtime.h"
+#include <sched.h>
+#include <time.h>
+
+static int first_block_started, other_loop_done;
+
+static void wait_for(int* flag) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  for (time_t until = ts.tv_sec + 10; !__atomic_load_n(flag, __ATOMIC_SEQ_CST) && ts.tv_sec < until;) {
+    sched_yield();
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+  }
+}
+
+typedef struct { int32_t* count; int wait; } counting_t;
+
+static void count_blocks(int64_t begin, int64_t end, void* p) {
+  counting_t* c = p;
+  if (c->wait && begin == 0) {
+    __atomic_store_n(&first_block_started, 1, __ATOMIC_SEQ_CST);
+    wait_for(&other_loop_done);
+  }
+  for (int64_t b = begin; b < end; ++b) c->count[b] = tunefleet_get_num_threads();
+}
+
+int NAME(const int32_t* restrict MODE, int32_t* restrict COUNT) {
+  counting_t c = {COUNT, MODE[0] == 1};
+  if (MODE[0] == 2) wait_for(&first_block_started);
+  tf_parallel_for(BLOCKS, count_blocks, &c);
+  if (MODE[0] == 2) __atomic_store_n(&other_loop_done, 1, __ATOMIC_SEQ_CST);
+  return 0;
+}
+""".replace("BLOCKS", str(BLOCKS))
+
+
+@needs_two_cpus
+def test_inside_a_loop_the_thread_count_is_that_loops_while_another_caller_runs_one(tmp_path):
+    """A caller on a one-CPU mask runs its loop alone; while it does, a caller on two CPUs runs
+    a loop on the pool's two threads. Each loop's body reads its own loop's count (the
+    one-CPU caller read the pool's two before: its loop does not hold the pool)."""
+    counting = tunefleet.load(build_probe(tmp_path, "counting", COUNTING, [
+        ArgSpec("MODE", (1,), "int32", False), ArgSpec("COUNT", (BLOCKS,), "int32", True)]))
+    narrow = {}
+
+    def run_narrow():
+        os.sched_setaffinity(0, MASK[:1])  # pid 0: this thread only
+        narrow["count"] = counting(np.array([1], dtype=np.int32))
+
+    thread = threading.Thread(target=run_narrow)
+    thread.start()
+    wide = counting(np.array([2], dtype=np.int32))
+    thread.join(timeout=30)
+    assert not thread.is_alive(), "the one-CPU caller hung"
+    assert wide.tolist() == [min(len(MASK), BLOCKS)] * BLOCKS
+    assert narrow["count"].tolist() == [1] * BLOCKS
 
 
 def v1_cpu_cgroup() -> Path | None:

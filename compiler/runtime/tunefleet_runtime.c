@@ -373,7 +373,6 @@ static struct {
   int start_cap;         /* the most threads that could be started on this mask */
   int cgroup_limit;      /* atomic: threads the cgroup CPU quota allows (INT_MAX: none) */
   int64_t cgroup_read_ns;/* atomic: CLOCK_MONOTONIC_COARSE of the last read; 0: never */
-  int num_threads;       /* atomic: threads the current parallel loops use, caller included */
   int num_workers;       /* running worker threads */
   pthread_t* workers;
   tf_chunk_parts* parts; /* per chunk of the current job, num_workers + 1 of them */
@@ -389,12 +388,13 @@ static struct {
   uint32_t finished;     /* futex word: workers that joined the job and are done with it */
   uint32_t worker_sleepers;
   uint32_t caller_sleepers;
-} tf_pool = {.lock = PTHREAD_MUTEX_INITIALIZER, .cgroup_limit = INT_MAX, .num_threads = 1};
+} tf_pool = {.lock = PTHREAD_MUTEX_INITIALIZER, .cgroup_limit = INT_MAX};
 
 static pthread_once_t tf_pool_once = PTHREAD_ONCE_INIT;
 
-/* Set in workers and in a thread holding the pool lock: parallel loops there run inline. */
-static __thread int tf_in_parallel;
+/* The threads of the parallel loop whose body this thread runs (0: none), caller included;
+ * nonzero in workers and in a thread holding the pool lock too: parallel loops there run inline. */
+static __thread int tf_loop_threads;
 
 /* The first iteration of chunk `chunk` of the current job; its iteration count in *size. */
 static int64_t tf_chunk_begin(int chunk, int64_t* size) {
@@ -452,12 +452,13 @@ static int tf_join(uint32_t generation) {
 static void* tf_worker_main(void* arg) {
   int index = (int)(intptr_t)arg;
   uint32_t seen = tf_pool.start_generation;
-  tf_in_parallel = 1;
+  tf_loop_threads = 1;
   for (;;) {
     tf_wait_while_equal(&tf_pool.generation, seen, &tf_pool.worker_sleepers);
     seen = __atomic_load_n(&tf_pool.generation, __ATOMIC_ACQUIRE);
     if (tf_pool.shutdown) return NULL;
     if (!tf_join(seen)) continue;
+    tf_loop_threads = tf_pool.num_chunks;
     tf_run_chunks(index);
     __atomic_add_fetch(&tf_pool.finished, 1, __ATOMIC_SEQ_CST);
     tf_wake(&tf_pool.finished, &tf_pool.caller_sleepers);
@@ -524,7 +525,7 @@ static void tf_after_fork_in_child(void) {
   tf_pool.finished = 0;
   tf_pool.worker_sleepers = 0;
   tf_pool.caller_sleepers = 0;
-  tf_in_parallel = 0;
+  tf_loop_threads = 0;
 }
 
 /* Run once: sizes the CPU sets (the smallest size sched_getaffinity accepts) and reads
@@ -626,7 +627,6 @@ static void tf_pool_start_locked(int threads) {
     }
     tf_pool.num_workers = i;
   }
-  __atomic_store_n(&tf_pool.num_threads, tf_pool.num_workers + 1, __ATOMIC_RELAXED);
 }
 
 /* Requires the lock and no job running. Pins the running workers to the CPUs of the mask
@@ -685,24 +685,35 @@ static void tf_pool_follow_locked(void) {
   }
 }
 
+/* Runs a whole loop on the calling thread, which counts as a loop of one thread meanwhile. */
+static void tf_run_alone(int64_t extent, tf_parallel_fn fn, void* closure) {
+  tf_loop_threads = 1;
+  fn(0, extent, closure);
+  tf_loop_threads = 0;
+}
+
 TF_HIDDEN void tf_parallel_for(int64_t extent, tf_parallel_fn fn, void* closure) {
   if (extent <= 0) return;
-  if (extent == 1 || tf_in_parallel) {
+  if (tf_loop_threads) {  /* inside a parallel body: part of the running loop */
     fn(0, extent, closure);
+    return;
+  }
+  if (extent == 1) {
+    tf_run_alone(extent, fn, closure);
     return;
   }
   pthread_once(&tf_pool_once, tf_pool_init);
   pthread_mutex_lock(&tf_pool.lock);
-  tf_in_parallel = 1;
+  tf_loop_threads = 1;
   tf_pool_follow_locked();
   int threads = tf_pool.num_workers + 1;
   int chunks = threads < extent ? threads : (int)extent;
   if (chunks <= 1) {
     pthread_mutex_unlock(&tf_pool.lock);
-    fn(0, extent, closure);
-    tf_in_parallel = 0;
+    tf_run_alone(extent, fn, closure);
     return;
   }
+  tf_loop_threads = chunks;
   tf_pool.fn = fn;
   tf_pool.closure = closure;
   tf_pool.extent = extent;
@@ -723,7 +734,7 @@ TF_HIDDEN void tf_parallel_for(int64_t extent, tf_parallel_fn fn, void* closure)
   uint32_t done;
   while ((done = __atomic_load_n(&tf_pool.finished, __ATOMIC_ACQUIRE)) != joined)
     tf_wait_while_equal(&tf_pool.finished, done, &tf_pool.caller_sleepers);
-  tf_in_parallel = 0;
+  tf_loop_threads = 0;
   pthread_mutex_unlock(&tf_pool.lock);
 }
 
@@ -735,7 +746,7 @@ TF_EXPORT int tunefleet_set_num_threads(int n) {
 
 TF_EXPORT int tunefleet_get_num_threads(void) {
   pthread_once(&tf_pool_once, tf_pool_init);
-  if (tf_in_parallel) return __atomic_load_n(&tf_pool.num_threads, __ATOMIC_RELAXED);
+  if (tf_loop_threads) return tf_loop_threads;
   return tf_threads_for(__atomic_load_n(&tf_pool.requested, __ATOMIC_RELAXED),
                         tf_caller_cpu_count(), tf_cgroup_limit(0));
 }

@@ -163,7 +163,9 @@ TF_HIDDEN int tf_check_disjoint(const char* kernel, const char* out, const void*
 TF_EXPORT int tunefleet_set_num_threads(int n);
 
 /* The number of threads a parallel loop called from this thread would use now (its
- * current affinity mask and cgroup quota); inside a parallel body, the running loop's. */
+ * current affinity mask and cgroup quota); inside a parallel body, the running loop's: the
+ * threads it runs on, caller included (1 where the caller runs it alone), whatever loops
+ * other application threads run meanwhile. */
 TF_EXPORT int tunefleet_get_num_threads(void);
 
 /* The calling thread's last error text ("" if none). Valid until the thread's next error. */
