@@ -5,6 +5,7 @@ pool threads observed from inside the parallel loop (thread ids, CPUs, /proc/sel
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
@@ -130,20 +131,25 @@ def test_set_num_threads_returns_the_count_it_will_use(probe_dir):
 def test_a_caller_left_on_a_workers_cpu_does_not_share_it(probe_dir):
     """A thread whose mask was narrowed to one CPU and widened again stays on that CPU (Linux
     moves it later, if at all); where a worker was pinned there, the two took turns on one CPU
-    while the other idled (a 1024³ matmul on 2 CPUs ran at half speed). Each call, whichever
-    CPU the caller is left on, its blocks and the worker's run on different CPUs."""
+    while the other idled (a 1024³ matmul on 2 CPUs ran at half speed). Each call that starts
+    on the CPU the caller was left on runs the worker's blocks on the other one. (Where the
+    caller goes during the call is the scheduler's: on a loaded host it may move the unpinned
+    caller onto the worker's CPU, and back.)"""
     kernel = tunefleet.load(probe_dir)
+    sched_getcpu = ctypes.CDLL(None, use_errno=True).sched_getcpu
     placements, errors = [], []
 
     def work():
         try:
             for call in range(20):
-                os.sched_setaffinity(0, [MASK[call % 2]])
+                left = MASK[call % 2]
+                os.sched_setaffinity(0, [left])
                 os.sched_setaffinity(0, MASK)
+                here = sched_getcpu()
                 by_thread = cpus_by_thread(*run_probe(kernel))
-                caller = by_thread.pop(threading.get_native_id())
+                by_thread.pop(threading.get_native_id())
                 (worker,) = by_thread.values()
-                placements.append((MASK[call % 2], caller, worker))
+                placements.append((left, here, worker))
         except BaseException as exc:  # reported by the main thread
             errors.append(exc)
 
@@ -157,7 +163,9 @@ def test_a_caller_left_on_a_workers_cpu_does_not_share_it(probe_dir):
     if errors:
         raise errors[0]
     assert len(placements) == 20
-    assert all(len(worker) == 1 and not caller & worker for _, caller, worker in placements), placements
+    started_there = [(left, worker) for left, here, worker in placements if here == left]
+    assert len(started_there) >= 10, placements  # the scheduler rarely moves it this soon
+    assert all(worker == set(MASK[:2]) - {left} for left, worker in started_there), placements
 
 
 # Each block of a BLOCKS-block loop writes tunefleet_get_num_threads() to COUNT[block]. With
