@@ -204,6 +204,15 @@ Measured (2-vCPU Intel Xeon, AVX-512, KVM; each phase under the shared CPU lock,
   0.34, disturbance median 0.47, winner validated at 156.3; re-timed quietly, busy winner 221.8
   vs quiet 223.2 GFLOP/s best, **99.4%** (100.6% by median), different configs (busy 6 × 64 bm 8
   B packed per block, parallel outer; quiet bm 16 bn 2 B packed, fused).
+* AMD EPYC Zen 3 (family 25 model 1, AVX2 only; a noisy instance: the quiet phase's own probes
+  read the reference 0.15 slow at p50, 12 of 91 above UNSTEADY), the balancing runtime, one run
+  each. Before the reference took more rounds while slow (interference.fastest_of_rounds; main
+  at 5cf4a29), busy: 113 s, 92 probes, gap p50 0.100, p90 0.620, p99 1.092 (13 above 0.4),
+  stolen p50 0.355, disturbance median 0.54, max 2.32. With them: busy 101 s, 90 probes, gap
+  p50 0.056, p90 0.585, p99 0.771 (11 above 0.4), stolen p50 0.355, disturbance median 0.53,
+  max 1.50; quiet 100 s, disturbance median 0.15. Re-timed quietly (5 rounds): busy winner
+  181.0 vs quiet 179.5 GFLOP/s best, **100.8%** (102.4% by median), configs differing in
+  pack_a only (6 × 16 tile, bm 8 bn 8 ku 2, fused).
 """
 
 from __future__ import annotations

@@ -112,7 +112,8 @@ def sandboxed_main(fd: int, target: str) -> None:
 def child_main(conn: Connection, job: dict) -> None:
     """Measure one candidate. ``job``: state (``processes.parent_state()``), cpus, log (path), plugins, workload (JSON),
     name, so_path, args (ArgSpec dicts), protocol (MeasureProtocol JSON), reference (the built reference
-    kernel's so_path, name and args, or None: :class:`.interference.Reference`)."""
+    kernel's so_path, name and args, or None: :class:`.interference.Reference`), calibration (the
+    reference's fastest seconds per call the measurer has seen, or None)."""
     redirect_output(job)
     os.environ["TUNEFLEET_NUM_THREADS"] = str(len(job["cpus"]))
     try:
@@ -129,13 +130,14 @@ def child_main(conn: Connection, job: dict) -> None:
             arrays = ops.random_inputs(workload.tensors(), np.random.default_rng())
         conn.send(("ready",))
         conn.recv()
-        before = [reference.seconds()] if reference else []
+        calibration = job.get("calibration")
+        before = [reference.seconds(calibration)] if reference else []
         sched = interference.sched_times()
         costs = kernel.time(*arrays, number=protocol.number, repeat=protocol.repeat,
                             min_repeat_ms=round(protocol.min_repeat_ms), cooldown_ms=round(protocol.cooldown_ms),
                             flush_cache=protocol.flush_cache)
         probe = {"stolen": interference.stolen_fraction(sched, interference.sched_times()),
-                 "reference": before + ([reference.seconds()] if reference else [])}
+                 "reference": before + ([reference.seconds(calibration)] if reference else [])}
         conn.send(("result", "ok", costs.tolist(), "", probe))
     except Exception as exc:
         conn.send(("result", "runtime_error", [], f"{type(exc).__name__}: {exc}"))

@@ -263,7 +263,7 @@ class LocalMeasurer:
             job = {"state": processes.parent_state(), "cpus": self.cpus, "log": str(log),
                    "plugins": list(self.plugin_modules), "workload": inp.workload, "name": built.name,
                    "so_path": built.so_path, "args": list(built.args), "protocol": protocol.to_json(),
-                   "reference": self._reference_job()}
+                   "reference": self._reference_job(), "calibration": self.calibration}
             start = time.perf_counter()
             parent, proc = self._sandboxed(box, folder, job, protocol) if box else self._forked(job)
             probe = None
