@@ -29,13 +29,25 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import xgboost as xgb
 
 from .records import Record
 
+if TYPE_CHECKING:
+    import xgboost as xgb
+
 __all__ = ["CostModel", "DEFAULT_PARAMS", "FeatureSchema", "FeatureSchemaError", "FeatureSchemaWarning"]
+
+
+def _xgboost():
+    """The xgboost module, imported at the first fit, prediction or load: with scipy it takes
+    about 0.3 s, which every process that imports the tuner (the API server among them) paid."""
+    import xgboost
+
+    return xgboost
+
 
 #: Booster parameters. ``lambdarank_pair_method="mean"`` with 16 pairs per
 #: sample ranks the whole list (XGBoost's default "topk" only orders the top,
@@ -165,6 +177,7 @@ class CostModel:
         if not informative:
             return False
         order = np.argsort(qid, kind="stable")  # XGBoost wants rows grouped by query id
+        xgb = _xgboost()
         dtrain = xgb.DMatrix(self._X[order], label=labels[order], qid=qid[order], nthread=self.params["nthread"])
         self._booster = xgb.train(self.params, dtrain, num_boost_round=self.num_rounds)
         self.version += 1
@@ -212,7 +225,7 @@ class CostModel:
             raise RuntimeError("the cost model has not been trained yet")
         # DMatrix gets the model's thread count too: with OpenMP's default (all cores) building a
         # small matrix costs ~20 ms on a busy 2-core host instead of ~1 ms.
-        X = xgb.DMatrix(self._check_features(features), nthread=self.params["nthread"])
+        X = _xgboost().DMatrix(self._check_features(features), nthread=self.params["nthread"])
         return self._booster.predict(X).astype(np.float32)
 
     def features(
@@ -263,7 +276,7 @@ class CostModel:
             "params": self.params,
             "feature_cache_size": self.feature_cache_size,
             "version": self.version,
-            "xgboost": xgb.__version__,
+            "xgboost": _xgboost().__version__,
             "feature_schema": self.schema.to_json() if self.schema else None,
         }
         booster = np.frombuffer(self._booster.save_raw("ubj"), dtype=np.uint8) if self._booster else np.zeros(0, np.uint8)
@@ -321,7 +334,7 @@ class CostModel:
             )
             model._X, model._y, model._groups = z["X"], z["y"], [str(g) for g in z["groups"]]
             if len(z["booster"]):
-                model._booster = xgb.Booster(params=model.params)
+                model._booster = _xgboost().Booster(params=model.params)
                 model._booster.load_model(bytearray(z["booster"].tobytes()))
             model.version = meta["version"]
         if schema is not None:

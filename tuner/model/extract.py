@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
-
-import onnx
+from typing import TYPE_CHECKING
 
 from tunefleet.compiler import ops
 
 from .graph import ModelError, ModelGraph, Problem
 from .patterns import Match, Unhandled, Untuned, match_at
+
+if TYPE_CHECKING:
+    import onnx
 
 __all__ = ["Task", "UntunedNode", "Extraction", "extract_tasks", "node_flop"]
 

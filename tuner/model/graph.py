@@ -10,20 +10,28 @@ read without them (they are not loaded).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import onnx
-from onnx import TensorProto, shape_inference
+if TYPE_CHECKING:
+    import onnx
 
 __all__ = ["Problem", "ModelError", "TensorInfo", "ModelGraph", "load_model",
            "parse_input_shape"]
 
-#: ONNX element types → numpy dtype names, for the types the report can name.
-DTYPES = {TensorProto.FLOAT: "float32", TensorProto.DOUBLE: "float64", TensorProto.FLOAT16: "float16",
-          TensorProto.BFLOAT16: "bfloat16", TensorProto.INT8: "int8", TensorProto.UINT8: "uint8",
-          TensorProto.INT32: "int32", TensorProto.INT64: "int64", TensorProto.BOOL: "bool"}
+
+
+@functools.cache
+def _dtype_names() -> dict[int, str]:
+    """ONNX element types → numpy dtype names, for the types the report can name."""
+    from onnx import TensorProto
+
+    return {TensorProto.FLOAT: "float32", TensorProto.DOUBLE: "float64", TensorProto.FLOAT16: "float16",
+            TensorProto.BFLOAT16: "bfloat16", TensorProto.INT8: "int8", TensorProto.UINT8: "uint8",
+            TensorProto.INT32: "int32", TensorProto.INT64: "int64", TensorProto.BOOL: "bool"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,6 +116,10 @@ def load_model(source: str | os.PathLike | bytes, input_shapes: Mapping[str, Seq
     unknown input name, a dynamic input dimension without a given shape, or a shape the given
     one contradicts.
     """
+    # onnx (and the ml_dtypes it loads) takes about a second to import: not at the service's start
+    import onnx
+    from onnx import shape_inference
+
     data, label = _read_bounded(source, max_bytes)
     try:
         model = onnx.load_model_from_string(data)
@@ -168,7 +180,7 @@ def _fix_inputs(model: onnx.ModelProto, given: dict[str, Sequence[int]]) -> None
 
 
 def _dtype(elem_type: int) -> str:
-    return DTYPES.get(elem_type, f"onnx type {elem_type}")
+    return _dtype_names().get(elem_type, f"onnx type {elem_type}")
 
 
 def _graph(model: onnx.ModelProto) -> ModelGraph:

@@ -20,13 +20,14 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
-
-import onnx
-from onnx import helper
+from typing import TYPE_CHECKING
 
 from tunefleet.compiler import ops
 
 from .graph import ModelGraph, TensorInfo
+
+if TYPE_CHECKING:
+    import onnx
 
 __all__ = ["Binding", "Match", "Untuned", "Unhandled", "ANCHORS", "TUNABLE_DTYPES", "match_at"]
 
@@ -70,6 +71,8 @@ class Match:
 
 
 def _attrs(node: onnx.NodeProto) -> dict:
+    from onnx import helper  # imported once a model is read (graph.load_model)
+
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
 
