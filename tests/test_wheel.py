@@ -184,6 +184,7 @@ print("ok")
 
 @pytest.mark.parametrize("args, extra", [
     (("tune", "matmul", "--M", "8", "--N", "8", "--K", "8", "--out", "k"), "tuner"),
+    (("tune-model", "model.onnx"), "model"),
     (("server",), "server"),
     (("token", "list"), "server"),
     (("up",), "all"),

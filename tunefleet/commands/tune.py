@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import click
+import xgboost  # noqa: F401 (the cost model's, imported at its first fit: without the extra, fail here, in one line)
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
