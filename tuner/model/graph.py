@@ -23,7 +23,6 @@ __all__ = ["Problem", "ModelError", "TensorInfo", "ModelGraph", "load_model",
            "parse_input_shape"]
 
 
-
 @functools.cache
 def _dtype_names() -> dict[int, str]:
     """ONNX element types → numpy dtype names, for the types the report can name."""
