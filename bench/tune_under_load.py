@@ -212,7 +212,10 @@ Measured (2-vCPU Intel Xeon, AVX-512, KVM; each phase under the shared CPU lock,
   p50 0.056, p90 0.585, p99 0.771 (11 above 0.4), stolen p50 0.355, disturbance median 0.53,
   max 1.50; quiet 100 s, disturbance median 0.15. Re-timed quietly (5 rounds): busy winner
   181.0 vs quiet 179.5 GFLOP/s best, **100.8%** (102.4% by median), configs differing in
-  pack_a only (6 × 16 tile, bm 8 bn 8 ku 2, fused).
+  pack_a only (6 × 16 tile, bm 8 bn 8 ku 2, fused). Two more pairs of busy phases, back to
+  back in a quieter stretch (one round against rounds): 22 of 100 and 23 of 99 probes above
+  UNSTEADY, gap p50 0.150 / 0.110, p90 0.811 / 0.830; with rounds 1 of 80 and 3 of 82, gap p50
+  0.020 / 0.039, p90 0.235 / 0.141; busy tuning 100 / 79 s against 75 / 78 s.
 """
 
 from __future__ import annotations
