@@ -76,6 +76,7 @@ REFERENCE_BLOCKS = 8
 #: another busy one: the runtime's loops then hand that thread's work to the others, so a block
 #: run while it waits reads up to twice the calibration, and one in its next slice reads near it.
 #: Vector units shared with a neighbour's threads, or a lower clock, last longer and still read.
+#: A measurer on one CPU takes one round (measure_child).
 REFERENCE_ROUNDS = 5
 #: How close to the calibration (a fraction over it) a side's fastest block ends its rounds.
 REFERENCE_NEAR = 0.15
