@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import statistics
 import subprocess
 import sys
@@ -242,7 +243,8 @@ def test_a_winner_validated_during_a_burst_is_measured_again(tmp_path):
 
     Four loops leave the kernel a fifth of its CPU at most (a disturbance near 4): the suite's
     other workers on a 2-CPU CI host had set the search's baseline to 1.2, against which two
-    loops need not stand out by DISTURBANCE_NOISE."""
+    loops need not stand out by DISTURBANCE_NOISE; on an AMD Zen 3 it was 3.16 once, so the
+    burst has 3 × (1 + baseline) loops where that is more than 4."""
     cpus = affinity()
     protocol = MeasureProtocol(repeat=3, min_repeat_ms=10, cooldown_ms=0, max_disturbance=1e6)
     w = ops.make_workload("matmul", {"M": 64, "N": 64, "K": 64})
@@ -252,7 +254,8 @@ def test_a_winner_validated_during_a_burst_is_measured_again(tmp_path):
     def burst(progress) -> None:
         if progress.phase == "validate":
             search_load.append(m.baseline)
-            loops.append(BusyLoop(cpus[-1], processes=4).__enter__())
+            # the burst stands out of the search's load: its excess is about loops / (1 + load)
+            loops.append(BusyLoop(cpus[-1], processes=max(4, math.ceil(3 * (1 + m.baseline)))).__enter__())
 
     with LocalMeasurer(cpus=cpus[-1:], build_cpus=cpus[:1], plugin_modules=PLUGINS) as m:
         try:
@@ -266,7 +269,8 @@ def test_a_winner_validated_during_a_burst_is_measured_again(tmp_path):
     assert len(finalists) == 2
     assert all(validation.unsettled(r.result, load) for r in result.validation), (load, result.validation)
     assert all(r.config in [f.config for f in finalists] for r in settled)
-    assert result.best in settled and result.best.result.disturbance > validation.DISTURBANCE_NOISE
+    # the winner chosen over every measurement (a finalist's first one may still rank first)
+    assert result.best in result.validation and result.best.result.disturbance > validation.DISTURBANCE_NOISE
 
 
 def test_the_workers_export_measures_a_winner_validated_during_a_burst_again(api, tokens):
