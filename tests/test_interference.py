@@ -373,25 +373,21 @@ def test_stolen_time_and_reference_slowdown_from_recorded_numbers():
 def test_the_reference_times_more_rounds_until_a_block_comes_near_its_calibration():
     """Rounds of blocks (seconds per call each) as a CPU shared in slices with a busy thread
     gives them: slow while our worker waits, near the calibration in its next slice."""
-    def rounds(*blocks):
-        taken = []
-        def time_round():
-            taken.append(blocks[len(taken)])
-            return blocks[len(taken) - 1]
-        return time_round, taken
+    def taking(calibration, *blocks, threads=2):
+        """fastest_of_rounds over these rounds: what it returns, and how many rounds it took."""
+        given = iter(blocks)
+        fastest = interference.fastest_of_rounds(lambda: next(given), calibration, threads)
+        return fastest, len(blocks) - len(list(given))
 
     waiting, next_slice = [2.0e-5, 1.9e-5], [1.9e-5, 1.08e-5]
-    time_round, taken = rounds(waiting, waiting, next_slice, waiting)
-    assert interference.fastest_of_rounds(time_round, 1e-5) == 1.08e-5 and len(taken) == 3
+    assert taking(1e-5, waiting, waiting, next_slice, waiting) == (1.08e-5, 3)
     # near the calibration at once: one round; no calibration yet (the first probe): one round
-    time_round, taken = rounds([1.1e-5, 1.3e-5], waiting)
-    assert interference.fastest_of_rounds(time_round, 1e-5) == 1.1e-5 and len(taken) == 1
-    time_round, taken = rounds(waiting, next_slice)
-    assert interference.fastest_of_rounds(time_round, None) == 1.9e-5 and len(taken) == 1
+    assert taking(1e-5, [1.1e-5, 1.3e-5], waiting) == (1.1e-5, 1)
+    assert taking(None, waiting, next_slice) == (1.9e-5, 1)
+    # on one thread no other takes a waiting thread's work: one round
+    assert taking(1e-5, waiting, next_slice, threads=1) == (1.9e-5, 1)
     # slow all along (vector units shared with a neighbour): REFERENCE_ROUNDS rounds, read slow
-    time_round, taken = rounds(*[waiting] * (interference.REFERENCE_ROUNDS + 1))
-    assert interference.fastest_of_rounds(time_round, 1e-5) == 1.9e-5
-    assert len(taken) == interference.REFERENCE_ROUNDS
+    assert taking(1e-5, *[waiting] * (interference.REFERENCE_ROUNDS + 1)) == (1.9e-5, interference.REFERENCE_ROUNDS)
 
 
 def test_probes_read_this_process_and_the_reference_computes_on_every_cpu_at_once():
@@ -407,6 +403,25 @@ def test_probes_read_this_process_and_the_reference_computes_on_every_cpu_at_onc
     after = interference.sched_times()
     ran = [tid for tid, (run, _) in after.items() if run > before.get(tid, (0, 0))[0]]
     assert len(ran) >= threads  # this thread and the runtime's workers, one per other CPU
+
+
+def test_the_reference_takes_its_rounds_on_the_threads_it_runs_on():
+    """Against a calibration it never comes near, the reference times every round on two or more
+    threads and one round on one thread (a measurer on one CPU)."""
+    reference = interference.Reference.for_host()
+    rounds = []
+    timed = reference.kernel.time
+    reference.kernel.time = lambda *a, **kw: rounds.append(1) or timed(*a, **kw)
+    threads = reference.kernel.set_num_threads(len(affinity()))
+    try:
+        reference.seconds(calibration=1e-12)
+        assert len(rounds) == (interference.REFERENCE_ROUNDS if threads > 1 else 1)
+        rounds.clear()
+        assert reference.kernel.set_num_threads(1) == 1
+        reference.seconds(calibration=1e-12)
+        assert len(rounds) == 1
+    finally:
+        reference.kernel.set_num_threads(0)
 
 
 def _threads_after_blas(conn) -> None:

@@ -130,9 +130,7 @@ def child_main(conn: Connection, job: dict) -> None:
             arrays = ops.random_inputs(workload.tensors(), np.random.default_rng())
         conn.send(("ready",))
         conn.recv()
-        # More rounds find a block where every thread of the reference ran (fastest_of_rounds); on one
-        # CPU there is no other thread, and a slice waited out is the stolen time's alone.
-        calibration = job.get("calibration") if len(job["cpus"]) > 1 else None
+        calibration = job.get("calibration")
         before = [reference.seconds(calibration)] if reference else []
         sched = interference.sched_times()
         costs = kernel.time(*arrays, number=protocol.number, repeat=protocol.repeat,
