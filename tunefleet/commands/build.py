@@ -54,9 +54,9 @@ def _config(workload: ops.Workload, target: Target, text: str | None):
               help="artifact directory to write (.so, .h, .c, manifest.json)")
 def build_command(op: str | None, op_args: tuple[str, ...], workload_file: Path | None, target: str | None,
                   config_text: str | None, targets_text: str | None, records_path: Path | None, out: Path) -> None:
-    """Build OP with its arguments (e.g. `tunefleet build matmul --M 512 --N 512 --K 512 --out k/`).
+    """Build OP with its arguments into an artifact, untuned or with a given config.
 
-    With --targets (e.g. `--targets avx2,avx512`), one library holding a kernel per ISA."""
+    E.g. `tunefleet build matmul --M 512 --N 512 --K 512 --out k/`. With --targets (e.g. `--targets avx2,avx512`), one library holding a kernel per ISA."""
     from tunefleet.tuner.apply import build_artifact
 
     workload = workload_from_cli(op, list(op_args), workload_file)
