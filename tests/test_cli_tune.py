@@ -1,5 +1,6 @@
 """`tunefleet tune`, `build` and `ops` as a user runs them: subprocesses of the installed command."""
 
+import io
 import json
 import os
 import re
@@ -95,6 +96,28 @@ def test_ctrl_c_keeps_the_records_and_resume_measures_nothing_twice(tmp_path):
     assert len({r.config["index"] for r in stored[:10]}) == 10
     # 2 correct configs validated; the winner again if a busy host disturbed it (validation.settle)
     assert all(len(r.result.costs) == 15 for r in stored[10:]) and 10 + 2 <= len(stored) <= 10 + 2 + validation.SETTLE
+
+
+def test_progress_in_a_log_shows_each_new_best_each_phase_and_a_line_every_heartbeat():
+    """Where stdout is not a terminal (a log, CI), a long search without a new best still prints."""
+    from rich.console import Console
+
+    from tunefleet.commands.tune import HEARTBEAT_S, _Display
+    from tunefleet.compiler import ops
+    from tunefleet.tuner.tune import Progress
+
+    out = io.StringIO()
+    display = _Display(Console(file=out, width=200), ops.make_workload("matmul", {"M": 64, "N": 64, "K": 64}))
+    assert display.live is None
+    progress = [("search", 2, 10.0, 1.0), ("search", 4, 10.0, 5.0), ("search", 6, 12.0, 9.0),
+                ("search", 8, 12.0, 9.0 + HEARTBEAT_S / 2), ("search", 10, 12.0, 9.0 + HEARTBEAT_S),
+                ("validate", 64, 12.0, 9.5 + HEARTBEAT_S)]
+    with display:
+        for phase, done, best, elapsed in progress:
+            display(Progress(phase, done, 64, best, 1.0, elapsed, {}))
+    lines = out.getvalue().splitlines()
+    assert [line.split("] ")[1].split(",")[0] for line in lines] == [
+        "search: trials 2/64", "search: trials 6/64", "search: trials 10/64", "validate: trials 64/64"]
 
 
 def test_ops_lists_the_arguments_and_build_writes_the_default_config(tmp_path):

@@ -18,6 +18,8 @@ from .build import parse_target
 from .opargs import ArgumentError, workload_command, workload_from_cli
 
 EXIT_INTERRUPTED = 130
+#: Seconds between progress lines without a new best, where the output is not a terminal (a log).
+HEARTBEAT_S = 30.0
 
 
 def _errors(errors: dict[str, int]) -> str:
@@ -25,7 +27,8 @@ def _errors(errors: dict[str, int]) -> str:
 
 
 class _Display:
-    """The live progress panel on a terminal; one line per new best (and per phase) otherwise."""
+    """The live progress panel on a terminal; otherwise one line per new best and per phase, and
+    one at least every :data:`HEARTBEAT_S` seconds, so a log shows the run is alive."""
 
     def __init__(self, console: Console, workload: ops.Workload):
         self.console = console
@@ -33,6 +36,7 @@ class _Display:
         self.live = Live(console=console, refresh_per_second=4, transient=False) if console.is_terminal else None
         self.best = 0.0
         self.phase = ""
+        self.printed_s = 0.0
 
     def __enter__(self) -> _Display:
         if self.live:
@@ -46,9 +50,10 @@ class _Display:
     def __call__(self, p) -> None:
         if self.live:
             self.live.update(self._panel(p))
-        elif p.best_gflops > self.best or p.phase != self.phase:
+        elif p.best_gflops > self.best or p.phase != self.phase or p.elapsed_s - self.printed_s >= HEARTBEAT_S:
             self.console.print(f"[{p.elapsed_s:6.0f} s] {p.phase}: trials {p.trials_done}/{p.trials_budget}, "
                                f"best {p.best_gflops:.2f} GFLOP/s, errors: {_errors(p.errors)}", highlight=False)
+            self.printed_s = p.elapsed_s
         self.best, self.phase = max(self.best, p.best_gflops), p.phase
 
     def _panel(self, p) -> Table:
