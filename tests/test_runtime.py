@@ -113,6 +113,40 @@ def test_idle_workers_spin_for_tunefleet_spin_us_then_sleep(probe_dir):
         assert (ignored in stderr) == (value in ("-1", "1ms")), stderr
 
 
+BUSY_CPU_CHILD = """
+import json, subprocess, sys, threading, time, numpy as np, tunefleet
+k = tunefleet.load({path!r})
+x = np.arange({n}, dtype=np.float32)
+y, cpus, tids = k(x)
+me = threading.get_native_id()
+worker, cpu = next((int(t), int(c)) for t, c in zip(tids, cpus) if t != me)
+spinner = subprocess.Popen(["taskset", "-c", str(cpu), sys.executable, "-c", "while True: pass"])
+time.sleep(0.3)
+switches = lambda: int(next(line.split()[1] for line in open(f"/proc/self/task/{{worker}}/status")
+                            if line.startswith("voluntary_ctxt_switches")))
+before, calls, end = switches(), 0, time.monotonic() + 0.5
+while time.monotonic() < end:
+    k(x)
+    calls += 1
+after = switches()
+spinner.kill()
+print(json.dumps({{"calls": calls, "sleeps": after - before}}))
+"""
+
+
+def test_a_worker_whose_cpu_another_program_keeps_busy_sleeps_between_jobs(probe_dir):
+    """Called back to back, a worker spins between jobs (TUNEFLEET_SPIN_US); but where another
+    program keeps its CPU busy, spinning would use up its share of the CPU and leave the next job
+    waiting for the other program's slice to end, so it sleeps (a voluntary context switch per
+    job) and is woken by the job. Spinning all along, it slept in about none of them."""
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one CPU: the pool has no workers")
+    if not os.path.exists("/proc/thread-self/schedstat"):
+        pytest.skip("this kernel does not count run-queue waits (no CONFIG_SCHED_INFO): workers always spin")
+    result, _ = run_child(BUSY_CPU_CHILD.format(path=str(probe_dir), n=N))
+    assert result["calls"] > 100 and result["sleeps"] >= result["calls"] / 4, result
+
+
 def test_two_artifacts_in_one_process_keep_their_own_pools(probe_dir, tmp_path):
     first = tunefleet.load(probe_dir)
     second = tunefleet.load(build_probe(tmp_path, "probe_two"))
