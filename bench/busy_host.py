@@ -30,6 +30,15 @@ onnxruntime), 1×1 1024 -> 256 at 14² 1.90 / - / 2.16 (1.23×), dense 1×2048 -
 2.22 (numpy 0.84×, onnxruntime 1.11× ours busy; quiet, OpenBLAS's GEMV ran 57.3 GFLOP/s against
 our default's 39.9: its weights stream from the L3, where dense's L2 prefetch costs, see
 compiler/ops/dot.py).
+
+AMD EPYC Zen 4 again, after the runtime's workers stopped spinning while their CPU is contended
+(tunefleet_runtime.c, "contention-aware spinning"; 5 rounds, PyTorch 2.13 and onnxruntime),
+busy ÷ quiet for ours / numpy / PyTorch / onnxruntime, then the peers' busy time over ours: matmul
+1024³ 1.37 / 1.90 / 2.09 / - (numpy 1.77×, PyTorch 1.70×), 128×3072×768 1.39 / 2.10 / 2.15 / -
+(1.78×, 1.98×), conv2d 3×3 64@56² 1.35 (was 1.78) / - / 1.95 / 2.14 (PyTorch 2.62×, onnxruntime
+1.39×), 1×1 1024 -> 256 at 14² 1.34 (was 1.87) / - / 1.97 / 1.88 (2.22×, 2.11×), dense 1×2048 ->
+1000 1.50 (was 1.91) / 2.20 / 1.01 / 1.79 (numpy 1.37×, PyTorch 1.52×, onnxruntime 1.14×, was
+0.85×). Quiet GFLOP/s: 227.1, 214.5, 218.9, 218.6, 63.7 (numpy's GEMV 68.6).
 """
 
 from __future__ import annotations

@@ -216,6 +216,13 @@ Measured (2-vCPU Intel Xeon, AVX-512, KVM; each phase under the shared CPU lock,
   back in a quieter stretch (one round against rounds): 22 of 100 and 23 of 99 probes above
   UNSTEADY, gap p50 0.150 / 0.110, p90 0.811 / 0.830; with rounds 1 of 80 and 3 of 82, gap p50
   0.020 / 0.039, p90 0.235 / 0.141; busy tuning 100 / 79 s against 75 / 78 s.
+* AMD EPYC Zen 4 again, after the runtime's workers stopped spinning while their CPU is
+  contended (tunefleet_runtime.c, "contention-aware spinning"), with the reference rounds, one
+  run: quiet 42 s, 81 probes (2 above 0.4), disturbance median 0.04; busy **54 s**, 79 probes,
+  gap p50 0.004, p90 0.060, p99 0.183 (**0 above 0.4**), reference slowdown p50 0.034, stolen
+  p50 0.334, disturbance median 0.37, winner validated at 165.1. Re-timed quietly: busy winner
+  220.5 vs quiet 225.9 GFLOP/s best, **97.6%** (96.7% by median; 6 × 48 against 6 × 64, both B
+  packed per block, parallel outer).
 """
 
 from __future__ import annotations
