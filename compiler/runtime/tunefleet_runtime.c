@@ -458,12 +458,13 @@ static int tf_join(uint32_t generation) {
  * other task at once. So a worker that waited on its CPU's run queue for more than
  * 1/TF_CONTENDED_SHARE of the last TF_CONTENTION_WINDOW_NS (its schedstat, as the interference
  * probe reads it: tuner/interference.py) sleeps between jobs without spinning for the next window.
- * AMD Zen 4, 2 vCPUs, a spinner pinned to one, default configs, busy / quiet time (medians of 7
- * fresh processes), spinning always against this: dense 1x2048 -> 1000 (70 us) 1.99x / 1.23x,
- * conv2d 1x1 1024 -> 256 at 14^2 1.89x / 1.30x, 3x3 512 at 7^2 1.86x / 1.26x, matmul 1024^3
- * 1.43x either way. There every window of a busy run read contended, and 1-4% of a quiet run's.
- * Never spinning costs 3-7% on a quiet host (a woken worker joins 30-50 us late), and preemptions
- * alone are no sign of a busy CPU: a worker on a quiet host was preempted 50-70 times a second. */
+ * AMD Zen 4, 2 vCPUs, a spinner pinned to one, default configs, busy / quiet time (medians of 5
+ * fresh processes), spinning always against this: dense 1x2048 -> 1000 (65 us) 2.05x / 1.51x,
+ * conv2d 1x1 1024 -> 256 at 14^2 1.86x / 1.33x, 3x3 512 at 7^2 1.72x / 1.40x, matmul 1024^3
+ * 1.42x / 1.43x; quiet times level, busy ones those of never spinning. There every window of a
+ * busy run read contended, and 1-4% of a quiet run's. Never spinning costs 3-39% on a quiet host
+ * (a woken worker joins 30-50 us late), and preemptions alone are no sign of a busy CPU: a worker
+ * on a quiet host was preempted 50-70 times a second. */
 struct tf_contention {
   int fd;                   /* /proc/thread-self/schedstat of the worker, or -1: always spin */
   int64_t window_start_ns;  /* tf_now_ns() at the start of the window */

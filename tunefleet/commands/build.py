@@ -56,7 +56,8 @@ def build_command(op: str | None, op_args: tuple[str, ...], workload_file: Path 
                   config_text: str | None, targets_text: str | None, records_path: Path | None, out: Path) -> None:
     """Build OP with its arguments into an artifact, untuned or with a given config.
 
-    E.g. `tunefleet build matmul --M 512 --N 512 --K 512 --out k/`. With --targets (e.g. `--targets avx2,avx512`), one library holding a kernel per ISA."""
+    E.g. `tunefleet build matmul --M 512 --N 512 --K 512 --out k/`. With --targets (e.g.
+    `--targets avx2,avx512`), one library holding a kernel per ISA."""
     from tunefleet.tuner.apply import build_artifact
 
     workload = workload_from_cli(op, list(op_args), workload_file)
