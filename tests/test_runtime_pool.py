@@ -132,9 +132,10 @@ def test_a_caller_left_on_a_workers_cpu_does_not_share_it(probe_dir):
     """A thread whose mask was narrowed to one CPU and widened again stays on that CPU (Linux
     moves it later, if at all); where a worker was pinned there, the two took turns on one CPU
     while the other idled (a 1024³ matmul on 2 CPUs ran at half speed). Each call that starts
-    on the CPU the caller was left on runs the worker's blocks on the other one. (Where the
-    caller goes during the call is the scheduler's: on a loaded host it may move the unpinned
-    caller onto the worker's CPU, and back.)"""
+    on the CPU the caller was left on, and whose caller's own blocks all run there, runs the
+    worker's blocks on the other one. (Where the caller goes is the scheduler's: on a loaded
+    host it may move the unpinned caller onto the other CPU between its `sched_getcpu` and the
+    runtime's, or during the call, and back.)"""
     kernel = tunefleet.load(probe_dir)
     sched_getcpu = ctypes.CDLL(None, use_errno=True).sched_getcpu
     placements, errors = [], []
@@ -147,9 +148,9 @@ def test_a_caller_left_on_a_workers_cpu_does_not_share_it(probe_dir):
                 os.sched_setaffinity(0, MASK)
                 here = sched_getcpu()
                 by_thread = cpus_by_thread(*run_probe(kernel))
-                by_thread.pop(threading.get_native_id())
+                caller = by_thread.pop(threading.get_native_id())
                 (worker,) = by_thread.values()
-                placements.append((left, here, worker))
+                placements.append((left, here, caller, worker))
         except BaseException as exc:  # reported by the main thread
             errors.append(exc)
 
@@ -163,7 +164,7 @@ def test_a_caller_left_on_a_workers_cpu_does_not_share_it(probe_dir):
     if errors:
         raise errors[0]
     assert len(placements) == 20
-    started_there = [(left, worker) for left, here, worker in placements if here == left]
+    started_there = [(left, worker) for left, here, caller, worker in placements if here == left and caller == {left}]
     assert len(started_there) >= 10, placements  # the scheduler rarely moves it this soon
     assert all(worker == set(MASK[:2]) - {left} for left, worker in started_there), placements
 
