@@ -124,8 +124,8 @@ spinner = subprocess.Popen(["taskset", "-c", str(cpu), sys.executable, "-c", "wh
 time.sleep(0.3)
 switches = lambda: int(next(line.split()[1] for line in open(f"/proc/self/task/{{worker}}/status")
                             if line.startswith("voluntary_ctxt_switches")))
-before, calls, end = switches(), 0, time.monotonic() + 0.5
-while time.monotonic() < end:
+before, calls, end = switches(), 0, time.monotonic() + 0.5  # the worker judges its CPU every 20 ms
+while calls < {calls} or time.monotonic() < end:
     k(x)
     calls += 1
 after = switches()
@@ -138,13 +138,14 @@ def test_a_worker_whose_cpu_another_program_keeps_busy_sleeps_between_jobs(probe
     """Called back to back, a worker spins between jobs (TUNEFLEET_SPIN_US); but where another
     program keeps its CPU busy, spinning would use up its share of the CPU and leave the next job
     waiting for the other program's slice to end, so it sleeps (a voluntary context switch per
-    job) and is woken by the job. Spinning all along, it slept in about none of them."""
+    job) and is woken by the job. Spinning all along, it slept in about none of them (12 of
+    12311 calls; 8061 of 8444 with the runtime's contention-aware spinning, AMD Zen 4)."""
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("one CPU: the pool has no workers")
     if not os.path.exists("/proc/thread-self/schedstat"):
         pytest.skip("this kernel does not count run-queue waits (no CONFIG_SCHED_INFO): workers always spin")
-    result, _ = run_child(BUSY_CPU_CHILD.format(path=str(probe_dir), n=N))
-    assert result["calls"] > 100 and result["sleeps"] >= result["calls"] / 4, result
+    result, _ = run_child(BUSY_CPU_CHILD.format(path=str(probe_dir), n=N, calls=300))
+    assert result["calls"] >= 300 and result["sleeps"] >= result["calls"] / 4, result
 
 
 def test_two_artifacts_in_one_process_keep_their_own_pools(probe_dir, tmp_path):
