@@ -120,16 +120,18 @@ x = np.arange({n}, dtype=np.float32)
 y, cpus, tids = k(x)
 me = threading.get_native_id()
 worker, cpu = next((int(t), int(c)) for t, c in zip(tids, cpus) if t != me)
-spinner = subprocess.Popen(["taskset", "-c", str(cpu), sys.executable, "-c", "while True: pass"])
-time.sleep(0.3)
 switches = lambda: int(next(line.split()[1] for line in open(f"/proc/self/task/{{worker}}/status")
                             if line.startswith("voluntary_ctxt_switches")))
-before, calls, end = switches(), 0, time.monotonic() + 0.5  # the worker judges its CPU every 20 ms
-while calls < {calls} or time.monotonic() < end:
-    k(x)
-    calls += 1
-after = switches()
-spinner.kill()
+spinner = subprocess.Popen(["taskset", "-c", str(cpu), sys.executable, "-c", "while True: pass"])
+try:  # never leave the spinner behind
+    time.sleep(0.3)
+    before, calls, end = switches(), 0, time.monotonic() + 0.5  # the worker judges its CPU every 20 ms
+    while calls < {calls} or time.monotonic() < end:
+        k(x)
+        calls += 1
+    after = switches()
+finally:
+    spinner.kill()
 print(json.dumps({{"calls": calls, "sleeps": after - before}}))
 """
 
