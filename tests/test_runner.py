@@ -1,8 +1,13 @@
 """Builders and runner on real builds: failing candidates cost one trial each, the run goes on."""
 
 import json
+import os
+import subprocess
+import sys
+import textwrap
 import threading
 import time
+from pathlib import Path
 
 import helpers_ops
 import numpy as np
@@ -93,3 +98,39 @@ def test_cpu_gate_keeps_builds_out_of_timing():
         events.append("timed")
     t.join()
     assert events == ["timed", "build"]
+
+
+#: A main module that logs each run of itself (pid and sys.argv), then measures four candidates.
+MEASURING_MAIN = textwrap.dedent(f"""
+    import json, os, sys
+    with open(os.environ["RUNS_LOG"], "a") as log:
+        log.write(json.dumps([os.getpid(), sys.argv[1:]]) + "\\n")
+    sys.path.insert(0, {str(Path(__file__).parent)!r})
+    from test_runner import FAST, faulty
+    from tunefleet.tuner.runner import LocalMeasurer
+
+    if __name__ == "__main__":
+        with LocalMeasurer(plugin_modules=("helpers_ops",), n_parallel=2) as measurer:
+            results = measurer.measure_batch([faulty("ok", vec=v, n=n) for v in (1, 4) for n in (64, 96)], FAST)
+        print(json.dumps([r.status for r in results]))
+""")
+
+
+@pytest.mark.parametrize("run_as", ["script", "module"])
+def test_the_parents_main_module_runs_once_in_the_fork_server_not_in_every_child(tmp_path, run_as):
+    """Multiprocessing re-runs the parent's main module in every process it starts unless the fork
+    server ran it (which CPython's own "__main__" preload did not, python/cpython#98552): a main script
+    that imports PyTorch cost each measurement child 1.4-2.1 s. Here the main module runs in the
+    parent and once in the fork server, with the parent's sys.argv, whether it was started as a
+    script or with -m."""
+    (tmp_path / "measuring_main.py").write_text(MEASURING_MAIN)
+    runs = tmp_path / "runs.jsonl"
+    command = [sys.executable, "measuring_main.py"] if run_as == "script" else [sys.executable, "-m", "measuring_main"]
+    done = subprocess.run([*command, "--marker"], cwd=tmp_path, env={**os.environ, "RUNS_LOG": str(runs)},
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == ["ok"] * 4
+    logged = [json.loads(line) for line in runs.read_text().splitlines()]
+    # the parent and the fork server; before, also each of the 2 builders and the 4 measurement children
+    assert len(logged) == 2, logged
+    assert [argv for _, argv in logged] == [["--marker"]] * 2

@@ -1,6 +1,6 @@
-"""Imported by the measurement fork server only, after the parent's main module
-(:data:`.processes.PRELOAD`): numpy's BLAS gets one thread there, so no process forked from it
-has BLAS threads that spin beside a timed candidate. (The sandboxed child, a fresh Python, gets
+"""Imported by the measurement fork server only, before the parent's main module
+(:data:`.processes.PRELOAD`): numpy's BLAS, and an OpenBLAS the main module loads, get one
+thread there, so no process forked from it has BLAS threads that spin beside a timed candidate. (The sandboxed child, a fresh Python, gets
 the same from ``OPENBLAS_NUM_THREADS=1`` in its environment: :mod:`.runner`.)
 
 numpy's OpenBLAS starts a pool of one thread per CPU when it loads, and a forked child rebuilds
@@ -19,4 +19,4 @@ os.environ["OPENBLAS_NUM_THREADS"] = "1"  # where numpy is not loaded yet: it st
 import numpy  # noqa: E402,F401
 from threadpoolctl import threadpool_limits  # noqa: E402
 
-threadpool_limits(1, user_api="blas")  # where the parent's main module loaded it already
+threadpool_limits(1, user_api="blas")  # where a module imported before this one loaded it already

@@ -15,28 +15,38 @@ worker, however the worker dies.
 from __future__ import annotations
 
 import contextlib
+import json
 import multiprocessing
 import os
 import signal
 import sys
 from collections.abc import Iterator
+from multiprocessing import spawn
 
 from . import lifeline, plugins
 
-__all__ = ["PRELOAD", "context", "parent_state", "adopt", "init_worker", "CpuGate"]
+__all__ = ["PRELOAD", "MAIN_ENV_VAR", "context", "parent_state", "adopt", "init_worker", "CpuGate"]
 
 #: Modules the fork server imports once for all the processes it forks; the first ties the fork
-#: server's life to its owner's, the second gives the BLAS numpy loads one thread. "__main__" is
-#: the parent's main module, imported once there instead of in every child (multiprocessing's
-#: rule holds: a main script must guard its work with ``if __name__ == "__main__":``).
-PRELOAD = ["tunefleet.tuner.forkserver_lifeline", "tunefleet.tuner.forkserver_blas", "__main__", "numpy",
-           "tunefleet.compiler.ops",
+#: server's life to its owner's, the second gives the BLAS numpy loads one thread, the third runs
+#: the parent's main module there instead of in every child (multiprocessing's rule holds: a main
+#: script must guard its work with ``if __name__ == "__main__":``).
+PRELOAD = ["tunefleet.tuner.forkserver_lifeline", "tunefleet.tuner.forkserver_blas", "tunefleet.tuner.forkserver_main",
+           "numpy", "tunefleet.compiler.ops",
            "tunefleet.compiler.driver", "tunefleet.base.load", "tunefleet.tuner.builder",
            "tunefleet.tuner.measure_child"]
+#: How the fork server learns the parent's main module (:mod:`.forkserver_main`): JSON of the
+#: main-module and ``sys_argv`` entries of ``multiprocessing.spawn.get_preparation_data``.
+MAIN_ENV_VAR = "TUNEFLEET_FORKSERVER_MAIN"
+_MAIN_KEYS = ("init_main_from_name", "init_main_from_path", "sys_argv")
 
 
 def context() -> multiprocessing.context.BaseContext:
-    """The forkserver multiprocessing context, with :data:`PRELOAD` (applies when the server starts)."""
+    """The forkserver multiprocessing context, with :data:`PRELOAD` and this process's main module
+    (:data:`MAIN_ENV_VAR`), which apply when the server starts."""
+    data = spawn.get_preparation_data("forkserver")
+    if "init_main_from_name" in data or "init_main_from_path" in data:
+        os.environ[MAIN_ENV_VAR] = json.dumps({k: data[k] for k in _MAIN_KEYS if k in data})
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(PRELOAD)
     return ctx
