@@ -134,3 +134,15 @@ def test_the_parents_main_module_runs_once_in_the_fork_server_not_in_every_child
     # the parent and the fork server; before, also each of the 2 builders and the 4 measurement children
     assert len(logged) == 2, logged
     assert [argv for _, argv in logged] == [["--marker"]] * 2
+
+
+def test_a_process_without_a_main_module_does_not_hand_on_the_one_it_inherited():
+    """`python -c` has no main module to run; one its parent named (in the environment it inherits)
+    must not be run in its fork server."""
+    code = ("import os; from tunefleet.tuner import processes; processes.context(); "
+            "print(os.environ.get(processes.MAIN_ENV_VAR))")
+    inherited = json.dumps({"init_main_from_path": "/nonexistent/parent_main.py", "sys_argv": []})
+    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "TUNEFLEET_FORKSERVER_MAIN": inherited},
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "None"

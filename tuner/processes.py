@@ -47,6 +47,8 @@ def context() -> multiprocessing.context.BaseContext:
     data = spawn.get_preparation_data("forkserver")
     if "init_main_from_name" in data or "init_main_from_path" in data:
         os.environ[MAIN_ENV_VAR] = json.dumps({k: data[k] for k in _MAIN_KEYS if k in data})
+    else:  # e.g. `python -c`: none, nor one inherited from the process that started this one
+        os.environ.pop(MAIN_ENV_VAR, None)
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(PRELOAD)
     return ctx
