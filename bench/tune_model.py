@@ -256,6 +256,16 @@ AMD EPYC Zen 3 (family 25 model 1, AVX2 only, 512 KiB L2 per core; main at d041f
 "all" 49.92 ms (1.09×; by the rounds' medians 68.01 + 0.17 against 55.24 ms, per-round ratio
 1.15×, a noisier minute). Here the gap is the NCHWc layout between nodes ("all" against
 "extended": 49.9 against 58.7 ms), not the model order.
+
+Every tuning time above is inflated: each process that multiprocessing forked for a build or a
+measurement ran this script again (CPython's fork server never preloads `__main__`), onnx and
+onnxruntime imports and all, 1-2 s per measurement. AMD EPYC Zen 4 (family 25 model 17; main at
+6c77751, then b8a4426, where the fork server runs it once: tuner/forkserver_main.py), ResNet-50,
+64 trials, `--rounds 3`, an empty build cache each: tuned in 381 s, then **179 s** (search rounds
+170 -> 126 s, the finalists' validation 208 -> 50 s; a measurement's median wall time 1.01 ->
+0.24 s in the search, 3.19 -> 0.71 s in the validation; the second trial won in 5 and 4 of the 28
+tasks), `--rounds` line 1.04 / 1.06 × onnxruntime. Most of what is left is the search's annealing
+(3.5-4 s a round, profiled), which every 2-trial round runs for its one model-guided pick.
 """
 
 from __future__ import annotations
