@@ -120,7 +120,7 @@ MEASURING_MAIN = textwrap.dedent(f"""
 def test_the_parents_main_module_runs_once_in_the_fork_server_not_in_every_child(tmp_path, run_as):
     """Multiprocessing re-runs the parent's main module in every process it starts unless the fork
     server ran it (which CPython's own "__main__" preload did not, python/cpython#98552): a main script
-    that imports PyTorch cost each measurement child 1.4-2.1 s. Here the main module runs in the
+    that imports PyTorch cost each measurement child 1.2-2.1 s. Here the main module runs in the
     parent and once in the fork server, with the parent's sys.argv, whether it was started as a
     script or with -m."""
     (tmp_path / "measuring_main.py").write_text(MEASURING_MAIN)

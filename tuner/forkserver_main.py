@@ -8,7 +8,7 @@ path for it (a key renamed in Python 3.4 but not in the fork server: python/cpyt
 by #126631 only in recent releases), so on the Pythons we support every builder and measurement
 process ran the whole main script, imports and all. From a script that had imported PyTorch,
 onnxruntime and onnx (as a user's model-tuning script does), each measurement child took
-1.4-2.1 s to start instead of 0.01-0.05 s (AMD Zen 4).
+1.2-2.1 s to start instead of 0.01-0.05 s (AMD Zen 4).
 
 :func:`.processes.context` puts the parent's main module and ``sys.argv`` (as
 ``multiprocessing.spawn.get_preparation_data`` gives them) in :data:`.processes.MAIN_ENV_VAR`
