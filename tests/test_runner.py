@@ -116,6 +116,17 @@ MEASURING_MAIN = textwrap.dedent(f"""
 """)
 
 
+def _run_measuring_main(tmp_path, command: list[str]) -> list:
+    """Run MEASURING_MAIN as `command` (from tmp_path, where it is written); the runs it logged."""
+    (tmp_path / "measuring_main.py").write_text(MEASURING_MAIN)
+    runs = tmp_path / "runs.jsonl"
+    done = subprocess.run(command, cwd=tmp_path, env={**os.environ, "RUNS_LOG": str(runs)},
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == ["ok"] * 4
+    return [json.loads(line) for line in runs.read_text().splitlines()]
+
+
 @pytest.mark.parametrize("run_as", ["script", "module"])
 def test_the_parents_main_module_runs_once_in_the_fork_server_not_in_every_child(tmp_path, run_as):
     """Multiprocessing re-runs the parent's main module in every process it starts unless the fork
@@ -123,14 +134,8 @@ def test_the_parents_main_module_runs_once_in_the_fork_server_not_in_every_child
     that imports PyTorch cost each measurement child 1.2-2.1 s. Here the main module runs in the
     parent and once in the fork server, with the parent's sys.argv, whether it was started as a
     script or with -m."""
-    (tmp_path / "measuring_main.py").write_text(MEASURING_MAIN)
-    runs = tmp_path / "runs.jsonl"
     command = [sys.executable, "measuring_main.py"] if run_as == "script" else [sys.executable, "-m", "measuring_main"]
-    done = subprocess.run([*command, "--marker"], cwd=tmp_path, env={**os.environ, "RUNS_LOG": str(runs)},
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout.splitlines()[-1]) == ["ok"] * 4
-    logged = [json.loads(line) for line in runs.read_text().splitlines()]
+    logged = _run_measuring_main(tmp_path, [*command, "--marker"])
     # the parent and the fork server; before, also each of the 2 builders and the 4 measurement children
     assert len(logged) == 2, logged
     assert [argv for _, argv in logged] == [["--marker"]] * 2
@@ -146,3 +151,11 @@ def test_a_process_without_a_main_module_does_not_hand_on_the_one_it_inherited()
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "None"
+
+
+def test_a_main_whose_argv_does_not_fit_an_environment_string_still_measures(tmp_path):
+    """Linux refuses an environment string over 128 KiB: a fork server handed the main module with
+    two arguments of 100 KiB would not start, and no candidate would be measured. Its children run
+    the main module themselves instead, as they did before the fork server ran it."""
+    logged = _run_measuring_main(tmp_path, [sys.executable, "measuring_main.py", "x" * (100 << 10), "y" * (100 << 10)])
+    assert len(logged) > 2

@@ -1,7 +1,8 @@
 """Imported by the measurement fork server only, before the parent's main module
 (:data:`.processes.PRELOAD`): numpy's BLAS, and an OpenBLAS the main module loads, get one
-thread there, so no process forked from it has BLAS threads that spin beside a timed candidate. (The sandboxed child, a fresh Python, gets
-the same from ``OPENBLAS_NUM_THREADS=1`` in its environment: :mod:`.runner`.)
+thread there, so no process forked from it has BLAS threads that spin beside a timed candidate.
+(The sandboxed child, a fresh Python, gets the same from ``OPENBLAS_NUM_THREADS=1`` in its
+environment: :mod:`.runner`.)
 
 numpy's OpenBLAS starts a pool of one thread per CPU when it loads, and a forked child rebuilds
 that pool the first time it touches BLAS, even to lower its thread count: a ``threadpoolctl``

@@ -39,14 +39,19 @@ PRELOAD = ["tunefleet.tuner.forkserver_lifeline", "tunefleet.tuner.forkserver_bl
 #: main-module and ``sys_argv`` entries of ``multiprocessing.spawn.get_preparation_data``.
 MAIN_ENV_VAR = "TUNEFLEET_FORKSERVER_MAIN"
 _MAIN_KEYS = ("init_main_from_name", "init_main_from_path", "sys_argv")
+#: Longest value of MAIN_ENV_VAR: Linux refuses to start a program with an environment string
+#: over 128 KiB, and the fork server is such a program (a longer sys.argv leaves each child to
+#: run the main module itself, as it did before).
+_MAIN_ENV_MAX = 64 << 10
 
 
 def context() -> multiprocessing.context.BaseContext:
     """The forkserver multiprocessing context, with :data:`PRELOAD` and this process's main module
     (:data:`MAIN_ENV_VAR`), which apply when the server starts."""
     data = spawn.get_preparation_data("forkserver")
-    if "init_main_from_name" in data or "init_main_from_path" in data:
-        os.environ[MAIN_ENV_VAR] = json.dumps({k: data[k] for k in _MAIN_KEYS if k in data})
+    main = json.dumps({k: data[k] for k in _MAIN_KEYS if k in data})
+    if ("init_main_from_name" in data or "init_main_from_path" in data) and len(main) <= _MAIN_ENV_MAX:
+        os.environ[MAIN_ENV_VAR] = main
     else:  # e.g. `python -c`: none, nor one inherited from the process that started this one
         os.environ.pop(MAIN_ENV_VAR, None)
     ctx = multiprocessing.get_context("forkserver")
