@@ -18,7 +18,7 @@ from tunefleet.compiler.target import Target
 from tunefleet.tuner.host import affinity
 from tunefleet.tuner.measure import MeasureInput, MeasureProtocol
 from tunefleet.tuner.measure_child import relative_error
-from tunefleet.tuner.processes import CpuGate, context
+from tunefleet.tuner.processes import MAIN_ENV_VAR, CpuGate, context
 from tunefleet.tuner.runner import LocalMeasurer, measure_batch
 
 TARGET = Target.host()
@@ -147,7 +147,7 @@ def test_a_process_without_a_main_module_does_not_hand_on_the_one_it_inherited()
     code = ("import os; from tunefleet.tuner import processes; processes.context(); "
             "print(os.environ.get(processes.MAIN_ENV_VAR))")
     inherited = json.dumps({"init_main_from_path": "/nonexistent/parent_main.py", "sys_argv": []})
-    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "TUNEFLEET_FORKSERVER_MAIN": inherited},
+    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, MAIN_ENV_VAR: inherited},
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "None"
