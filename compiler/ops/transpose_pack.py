@@ -105,10 +105,14 @@ SOURCE = TRANSPOSE_SOURCE + f"""
 /* P[k * ldp + j] = B[j * ldb + k] for k < K, j < nr: one column panel of a transposed B. */
 static void {FUNC}(int64_t K, int64_t nr, const float* B, int64_t ldb, float* P, int64_t ldp) {{
   enum {{ L = TF_PT_LANES }};
+  /* The loops end at the last whole vector, not at `j + L <= nr`: gcc then knows where each tail
+     starts and does not warn of undefined behaviour in a tail that never runs
+     (-Waggressive-loop-optimizations, in the copy specialized to a call's constants). */
+  const int64_t rows = nr - nr % L, columns = K - K % L;
   int64_t j = 0;
-  for (; j + L <= nr; j += L) {{ /* L rows at a time: L streams for the prefetchers, not nr */
+  for (; j < rows; j += L) {{ /* L rows at a time: L streams for the prefetchers, not nr */
     int64_t k = 0;
-    for (; k + L <= K; k += L) {{
+    for (; k < columns; k += L) {{
       tf_pt_vec v[L];
 #pragma GCC unroll 16
       for (int i = 0; i < L; ++i) v[i] = *(const tf_pt_vec*)(B + (j + i) * ldb + k);
