@@ -55,13 +55,18 @@ class BuiltKernel:
         return outs
 
 
+def kernel_source(func: PrimFunc, specs: Sequence[ArgSpec]) -> str:
+    """The C of a lowered function's library (its extern sources and the runtime aside): the
+    kernel, its ABI entry points and its thread API."""
+    return "\n".join([generate_c(func), entry_points_source(func.name, specs), thread_api_source(func.name)])
+
+
 def build_func(func: PrimFunc, specs: Sequence[ArgSpec], target: Target) -> BuiltKernel:
     """Generate C for a lowered function, add the ABI entry points and compile it (cached).
 
     Raises BuildError (compiler message attached) if gcc rejects the source.
     """
-    source = "\n".join([generate_c(func), entry_points_source(func.name, specs), thread_api_source(func.name)])
-    so = compile_shared([source], target, name=func.name, extra_sources=func.extern_sources)
+    so = compile_shared([kernel_source(func, specs)], target, name=func.name, extra_sources=func.extern_sources)
     unit = so.with_suffix(".c").read_text()
     return BuiltKernel(func.name, so, unit, list(specs), func, list(func.extern_sources))
 

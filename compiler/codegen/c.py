@@ -311,8 +311,12 @@ class CGenerator(CStyleRenderer):
             self.promoted[id(b)] = (b, lanes)
             t = vec_type(b.dtype, lanes)
             self.vec_types.add((b.dtype, lanes))
-            decl = ", ".join(f"{name}_{i}" for i in range(b.size // lanes))
-            out = self.scoped([f"{t} {decl};"], s.body, ind)
+            out = self.scoped([""], s.body, ind)
+            # only the vectors the block names: a tail's copy of a tile reads a few of them, and
+            # a library rebuilt with -Wall would warn of each vector it declares and never uses
+            used = set(re.findall(rf"\b{name}_(\d+)\b", "\n".join(out[2:])))
+            decl = ", ".join(f"{name}_{i}" for i in range(b.size // lanes) if str(i) in used)
+            out[1:2] = [f"{out[1]}{t} {decl};"] if decl else []
             del self.promoted[id(b)]
             return out
         pieces = self._pieces(s)
