@@ -1,10 +1,9 @@
 """Disturbance of a measurement: a real busy loop on the measuring CPU shows in it, a disturbed
 trial is measured again and marked, finalists are re-measured in interleaved rounds.
 
-No timing thresholds: the load test compares the same kernel measured with and without two
-busy loops sharing its CPU (the median of five pairs' differences, each pair measured within a
-second, so other load on a shared CI host, such as the suite's other worker, weighs on both
-sides of a pair alike and a burst of it cannot decide the test alone)."""
+No timing thresholds: the load tests compare the same kernel measured with and without busy
+loops sharing its CPU (the median of five pairs' differences, each pair measured within a
+second), with the host to themselves (`quiet_host`: the suite's other processes wait)."""
 
 from __future__ import annotations
 
@@ -66,8 +65,7 @@ class BusyLoop:
 
 def higher_in_most_rounds(low: list[float], high: list[float]) -> bool:
     """Whether the median of the per-round differences high - low is positive: each round
-    measures both within a second, so other load on a shared CI host (the suite's other
-    worker) weighs on both alike."""
+    measures both within a second, so a load that lasts weighs on both alike."""
     return statistics.median(h - lo for lo, h in zip(low, high)) > 0
 
 
@@ -90,6 +88,7 @@ class Counting(LocalMeasurer):
         return super()._attempt(inp, built, protocol)
 
 
+@pytest.mark.quiet_host
 def test_a_busy_loop_on_the_measuring_cpu_makes_the_disturbance_higher(measurer):
     inp = candidate()
     quiet, loaded = [], []
@@ -175,16 +174,15 @@ def test_a_lasting_load_becomes_the_baseline_and_its_trials_are_trusted():
     assert not all(r.disturbed for r in later), [r.disturbance for r in results]
 
 
+@pytest.mark.quiet_host
 def test_a_busy_loop_off_the_kernels_cpus_disturbs_less_than_one_on_them(measurer):
     """The probes look at the CPUs the kernel's pool is pinned to: busy loops on the builders'
     CPU (not the kernel's) show less than the same loops on the kernel's CPU.
 
-    Eight loops: loops pinned off the kernel's CPU push the host's other work (the suite's other
-    workers, their compilers) onto it, which the probes rightly see; with two loops a burst of
-    three such processes outweighed the two loops sharing the CPU (2-CPU host, full suite: 3 of
-    5 rounds), and with four a burst of five did (off 4.5-6.1 against on 4.3-8.2: 3 of 5 rounds,
-    Xeon model 167). Eight on the kernel's CPU leave it a ninth, more than the suite's three
-    workers and their compilers take."""
+    Eight loops: loops pinned off the kernel's CPU push the host's other work onto it, which the
+    probes rightly see. Before the test had the host to itself, bursts of the suite's other
+    processes outweighed two loops and four (2-CPU hosts, full suite: 3 of 5 rounds each); eight
+    on the kernel's CPU leave it a ninth."""
     if len(affinity()) < 2:
         pytest.skip("needs a CPU besides the measuring one")
     inp = candidate()
