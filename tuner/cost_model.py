@@ -25,6 +25,7 @@ import io
 import json
 import os
 import warnings
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -148,6 +149,10 @@ class CostModel:
     @property
     def trained(self) -> bool:
         return self._booster is not None
+
+    def largest_group(self) -> int:
+        """Training rows of the ranking group (workload key) that has the most; 0 without data."""
+        return max(Counter(self._groups).values(), default=0)
 
     def add(self, features: np.ndarray, throughputs: Sequence[float], groups: Sequence[str]) -> None:
         """Add training rows without refitting.
