@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -313,8 +314,28 @@ def _host_share(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     folder = tmp_path_factory.getbasetemp().parent
     alone = request.node.get_closest_marker(QUIET_HOST) is not None
     with open(folder / "host.gate", "a") as gate, open(folder / "host.lock", "a") as host:
+        began = time.monotonic()
         fcntl.flock(gate, fcntl.LOCK_EX)
         fcntl.flock(host, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
         if not alone:
             fcntl.flock(gate, fcntl.LOCK_UN)
+        request.node.user_properties.append((HOST_WAIT, (alone, time.monotonic() - began)))
         yield
+
+
+#: The user property (test reports carry it from pytest-xdist's processes) of a test's wait for
+#: the host: (whether it waited to have it alone, seconds).
+HOST_WAIT = "host_wait"
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """One line on what `quiet_host` cost: the seconds its tests waited for the host, and the
+    seconds the other tests waited behind them."""
+    waits = [value for reports in terminalreporter.stats.values() for report in reports
+             if getattr(report, "when", None) == "call"
+             for name, value in getattr(report, "user_properties", ()) if name == HOST_WAIT]
+    alone = [seconds for quiet, seconds in waits if quiet]
+    if alone:
+        behind = sum(seconds for quiet, seconds in waits if not quiet)
+        terminalreporter.write_line(f"{QUIET_HOST}: {len(alone)} tests waited {sum(alone):.1f} s to have the host "
+                                    f"alone, the others {behind:.1f} s behind them")
