@@ -266,6 +266,15 @@ onnxruntime imports and all, 1-2 s per measurement. AMD EPYC Zen 4 (family 25 mo
 0.24 s in the search, 3.19 -> 0.71 s in the validation; the second trial won in 5 and 4 of the 28
 tasks), `--rounds` line 1.04 / 1.06 × onnxruntime. Most of what is left is the search's annealing
 (3.5-4 s a round, profiled), which every 2-trial round runs for its one model-guided pick.
+
+Those picks came from a model transferred from the other layers' 2 records each, and measured
+0.75× their layer's default config (geometric mean over the 28 layers; faster in 3), where a
+one-knob step from the default measured 0.96-1.03× (faster in 7-11 of 28). Since a transferred
+model guides the search only once it has 16 results of one workload (tuner.search), the first
+rounds step from the defaults. The same host (main at b61f3f2, then 9e519a1), one run each
+side, an empty build cache each, tuned in 145 -> 79 s (ResNet-50, 64 trials), 83 -> 59 s
+(MobileNet, 64), 37 -> 28 s (BERT layer, 20); the new bundles 1.03×, 1.03× and 1.06× as fast
+as the old (the medians of 8 interleaved rounds of fresh processes, each model in model order).
 """
 
 from __future__ import annotations
