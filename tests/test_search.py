@@ -267,10 +267,12 @@ def test_model_guided_uses_a_transferred_model_from_the_first_batch():
     assert np.mean([seconds(c) for c in first]) < 0.5 * np.mean([seconds(c) for c in random_first])
 
 
-def test_a_model_transferred_from_few_results_per_shape_waits_for_the_warm_up():
+@pytest.mark.parametrize("warmup, retrain_every", [(16, 16), (8, 100)])
+def test_a_model_transferred_from_few_results_per_shape_waits_for_the_warm_up(warmup, retrain_every):
     """A model fit on many other shapes of two results each (what whole-model tuning's first
     round leaves) is trained but has seen no ranking within a shape: the search steps from the
-    best measured configs until `warmup` results of its own are in, then refits on them."""
+    best measured configs until `warmup` results of its own are in, then refits on them (also
+    where that comes before `retrain_every`)."""
     space = tiled_space()
     rng = np.random.default_rng(1)
     model = CostModel()
@@ -280,18 +282,18 @@ def test_a_model_transferred_from_few_results_per_shape_waits_for_the_warm_up():
     assert model.fit() and model.largest_group() == 2
     good = min(space.random(rng, 300), key=seconds)
     search = ModelGuidedSearch(space, knob_features, cost_model=model, workload_key="this-shape", seed=0,
-                               warmup=16, epsilon=0)
+                               warmup=warmup, retrain_every=retrain_every, epsilon=0)
     search.prefer([good])
     measured = search.next_batch(1)
     search.update(measured, measure(measured))
-    while len(measured) < 16:
+    while len(measured) < warmup:
         batch = search.next_batch(5)
         for c in batch:
             assert any(sum(abs(a - b) for a, b in zip(c.digits, p.digits)) == 1 for p in measured), c
         search.update(batch, measure(batch))
         measured.extend(batch)
-        assert model.version == (2 if len(measured) >= 16 else 1)  # refit once its own 16 are in
-    assert model.largest_group() == 16
+        assert model.version == (2 if len(measured) >= warmup else 1)  # refit once its own are in
+    assert model.largest_group() == len(measured) >= warmup
 
 
 def test_update_checks_lengths_and_epsilon_range():

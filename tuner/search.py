@@ -165,8 +165,8 @@ class ModelGuidedSearch(SearchStrategy):
     are drawn from the plan; each slot is a random config instead with
     probability ``epsilon``.
 
-    The model is refit after every ``retrain_every`` new results (and at the
-    first results while untrained), which anneals a new plan, and at once when
+    The model is refit after every ``retrain_every`` new results (and once the
+    warm-up's results are in), which anneals a new plan, and at once when
     ``retrain_surprises`` results of the guiding model's picks measured below
     half the best since the last fit, which re-scores the last annealing's
     pool with the refit model and picks the plan from it again, without a new
@@ -234,13 +234,15 @@ class ModelGuidedSearch(SearchStrategy):
             return
         indices, throughputs = (list(x) for x in zip(*learned))
         best = max(self._measured.values(), default=0.0)
-        self._surprises += sum(t < _SURPRISE * best for t in throughputs) if self._guided() else 0
+        guided = self._guided()
+        self._surprises += sum(t < _SURPRISE * best for t in throughputs) if guided else 0
         self._measured.update(zip(indices, throughputs))
         self.model.add(self._features(indices), throughputs, [self.workload_key] * len(indices))
         self._pending += len(indices)
         if not self.model.trained and len(self._measured) < self.warmup:
             return
-        periodic = not self.model.trained or self._pending >= self.retrain_every
+        # a transferred model that starts guiding now is refit on this search's results first
+        periodic = not self.model.trained or self._pending >= self.retrain_every or (not guided and self._guided())
         if periodic or self._surprises >= self.retrain_surprises:
             self.model.fit()
             self._rerank = not periodic
