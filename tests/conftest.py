@@ -301,6 +301,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 #: two busy loops on the measuring CPU: other tests' compilers and busy loops outweighed the load
 #: under test in 3 of 5 rounds.
 QUIET_HOST = "quiet_host"
+#: The user property (test reports carry it from pytest-xdist's processes) of a test's wait for
+#: the host: (whether it waited to have it alone, seconds).
+HOST_WAIT = "host_wait"
 
 
 @pytest.fixture(autouse=True)
@@ -321,11 +324,6 @@ def _host_share(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
             fcntl.flock(gate, fcntl.LOCK_UN)
         request.node.user_properties.append((HOST_WAIT, (alone, time.monotonic() - began)))
         yield
-
-
-#: The user property (test reports carry it from pytest-xdist's processes) of a test's wait for
-#: the host: (whether it waited to have it alone, seconds).
-HOST_WAIT = "host_wait"
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

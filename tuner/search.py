@@ -239,10 +239,10 @@ class ModelGuidedSearch(SearchStrategy):
         self._measured.update(zip(indices, throughputs))
         self.model.add(self._features(indices), throughputs, [self.workload_key] * len(indices))
         self._pending += len(indices)
-        if not self.model.trained and len(self._measured) < self.warmup:
-            return
-        # a transferred model that starts guiding now is refit on this search's results first
-        periodic = not self.model.trained or self._pending >= self.retrain_every or (not guided and self._guided())
+        if self.model.largest_group() < self.warmup:
+            return  # still warming up: no model guides, so none is fit
+        # a model that starts guiding now (untrained, or transferred) is fit on these results first
+        periodic = not guided or self._pending >= self.retrain_every
         if periodic or self._surprises >= self.retrain_surprises:
             self.model.fit()
             self._rerank = not periodic
