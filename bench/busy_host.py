@@ -12,7 +12,7 @@ GFLOP/s quiet and busy (best over the rounds), each one's busy time over its qui
 over the rounds), and the peers' busy time over ours in the same round (median; > 1: we are
 faster).
 
-    python bench/busy_host.py [--only matmul conv] [--processes 5] [--threads N]
+    python bench/busy_host.py [--only matmul conv] [--processes 5] [--threads N] [--always-spinning]
 
 AMD EPYC Zen 4 (family 25 model 17, AVX-512 on 256-bit units, 2 vCPUs), before -> after the
 parts (5 rounds of fresh processes, busy ÷ quiet, medians; scratch builds of the default configs
@@ -39,14 +39,28 @@ busy ÷ quiet for ours / numpy / PyTorch / onnxruntime, then the peers' busy tim
 1.39×), 1×1 1024 -> 256 at 14² 1.34 (was 1.87) / - / 1.97 / 1.88 (2.22×, 2.11×), dense 1×2048 ->
 1000 1.50 (was 1.91) / 2.20 / 1.01 / 1.79 (numpy 1.37×, PyTorch 1.52×, onnxruntime 1.14×, was
 0.85×). Quiet GFLOP/s: 227.1, 214.5, 218.9, 218.6, 63.7 (numpy's GEMV 68.6).
+
+AMD EPYC Zen 3 with `--always-spinning` (main at 02284b3, 5 rounds), busy ÷ quiet for ours / numpy /
+PyTorch / onnxruntime / always spinning, then the peers' busy time over ours: matmul 1024³ 1.39 /
+2.02 / 2.11 / - / 1.32 (numpy 1.40×, PyTorch 1.75×, always spinning 1.00×), 128×3072×768 1.56 /
+2.18 / 2.14 / - / 1.92 (1.56×, 1.63×, 1.12×), conv2d 3×3 64@56² 1.26 / - / 2.07 / 2.07 / 1.57
+(PyTorch 3.09×, onnxruntime 1.63×, 1.31×), 1×1 1024 -> 256 at 14² 1.34 / - / 2.21 / 1.98 / 1.99
+(2.20×, 1.63×, 1.36×), dense 1×2048 -> 1000 1.43 / 1.94 / 1.19 / 1.83 / 1.93 (numpy 1.02×, PyTorch
+1.43×, onnxruntime 1.18×, 1.37×). Quiet GFLOP/s ours / always spinning: 184.4 / 181.9, 165.9 /
+167.3, 172.0 / 167.5, 162.8 / 172.9, 42.1 / 41.8 (numpy's GEMV 57.7).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import os
+import shutil
 import statistics
+import subprocess
 import sys
+from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(__file__))
 from common import PROCESSES, export, interleaved_seconds, kernel_code, numpy_matmul_code, scratch_dir  # noqa: E402
@@ -66,7 +80,10 @@ WORKLOADS = {
     "conv 1x1 1024->256@14": ("conv2d_nchw", {**_CONV, "CI": 1024, "CO": 256, "H": 14, "W": 14, "KH": 1, "KW": 1}),
     "dense 1x2048->1000": ("dense", {"M": 1, "N": 1000, "K": 2048, "bias": True}),
 }
-PEERS = ("numpy", "torch", "ort")
+PEERS = ("numpy", "torch", "ort", "spin")
+#: TF_CONTENDED_SHARE of an always-spinning build: a window is contended where the run-queue wait
+#: times this share exceeds the window, so with 0 none is
+NEVER_CONTENDED = 0
 
 
 def peer_codes(op: str, a: dict, threads: int, have_torch: bool) -> dict[str, str]:
@@ -76,6 +93,20 @@ def peer_codes(op: str, a: dict, threads: int, have_torch: bool) -> dict[str, st
              "torch": torch_code(op, a, threads, "repeats") if have_torch else None,
              "ort": ort_code(op, a, threads, "repeats") if op != "matmul" else None}
     return {name: code for name, code in codes.items() if code is not None}
+
+
+def always_spinning(artifact: Path) -> Path:
+    """A copy of the artifact directory rebuilt from its C source (its manifest's build command)
+    with TF_CONTENDED_SHARE 0, so that no window reads contended: its workers spin between jobs
+    whatever the load, as before the runtime's contention-aware spinning."""
+    out = scratch_dir("tf-busy-spin-")
+    shutil.copytree(artifact, out, dirs_exist_ok=True)
+    manifest = json.loads((out / "manifest.json").read_text())
+    cc = f"{os.environ.get('CC', 'gcc')} -DTF_CONTENDED_SHARE={NEVER_CONTENDED}"
+    subprocess.run(manifest["build_command"], shell=True, cwd=out, check=True, env={**os.environ, "CC": cc})
+    manifest["so_sha256"] = hashlib.sha256((out / f"{manifest['name']}.so").read_bytes()).hexdigest()
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    return out
 
 
 def timed_rounds(codes: list[str], processes: int, busy_cpu: int) -> tuple[list[list[float]], list[list[float]]]:
@@ -100,6 +131,8 @@ def main() -> None:
     p.add_argument("--only", nargs="*", help="names of workloads to run (prefix match), default all")
     p.add_argument("--processes", type=int, default=PROCESSES, help="rounds of fresh processes")
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    p.add_argument("--always-spinning", action="store_true",
+                   help="also time our kernel built to spin between jobs whatever the load (column spin)")
     args = p.parse_args()
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
@@ -116,7 +149,10 @@ def main() -> None:
         w = ops.make_workload(op, a)
         built = build_workload(w, ops.default_config(w, target), target)
         peers = peer_codes(op, w.args, args.threads, have_torch)
-        codes = [kernel_code(export(built, w, scratch_dir("tf-busy-")))] + list(peers.values())
+        artifact = export(built, w, scratch_dir("tf-busy-"))
+        if args.always_spinning:
+            peers["spin"] = kernel_code(always_spinning(artifact))
+        codes = [kernel_code(artifact)] + list(peers.values())
         quiet, busy = timed_rounds(codes, args.processes, cpus[-1])
         cols = dict(zip(["ours", *peers], range(len(codes))))
 
