@@ -223,6 +223,17 @@ Measured (2-vCPU Intel Xeon, AVX-512, KVM; each phase under the shared CPU lock,
   p50 0.334, disturbance median 0.37, winner validated at 165.1. Re-timed quietly: busy winner
   220.5 vs quiet 225.9 GFLOP/s best, **97.6%** (96.7% by median; 6 × 48 against 6 × 64, both B
   packed per block, parallel outer).
+* AMD EPYC Zen 3 (family 25 model 1, AVX2 only), after the contention-aware spinning, one run (main
+  at 88603d7) in a noisy stretch: the quiet phase's own probes read the reference 0.176 slow at
+  p50, 15 of 93 above UNSTEADY (gap p90 0.610); quiet 69 s, disturbance median 0.18, max 0.82;
+  busy 90 s, 90 probes, gap p50 0.093, p90 0.463, p99 0.730 (12 above 0.4), stolen p50 0.349,
+  disturbance median 0.59, max 1.46; 0% counted disturbed in both. So on this host the probes
+  above UNSTEADY come with its own noise, busy or not (Zen 4, busy: 0 of 79). Re-timed quietly:
+  busy winner 170.0 vs quiet 141.7 GFLOP/s best, **120.0%** (115.4% by median); the quiet winner
+  (5 × 16 tile, bm 4 bn 32, parallel outer) was validated at 145.9 with a spread of 20.8%. Seven
+  more interleaved rounds of fresh processes with the default config: default 166.1 best (144.7
+  median), quiet winner 179.1 (149.6), busy winner 181.0 (174.6), per-round median over the
+  default 1.06× and 1.21×: on a host this noisy the outer-parallel winner's speed varies most.
 """
 
 from __future__ import annotations
