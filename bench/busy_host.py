@@ -10,7 +10,8 @@ balancing"). Each workload's default config (no tuning) is built once; each roun
 kernel and peer in a fresh process, first quiet, then with the spinner. Prints per workload
 GFLOP/s quiet and busy (best over the rounds), each one's busy time over its quiet time (median
 over the rounds), and the peers' busy time over ours in the same round (median; > 1: we are
-faster).
+faster). `--always-spinning` adds our kernel rebuilt to spin between jobs whatever the load
+(column spin: the runtime before its contention-aware spinning).
 
     python bench/busy_host.py [--only matmul conv] [--processes 5] [--threads N] [--always-spinning]
 
@@ -40,7 +41,7 @@ busy ÷ quiet for ours / numpy / PyTorch / onnxruntime, then the peers' busy tim
 1000 1.50 (was 1.91) / 2.20 / 1.01 / 1.79 (numpy 1.37×, PyTorch 1.52×, onnxruntime 1.14×, was
 0.85×). Quiet GFLOP/s: 227.1, 214.5, 218.9, 218.6, 63.7 (numpy's GEMV 68.6).
 
-AMD EPYC Zen 3 with `--always-spinning` (main at 02284b3, 5 rounds), busy ÷ quiet for ours / numpy /
+AMD EPYC Zen 3 with `--always-spinning` (main at 88603d7, 5 rounds), busy ÷ quiet for ours / numpy /
 PyTorch / onnxruntime / always spinning, then the peers' busy time over ours: matmul 1024³ 1.39 /
 2.02 / 2.11 / - / 1.32 (numpy 1.40×, PyTorch 1.75×, always spinning 1.00×), 128×3072×768 1.56 /
 2.18 / 2.14 / - / 1.92 (1.56×, 1.63×, 1.12×), conv2d 3×3 64@56² 1.26 / - / 2.07 / 2.07 / 1.57

@@ -470,7 +470,7 @@ static int tf_join(uint32_t generation) {
  * --always-spinning, 5 rounds): spinning always took 1.12x, 1.31x, 1.36x and 1.37x this runtime's
  * busy time for matmul 128x3072x768, conv2d 3x3 64 at 56^2, 1x1 1024 -> 256 at 14^2 and dense
  * 1x2048 -> 1000, 1.00x for matmul 1024^3; quiet, the best GFLOP/s of the two were level
- * (0.94-1.06x): a noisier host's quiet windows cost nothing here either. */
+ * (0.97-1.06x): a noisier host's quiet windows cost nothing here either. */
 struct tf_contention {
   int fd;                   /* /proc/thread-self/schedstat of the worker, or -1: always spin */
   int64_t window_start_ns;  /* tf_now_ns() at the start of the window */
