@@ -12,6 +12,9 @@ The ``mode`` knob of the CPU template:
   test's lifetime (float additions of a nonzero term cannot be folded);
 - "illegal": a schedule that splits an axis that was split already (ScheduleError).
 
+When ``$TUNEFLEET_TEST_DIE`` is "n:pid", a process other than ``pid`` that instantiates the
+template for that n exits at once (a builder process that dies mid-build).
+
 The numpy reference runs in the measurement process; when ``$TUNEFLEET_TEST_PROBE``
 names a file, it writes there what that process sees: its CPU affinity and
 ``TUNEFLEET_NUM_THREADS``.
@@ -31,6 +34,7 @@ from tunefleet.compiler.schedule import create_schedule
 
 MODES = ("ok", "wrong", "crash", "hang", "illegal")
 PROBE_ENV = "TUNEFLEET_TEST_PROBE"
+DIE_ENV = "TUNEFLEET_TEST_DIE"
 FAR = 1 << 36
 LONG = 1 << 40
 
@@ -53,6 +57,9 @@ def _body(A: te.Tensor, n: int, mode: str) -> te.Tensor:
 
 def _template(cfg, workload, target):
     n = workload.args["n"]
+    die = os.environ.get(DIE_ENV, "")
+    if die.startswith(f"{n}:") and die != f"{n}:{os.getpid()}":
+        os._exit(3)
     cfg.define_knob("mode", list(MODES))
     cfg.define_knob("vec", [1, 4, 8])
     A = te.placeholder((n,), "float32", "A")

@@ -55,6 +55,19 @@ def test_crash_hang_wrong_and_illegal_candidates_each_cost_one_trial(measurer):
     assert time.perf_counter() - start < 30
 
 
+def test_a_builder_process_that_dies_costs_its_candidates_and_the_next_batch_builds(monkeypatch):
+    """The dead builder's build never ended: before, timing waited the CpuGate's max_wait_s (180 s)
+    for it before each candidate after."""
+    monkeypatch.setenv(helpers_ops.DIE_ENV, f"72:{os.getpid()}")
+    with LocalMeasurer(plugin_modules=PLUGINS, n_parallel=1) as measurer:
+        assert measurer.gate is not None  # builders share the CPUs the candidates are timed on
+        (died,) = measurer.measure_batch([faulty("ok", n=72)], FAST)
+        assert died.status == "compile_error" and died.error.startswith("builder process failed: BrokenProcessPool")
+        start = time.perf_counter()
+        assert [r.status for r in measurer.measure_batch([faulty("ok", n=64), faulty("ok", vec=4)], FAST)] == ["ok"] * 2
+        assert time.perf_counter() - start < measurer.gate.max_wait_s
+
+
 def test_timeout_counts_execution_not_waiting_in_the_queue(measurer):
     """Two hangs, then a correct candidate that waited > 2 timeouts for its turn: it is still measured."""
     results = measurer.measure_batch([faulty("hang"), faulty("hang"), faulty("ok", vec=8)], FAST)
@@ -159,3 +172,29 @@ def test_a_main_whose_argv_does_not_fit_an_environment_string_still_measures(tmp
     the main module themselves instead, as they did before the fork server ran it."""
     logged = _run_measuring_main(tmp_path, [sys.executable, "measuring_main.py", "x" * (100 << 10), "y" * (100 << 10)])
     assert len(logged) > 2
+
+
+#: A script that tunes when imported: every process multiprocessing starts from it runs it again.
+UNGUARDED_TUNING = textwrap.dedent("""
+    from tunefleet.compiler import ops
+    from tunefleet.tuner.tune import tune
+
+    tune(ops.make_workload("matmul", {"M": 32, "N": 32, "K": 32}), "cpu", trials=8,
+         records_path="records.jsonl", validate_top=0)
+    print("tuned")
+""")
+
+
+def test_a_script_that_tunes_when_imported_stops_at_its_first_build_and_says_why(tmp_path):
+    """Each builder process re-runs such a script and dies of it; before, each of the trials was
+    recorded as a compile_error ("BrokenProcessPool") and the tuning "finished" with no kernel."""
+    (tmp_path / "unguarded.py").write_text(UNGUARDED_TUNING)
+    done = subprocess.run([sys.executable, "unguarded.py"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 1
+    assert "tuned" not in done.stdout
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("tunefleet.tuner.processes.StartError: processes started from "), done.stderr
+    assert str(tmp_path / "unguarded.py") in last and 'if __name__ == "__main__":' in last
+    records = tmp_path / "records.jsonl"
+    assert not records.exists() or "compile_error" not in records.read_text()

@@ -9,7 +9,11 @@ hash of their source and is safe with concurrent builders.
 Any failure to produce a library is a ``compile_error``: a ScheduleError or
 a ConfigError (the config does not fit the template), a BuildError (gcc
 rejected the source or timed out), and also an unexpected exception in the
-compiler (then the error text holds the traceback, to report as a bug).
+compiler (then the error text holds the traceback, to report as a bug), and a
+builder process that died (the pool is replaced; builds in flight in it fail).
+Where no process started from here can even run (a main script that tunes
+when imported), :class:`~.processes.StartError` stops the run at its first
+build instead of failing every candidate the same way.
 """
 
 from __future__ import annotations
@@ -18,7 +22,9 @@ import dataclasses
 import os
 import time
 import traceback
+import weakref
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 
 from tunefleet.compiler.build import BuildError
 from tunefleet.compiler.driver import build_workload
@@ -100,25 +106,47 @@ class Builder:
         self.gate = gate
         self.plugin_modules = plugins.plugin_modules() if plugin_modules is None else tuple(plugin_modules)
         self._pool: ProcessPoolExecutor | None = None
+        self._pool_futures: weakref.WeakSet[Future] = weakref.WeakSet()  # those of the current pool
 
     def _executor(self) -> ProcessPoolExecutor:
         if self._pool is None:
             self._pool = ProcessPoolExecutor(
                 self.n_parallel, mp_context=processes.context(), initializer=_init_worker,
                 initargs=(processes.parent_state(), self.cpus, self.gate, self.plugin_modules))
+            self._pool_futures = weakref.WeakSet()
         return self._pool
 
     def submit(self, inp: MeasureInput) -> Future:
-        """Start building ``inp``; the future's result is a :class:`BuildResult`."""
-        return self._executor().submit(_build_in_worker, inp)
+        """Start building ``inp``; the future's result is a :class:`BuildResult`.
+
+        A pool that broke since its last result is replaced first (raises
+        :class:`~.processes.StartError` as :meth:`result` does)."""
+        try:
+            future = self._executor().submit(_build_in_worker, inp)
+        except BrokenProcessPool:
+            self._replace_broken_pool()
+            future = self._executor().submit(_build_in_worker, inp)
+        self._pool_futures.add(future)
+        return future
 
     def result(self, future: Future) -> BuildResult:
-        """The future's BuildResult; a compile_error if its builder process died (the pool is then replaced)."""
+        """The future's BuildResult; a compile_error if its builder process died (the pool is then replaced).
+
+        Raises :class:`~.processes.StartError` instead when no process started from here can run
+        at all (a main script that tunes when imported): every candidate would fail the same way.
+        """
         try:
             return future.result()
         except Exception as exc:  # BrokenProcessPool, or a result that could not be sent back
-            self.close(wait=False)
+            if isinstance(exc, BrokenProcessPool) and future in self._pool_futures:  # not replaced already
+                self._replace_broken_pool()
             return BuildResult("compile_error", error=f"builder process failed: {type(exc).__name__}: {exc}")
+
+    def _replace_broken_pool(self) -> None:
+        self.close()  # quick: the broken pool's processes were killed already
+        if self.gate is not None:
+            self.gate.forget_builds()
+        processes.check_start(processes.context())
 
     def close(self, wait: bool = True) -> None:
         """Stop the pool; queued builds are cancelled, running ones finish when ``wait``."""

@@ -25,7 +25,8 @@ from multiprocessing import spawn
 
 from . import lifeline, plugins
 
-__all__ = ["PRELOAD", "MAIN_ENV_VAR", "context", "parent_state", "adopt", "init_worker", "CpuGate"]
+__all__ = ["PRELOAD", "MAIN_ENV_VAR", "context", "parent_state", "adopt", "init_worker", "StartError",
+           "check_start", "CpuGate"]
 
 #: Modules the fork server imports once for all the processes it forks; the first ties the fork
 #: server's life to its owner's, the second gives the BLAS numpy loads one thread, the third runs
@@ -87,6 +88,39 @@ def init_worker(state: dict, cpus: list[int] | None, plugin_modules: tuple[str, 
     plugins.load_plugins(plugin_modules)
 
 
+class StartError(RuntimeError):
+    """A process started from this program dies before it runs anything: its main script does
+    work when imported (see :func:`check_start`)."""
+
+
+def _nothing() -> None:
+    pass
+
+
+def check_start(ctx: multiprocessing.context.BaseContext, timeout_s: float = 60.0) -> None:
+    """Raise :class:`StartError` when a process started from ``ctx`` fails to run a no-op.
+
+    Each process multiprocessing starts imports the parent's main script again; one that starts
+    its work at import (tuning without ``if __name__ == "__main__":``) makes every such process
+    die before it runs its task. Called when a pool breaks, to tell that case, which no retry
+    mends, from a process that died of its task. A probe that does not finish in ``timeout_s``
+    seconds is killed and counts as started.
+    """
+    probe = ctx.Process(target=_nothing, daemon=True)
+    probe.start()
+    probe.join(timeout_s)
+    if probe.exitcode is None:
+        probe.kill()
+        probe.join()
+        return
+    if probe.exitcode != 0:
+        main = getattr(sys.modules.get("__main__"), "__file__", None) or "the main module"
+        raise StartError(f"processes started from {main} die before they run anything (exit code "
+                         f"{probe.exitcode}; their own error is on stderr): a script that tunes must start "
+                         'its work under `if __name__ == "__main__":`, because every process that '
+                         "multiprocessing starts imports the main script again")
+
+
 class CpuGate:
     """Keeps builds and timing apart when builders and the runner share CPUs.
 
@@ -115,6 +149,14 @@ class CpuGate:
             with self._cond:
                 self._building.value -= 1
                 self._cond.notify_all()
+
+    def forget_builds(self) -> None:
+        """Count no build in flight: call once the builder processes are gone. A builder that died
+        mid-build (its pool then breaks) never ends its build, and timing would wait ``max_wait_s``
+        for it before every candidate after."""
+        with self._cond:
+            self._building.value = 0
+            self._cond.notify_all()
 
     @contextlib.contextmanager
     def timing(self) -> Iterator[None]:

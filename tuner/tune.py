@@ -209,7 +209,9 @@ def tune(
     Raises TuneError when the record file already holds trials of this
     workload, target and device key and ``resume`` is false, or when ``target``
     is a CPU target this host cannot execute (its candidates would die of SIGILL),
-    ValueError for a bad argument (named). KeyboardInterrupt propagates after the measurer is
+    ValueError for a bad argument (named), :class:`~.processes.StartError` at the first build when
+    called while a main script is imported (every builder process imports it again: start the
+    work under ``if __name__ == "__main__":``). KeyboardInterrupt propagates after the measurer is
     closed; every finished trial is already in the record file.
     """
     if trials < 1:
