@@ -10,7 +10,7 @@ from ops_check import TARGET, failures, relative_error, sample
 
 from tunefleet.compiler import ops, te
 from tunefleet.compiler.driver import build_workload
-from tunefleet.compiler.ops.te_analysis import count_flop
+from tunefleet.compiler.ops.te_analysis import count_flop, inlined_nodes
 
 
 def softmax(M, N):
@@ -122,3 +122,30 @@ def test_bad_json_is_rejected_on_field_te(mutate, message):
     with pytest.raises(ops.WorkloadError, match=message) as exc:
         ops.make_workload("custom", {"te": data})
     assert exc.value.field == "te"
+
+
+def doubling_chain(depth: int) -> te.Tensor:
+    """`depth` tensors, each reading the one before twice: inlined, 2**depth loads of x."""
+    t = te.placeholder((64,), name="x")
+    for k in range(depth):
+        t = te.compute((64,), lambda i, p=t: p[i] * 0.5 + p[i] * 0.25, name=f"s{k}")
+    return t
+
+
+def test_inlined_nodes_count_what_the_generic_template_lowers():
+    # each stage's own 9 nodes (add, 2 × mul, load, var, const) and twice the one before, inlined
+    assert [inlined_nodes([doubling_chain(d)]) for d in range(1, 8)] == [9 * (2**d - 1) for d in range(1, 8)]
+    # softmax's reductions stay stages; out = e[i, j] / s[i] has 6 nodes, e = exp(x[i, j] - mx[i])
+    # 7 more inlined into it, whatever the shapes
+    assert inlined_nodes([softmax(4, 8)]) == inlined_nodes([softmax(64, 1000)]) == 13
+
+
+def test_a_computation_that_inlines_into_a_huge_expression_is_rejected_on_field_te():
+    """30 stages of a few hundred bytes of JSON each lower to 2**30 loads: the builder would take
+    hours (depth 14: 4 s), so the edge refuses it; depth 10 still builds and matches numpy."""
+    with pytest.raises(ops.WorkloadError, match=f"more than {te.MAX_JSON_NODES} nodes") as exc:
+        custom(doubling_chain(30))
+    assert exc.value.field == "te"
+    w = custom(doubling_chain(10))
+    x = np.random.default_rng(0).random(64, dtype=np.float32)
+    assert relative_error(build_workload(w, ops.default_config(w, TARGET), TARGET).run(x)[0], x * 0.75 ** 10) < 1e-4

@@ -11,6 +11,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from tunefleet.compiler import te
 from tunefleet.server.app import create_app
 from tunefleet.server.db.models import Task
 
@@ -197,3 +198,17 @@ def test_submissions_per_user_and_minute_are_bounded(limited, snapshot) -> None:
     assert 1 <= int(refused.headers["Retry-After"]) <= 60
     assert snapshot() == before
     assert client.post("/api/v1/tasks", json=MATMUL, headers=other).status_code == 201  # per user
+
+
+def test_a_custom_computation_that_inlines_into_a_huge_expression_is_422(api, tokens, snapshot) -> None:
+    """A few kilobytes of tensor-expression JSON that a builder would lower for hours: refused
+    at the edge, naming the field."""
+    t = te.placeholder((64,), name="x")
+    for k in range(30):
+        t = te.compute((64,), lambda i, p=t: p[i] * 0.5 + p[i] * 0.25, name=f"s{k}")
+    before = snapshot()
+    body = {"op": "custom", "args": {"te": te.to_json([t])}, "target": "cpu", "device_key": "cpu-test"}
+    response = api.post("/api/v1/tasks", json=body, headers=tokens["user"])
+    assert locs(response) == [["body", "args", "te"]]
+    assert "nodes" in response.json()["detail"][0]["msg"]
+    assert snapshot() == before

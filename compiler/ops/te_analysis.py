@@ -1,5 +1,6 @@
-"""Static facts about a tensor-expression computation: its FLOP count, and a proof that every
-load stays in bounds (what a custom workload must satisfy before it is built and run)."""
+"""Static facts about a tensor-expression computation: its FLOP count, a proof that every
+load stays in bounds, and the size of its expressions once inlined (what a custom workload must
+satisfy before it is built and run)."""
 
 from __future__ import annotations
 
@@ -69,3 +70,25 @@ def check_loads_in_bounds(outputs: Sequence[Tensor]) -> None:
                         f"tensor {t.name!r}: index {d} of its load of {node.tensor.name!r} may range over "
                         f"[{lo}, {hi}], outside [0, {extent - 1}]; clamp it with min/max (both branches of a "
                         f"select are evaluated)")
+
+
+def inlined_nodes(outputs: Sequence[Tensor]) -> int:
+    """Nodes of the largest expression of a stage that stays a stage (an output or a reduction)
+    once every other compute tensor is inlined into its readers, as the generic template does by
+    default: each load of an inlined tensor counts its loads' nodes and that tensor's own
+    inlined expression again. In time linear in the expressions' size; the count itself can be
+    exponential in the number of stages (a chain of tensors each reading the one before twice
+    doubles it at every step), which is what it is for."""
+    outs = {id(t) for t in outputs}
+    inlined: dict[int, int] = {}  # id of an inlined tensor -> nodes of its inlined expression
+    largest = 0
+    for t in te.post_order(outputs):
+        if not isinstance(t.op, ComputeOp):
+            continue
+        nodes = sum(1 + (inlined.get(id(node.tensor), 0) if isinstance(node, TensorLoad) else 0)
+                    for node in te.walk(t.op.body))
+        if id(t) in outs or isinstance(t.op.body, Reduce):
+            largest = max(largest, nodes)
+        else:
+            inlined[id(t)] = nodes
+    return largest
