@@ -230,6 +230,9 @@ def post_order(outputs: Sequence[Tensor]) -> list[Tensor]:
 
 JSON_VERSION = 1
 MAX_JSON_NODES = 100_000
+#: Deepest nesting of an expression, in nodes: the compiler's passes recurse along it, and at
+#: 300-450 levels a lowering ran out of Python's stack (1000 frames).
+MAX_EXPR_DEPTH = 128
 MAX_TENSOR_ELEMENTS = 1 << 31
 
 
@@ -280,10 +283,12 @@ class _Reader:
     def __init__(self):
         self.nodes = 0
 
-    def expr(self, j, tensors: dict[str, Tensor], scope: dict[str, IterVar], where: str) -> Expr:
+    def expr(self, j, tensors: dict[str, Tensor], scope: dict[str, IterVar], where: str, depth: int = 1) -> Expr:
         self.nodes += 1
         if self.nodes > MAX_JSON_NODES:
             raise TEError(f"{where}: expression has more than {MAX_JSON_NODES} nodes")
+        if depth > MAX_EXPR_DEPTH:
+            raise TEError(f"{where}: expression nests deeper than {MAX_EXPR_DEPTH} levels")
         if not isinstance(j, list) or not j or not isinstance(j[0], str):
             raise TEError(f"{where}: expected a node list like ['add', a, b], got {str(j)[:80]}")
         kind, args = j[0], j[1:]
@@ -308,23 +313,23 @@ class _Reader:
             return scope[args[0]]
         if kind in BINARY_OPS:
             need(2)
-            return BinOp(kind, *(self.expr(a, tensors, scope, where) for a in args))
+            return BinOp(kind, *(self.expr(a, tensors, scope, where, depth + 1) for a in args))
         if kind == "call":
             need(2)
             if args[0] not in INTRINSICS:
                 raise TEError(f"{where}: unknown intrinsic {args[0]!r}; allowed: {', '.join(INTRINSICS)}")
-            return Call(args[0], [self.expr(a, tensors, scope, where) for a in self._list(args[1], where)])
+            return Call(args[0], [self.expr(a, tensors, scope, where, depth + 1) for a in self._list(args[1], where)])
         if kind == "cast":
             need(2)
-            return Cast(dtype_of(args[0]).name, self.expr(args[1], tensors, scope, where))
+            return Cast(dtype_of(args[0]).name, self.expr(args[1], tensors, scope, where, depth + 1))
         if kind == "select":
             need(3)
-            return Select(*(self.expr(a, tensors, scope, where) for a in args))
+            return Select(*(self.expr(a, tensors, scope, where, depth + 1) for a in args))
         if kind == "load":
             need(2)
             if args[0] not in tensors:
                 raise TEError(f"{where}: load of unknown tensor {args[0]!r} (tensors must be defined before use)")
-            idx = [self.expr(a, tensors, scope, where) for a in self._list(args[1], where)]
+            idx = [self.expr(a, tensors, scope, where, depth + 1) for a in self._list(args[1], where)]
             return TensorLoad(tensors[args[0]], idx)
         if kind == "reduce":
             need(3)
@@ -333,7 +338,7 @@ class _Reader:
                 if n not in scope or scope[n].kind != "reduce":
                     raise TEError(f"{where}: {n!r} is not a reduce axis of this tensor")
                 axes.append(scope[n])
-            return Reduce(args[0], self.expr(args[1], tensors, scope, where), axes)
+            return Reduce(args[0], self.expr(args[1], tensors, scope, where, depth + 1), axes)
         raise TEError(f"{where}: unknown node kind {kind!r}; allowed: const, var, load, call, cast, "
                       f"select, reduce, {', '.join(BINARY_OPS)}")
 

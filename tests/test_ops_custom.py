@@ -2,6 +2,7 @@
 the generic template and match numpy; the interpreter and FLOP count; bad JSON is rejected
 with errors on the field "te"."""
 
+import functools
 import json
 
 import numpy as np
@@ -10,7 +11,7 @@ from ops_check import TARGET, failures, relative_error, sample
 
 from tunefleet.compiler import ops, te
 from tunefleet.compiler.driver import build_workload
-from tunefleet.compiler.ops.te_analysis import count_flop, inlined_nodes
+from tunefleet.compiler.ops.te_analysis import count_flop, inlined_size
 
 
 def softmax(M, N):
@@ -132,12 +133,14 @@ def doubling_chain(depth: int) -> te.Tensor:
     return t
 
 
-def test_inlined_nodes_count_what_the_generic_template_lowers():
-    # each stage's own 9 nodes (add, 2 × mul, load, var, const) and twice the one before, inlined
-    assert [inlined_nodes([doubling_chain(d)]) for d in range(1, 8)] == [9 * (2**d - 1) for d in range(1, 8)]
+def test_inlined_size_counts_what_the_generic_template_lowers():
+    # each stage's own 9 nodes (add, 2 × mul, load, var, const) and twice the one before, inlined;
+    # 3 levels more (add, mul, load) for each
+    sizes = [inlined_size([doubling_chain(d)]) for d in range(1, 8)]
+    assert sizes == [(9 * (2**d - 1), 3 * d + 1) for d in range(1, 8)]
     # softmax's reductions stay stages; out = e[i, j] / s[i] has 6 nodes, e = exp(x[i, j] - mx[i])
-    # 7 more inlined into it, whatever the shapes
-    assert inlined_nodes([softmax(4, 8)]) == inlined_nodes([softmax(64, 1000)]) == 13
+    # 7 more inlined into it, whatever the shapes; e's 4 levels nest below its load, the second level
+    assert inlined_size([softmax(4, 8)]) == inlined_size([softmax(64, 1000)]) == (13, 6)
 
 
 def test_a_computation_that_inlines_into_a_huge_expression_is_rejected_on_field_te():
@@ -149,3 +152,30 @@ def test_a_computation_that_inlines_into_a_huge_expression_is_rejected_on_field_
     w = custom(doubling_chain(10))
     x = np.random.default_rng(0).random(64, dtype=np.float32)
     assert relative_error(build_workload(w, ops.default_config(w, TARGET), TARGET).run(x)[0], x * 0.75 ** 10) < 1e-4
+
+
+def nested(depth: int, name: str = "out") -> te.Tensor:
+    """name[i] = x[i] + (x[i] + (... + 1.0)), `depth` additions: depth + 2 levels deep (the last
+    addition's x[i] and its index)."""
+    x = te.placeholder((64,), name="x")
+    return te.compute((64,), lambda i: functools.reduce(lambda e, _: x[i] + e, range(depth), te.const(1.0)), name=name)
+
+
+def test_expressions_that_nest_too_deep_are_rejected_on_field_te():
+    """The compiler's passes recurse along an expression: 500 levels of JSON raised RecursionError in
+    the server (HTTP 500), 450 in a lowering. Rejected over te.MAX_EXPR_DEPTH, as written or once the
+    stages are inlined; at the limit it builds and matches numpy."""
+    with pytest.raises(ops.WorkloadError, match=f"nests deeper than {te.MAX_EXPR_DEPTH} levels") as exc:
+        custom(nested(te.MAX_EXPR_DEPTH - 1))
+    assert exc.value.field == "te"
+    half = te.MAX_EXPR_DEPTH // 2
+    chained = nested(half, "inner")
+    for name in ("again", "out"):  # each stage half the limit deep, the three inlined not within it
+        chained = te.compute((64,), lambda i, t=chained: functools.reduce(lambda e, _: e * 0.5, range(half), t[i]),
+                             name=name)
+    with pytest.raises(ops.WorkloadError, match=f"nests deeper than {te.MAX_EXPR_DEPTH} levels"):
+        custom(chained)
+    w = custom(nested(te.MAX_EXPR_DEPTH - 2))
+    x = np.random.default_rng(0).random(64, dtype=np.float32)
+    got = build_workload(w, ops.default_config(w, TARGET), TARGET).run(x)[0]
+    assert relative_error(got, x * (te.MAX_EXPR_DEPTH - 2) + 1.0) < 1e-4

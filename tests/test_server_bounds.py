@@ -200,15 +200,32 @@ def test_submissions_per_user_and_minute_are_bounded(limited, snapshot) -> None:
     assert client.post("/api/v1/tasks", json=MATMUL, headers=other).status_code == 201  # per user
 
 
-def test_a_custom_computation_that_inlines_into_a_huge_expression_is_422(api, tokens, snapshot) -> None:
-    """A few kilobytes of tensor-expression JSON that a builder would lower for hours: refused
-    at the edge, naming the field."""
+def _doubling_chain() -> dict:
+    """30 tensors each reading the one before twice: inlined, 2**30 loads."""
     t = te.placeholder((64,), name="x")
     for k in range(30):
         t = te.compute((64,), lambda i, p=t: p[i] * 0.5 + p[i] * 0.25, name=f"s{k}")
+    return te.to_json([t])
+
+
+def _nested_500_deep() -> dict:
+    """x[i] + (1.0 + (1.0 + ...)), 500 levels: before, RecursionError in the server (HTTP 500)."""
+    body = ["const", 1.0, "float32"]
+    for _ in range(500):
+        body = ["add", ["const", 1.0, "float32"], body]
+    t = {"name": "out", "op": "compute", "shape": [4], "dtype": "float32", "axes": ["i"],
+         "body": ["add", ["load", "x", [["var", "i"]]], body]}
+    return {"version": 1, "outputs": ["out"],
+            "tensors": [{"name": "x", "op": "placeholder", "shape": [4], "dtype": "float32"}, t]}
+
+
+@pytest.mark.parametrize(("make", "words"), [(_doubling_chain, "nodes"), (_nested_500_deep, "levels")])
+def test_a_custom_computation_too_large_to_lower_is_422(api, tokens, snapshot, make, words) -> None:
+    """A few kilobytes of tensor-expression JSON that a builder would lower for hours, or that
+    nests deeper than the compiler's recursion: refused at the edge, naming the field."""
     before = snapshot()
-    body = {"op": "custom", "args": {"te": te.to_json([t])}, "target": "cpu", "device_key": "cpu-test"}
+    body = {"op": "custom", "args": {"te": make()}, "target": "cpu", "device_key": "cpu-test"}
     response = api.post("/api/v1/tasks", json=body, headers=tokens["user"])
     assert locs(response) == [["body", "args", "te"]]
-    assert "nodes" in response.json()["detail"][0]["msg"]
+    assert words in response.json()["detail"][0]["msg"]
     assert snapshot() == before

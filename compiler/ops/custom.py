@@ -2,14 +2,15 @@
 layernorm or an elementwise chain — an operator nobody wrote a template for.
 
 The single argument `te` is the JSON data. Validation (WorkloadError on field "te") parses
-it with `te.from_json` (identifiers and node kinds checked, nothing evaluated), requires
-every declared input to be read, proves every load in bounds, and bounds the expressions the
-generic template lowers once it inlined the stages (`te_analysis`): a chain of 30 tensors each
-reading the one before twice is a few kilobytes of JSON but 2**30 nodes inlined, which a builder
-would lower for hours (2**14: 4 s, AMD Zen 4). The
-kernel's arguments are the placeholders in the order the JSON declares them, then the
-outputs in the order of "outputs". The reference is the numpy interpreter (`te_numpy`),
-the FLOP count a walk of the expressions, the CPU template the generic one (`generic`).
+it with `te.from_json` (identifiers and node kinds checked, nothing evaluated, nesting at most
+te.MAX_EXPR_DEPTH deep), requires every declared input to be read, proves every load in bounds,
+and bounds the expressions the generic template lowers once it inlined the stages, in nodes
+and in depth (`te_analysis.inlined_size`): a chain of 30 tensors each reading the one before
+twice is a few kilobytes of JSON but 2**30 nodes inlined, which a builder would lower for hours
+(2**14: 4 s, AMD Zen 4). The kernel's arguments are the placeholders in the order the JSON
+declares them, then the outputs in the order of "outputs". The reference is the numpy
+interpreter (`te_numpy`), the FLOP count a walk of the expressions, the CPU template the
+generic one (`generic`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import numpy as np
 from .. import te
 from . import generic
 from .registry import ArgDef, OpDef, WorkloadError, register
-from .te_analysis import check_loads_in_bounds, count_flop, inlined_nodes
+from .te_analysis import check_loads_in_bounds, count_flop, inlined_size
 from .te_numpy import evaluate
 
 ARGS = [
@@ -43,8 +44,8 @@ def _parse(a: dict) -> tuple[list[te.Tensor], list[te.Tensor]]:
 
 
 #: Most nodes of an expression once the generic template inlined the stages into their readers
-#: (`te_analysis.inlined_nodes`): as many as the JSON may hold in all, so inlining lowers nothing
-#: larger than a user could write out.
+#: (`te_analysis.inlined_size`; its depth is bounded by te.MAX_EXPR_DEPTH as each stage's is):
+#: as many as the JSON may hold in all, so inlining lowers nothing larger than a user could write.
 MAX_INLINED_NODES = te.MAX_JSON_NODES
 
 
@@ -54,10 +55,14 @@ def check(a: dict) -> None:
         check_loads_in_bounds(outputs)
     except te.TEError as e:
         raise WorkloadError("te", str(e)) from None
-    if inlined_nodes(outputs) > MAX_INLINED_NODES:
+    nodes, depth = inlined_size(outputs)
+    if nodes > MAX_INLINED_NODES:
         raise WorkloadError("te", f"inlined into their readers, the tensors make an expression of more than "
                                   f"{MAX_INLINED_NODES} nodes (a tensor read n times by the next multiplies "
                                   f"its expression by n); read each intermediate tensor fewer times")
+    if depth > te.MAX_EXPR_DEPTH:
+        raise WorkloadError("te", f"inlined into their readers, the tensors make an expression that nests "
+                                  f"deeper than {te.MAX_EXPR_DEPTH} levels ({depth}); chain fewer tensors")
 
 
 def compute(a: dict) -> list[te.Tensor]:

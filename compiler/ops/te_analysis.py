@@ -8,7 +8,7 @@ import math
 from typing import Sequence
 
 from .. import te
-from ..expr import BinOp, Call, Reduce, TensorLoad
+from ..expr import BinOp, Call, Reduce, TensorLoad, children
 from ..simplify import Simplifier
 from ..te import ComputeOp, Tensor
 
@@ -72,23 +72,30 @@ def check_loads_in_bounds(outputs: Sequence[Tensor]) -> None:
                         f"select are evaluated)")
 
 
-def inlined_nodes(outputs: Sequence[Tensor]) -> int:
-    """Nodes of the largest expression of a stage that stays a stage (an output or a reduction)
-    once every other compute tensor is inlined into its readers, as the generic template does by
-    default: each load of an inlined tensor counts its loads' nodes and that tensor's own
-    inlined expression again. In time linear in the expressions' size; the count itself can be
-    exponential in the number of stages (a chain of tensors each reading the one before twice
-    doubles it at every step), which is what it is for."""
+def inlined_size(outputs: Sequence[Tensor]) -> tuple[int, int]:
+    """(nodes, depth) of the largest and of the deepest expression of a stage that stays a stage
+    (an output or a reduction) once every other compute tensor is inlined into its readers, as
+    the generic template does by default: a load of an inlined tensor counts its own nodes and
+    that tensor's inlined expression, and nests as deep as the two together. In time linear in
+    the expressions' size; the node count itself can be exponential in the number of stages (a
+    chain of tensors each reading the one before twice doubles it at every step), which is what
+    it is for."""
     outs = {id(t) for t in outputs}
-    inlined: dict[int, int] = {}  # id of an inlined tensor -> nodes of its inlined expression
-    largest = 0
+    inlined: dict[int, tuple[int, int]] = {}  # id of an inlined tensor -> (nodes, depth) of its expression
+    largest = deepest = 0
     for t in te.post_order(outputs):
         if not isinstance(t.op, ComputeOp):
             continue
-        nodes = sum(1 + (inlined.get(id(node.tensor), 0) if isinstance(node, TensorLoad) else 0)
-                    for node in te.walk(t.op.body))
+        nodes = depth = 0
+        stack = [(t.op.body, 1)]
+        while stack:
+            node, level = stack.pop()
+            below = inlined.get(id(node.tensor), (0, 0)) if isinstance(node, TensorLoad) else (0, 0)
+            nodes += 1 + below[0]
+            depth = max(depth, level + below[1])
+            stack.extend((child, level + 1) for child in children(node))
         if id(t) in outs or isinstance(t.op.body, Reduce):
-            largest = max(largest, nodes)
+            largest, deepest = max(largest, nodes), max(deepest, depth)
         else:
-            inlined[id(t)] = nodes
-    return largest
+            inlined[id(t)] = nodes, depth
+    return largest, deepest
