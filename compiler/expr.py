@@ -132,7 +132,12 @@ class Const(Expr):
 
     def __init__(self, value, dtype: str):
         dt = dtype_of(dtype)
-        self.value = bool(value) if dt.kind == "bool" else int(value) if dt.kind == "int" else float(value)
+        try:
+            self.value = bool(value) if dt.kind == "bool" else int(value) if dt.kind == "int" else float(value)
+        except OverflowError:
+            raise TEError(f"constant {str(value)[:40]} does not fit {dtype}") from None
+        if dt.kind == "int" and not -(1 << (dt.bits - 1)) <= self.value < 1 << (dt.bits - 1):
+            raise TEError(f"constant {str(value)[:40]} does not fit {dtype}")
         self.dtype = dtype
 
     def __repr__(self):
@@ -159,7 +164,7 @@ class IterVar(Var):
 
     def __init__(self, name: str, extent: int, kind: str = "data"):
         super().__init__(name)
-        if not isinstance(extent, (int, np.integer)) or extent < 1:
+        if not isinstance(extent, (int, np.integer)) or isinstance(extent, bool) or extent < 1:
             raise TEError(f"axis {name!r}: extent must be a positive int, got {extent!r}")
         self.extent = int(extent)
         self.kind = kind
@@ -181,6 +186,19 @@ def _promote(a: str, b: str) -> str:
     if db.kind == "float":
         return b
     return a if da.kind == "int" else b
+
+
+def _converted(a: Expr, b: Expr) -> tuple[Expr, Expr]:
+    """(a, b), the one whose dtype differs from their promotion cast to it where that is a float
+    dtype: the C backends vectorize only operands of one dtype (an int32 constant or an
+    iteration variable beside float32 lanes, float32 beside float64). Index arithmetic (ints
+    of two widths) is left as it is."""
+    if a.dtype == b.dtype:
+        return a, b
+    dtype = _promote(a.dtype, b.dtype)
+    if dtype_of(dtype).kind != "float":
+        return a, b
+    return (a if a.dtype == dtype else Cast(dtype, a)), (b if b.dtype == dtype else Cast(dtype, b))
 
 
 def as_expr(x, dtype_hint: str | None = None) -> Expr:
@@ -220,6 +238,8 @@ class BinOp(Expr):
             a = as_expr(a, b.dtype if isinstance(b, Expr) else None)
         if not isinstance(b, Expr):
             b = as_expr(b, a.dtype)
+        if op not in _COMPARE_OP_SET:
+            a, b = _converted(a, b)
         self.op, self.a, self.b = op, a, b
         self.dtype = "bool" if op in _COMPARE_OP_SET else a.dtype if a.dtype == b.dtype else _promote(a.dtype, b.dtype)
 
@@ -237,6 +257,9 @@ class Call(Expr):
             raise TEError(f"unknown intrinsic {name!r}; allowed: {', '.join(INTRINSICS)}")
         self.name = name
         self.args = tuple(as_expr(a) for a in args)
+        if not self.args or any(dtype_of(a.dtype).kind != "float" for a in self.args):
+            raise TEError(f"intrinsic {name!r} takes float arguments, got "
+                          f"({', '.join(a.dtype for a in self.args)}); cast them")
         self.dtype = self.args[0].dtype
 
     def __repr__(self):
@@ -263,7 +286,7 @@ class Select(Expr):
 
     def __init__(self, cond, t, f):
         t = as_expr(t, f.dtype if isinstance(f, Expr) else None)
-        f = as_expr(f, t.dtype)
+        t, f = _converted(t, as_expr(f, t.dtype))
         self.cond, self.t, self.f = as_condition(cond), t, f
         self.dtype = _promote(t.dtype, f.dtype)
 
@@ -281,6 +304,9 @@ class TensorLoad(Expr):
             raise TEError(f"tensor {tensor.name!r} has {len(tensor.shape)} dims, indexed with {len(indices)}")
         self.tensor = tensor
         self.indices = tuple(as_expr(i) for i in indices)
+        for d, index in enumerate(self.indices):
+            if dtype_of(index.dtype).kind != "int":
+                raise TEError(f"index {d} of tensor {tensor.name!r} has dtype {index.dtype}; indices are integers")
         self.dtype = tensor.dtype
 
     def __repr__(self):

@@ -390,7 +390,10 @@ def from_json(data: dict) -> list[Tensor]:
             if not isinstance(rj.get("extent"), int):
                 raise TEError(f"{where}.reduce_axes.extent: must be a positive int")
             scope[rn] = reduce_axis(rj["extent"], rn)
-        body = reader.expr(tj.get("body"), tensors, scope, f"{where}.body")
+        try:
+            body = reader.expr(tj.get("body"), tensors, scope, f"{where}.body")
+        except TEError as e:  # a node's own check (e.g. an index's dtype) does not say where it is
+            raise e if str(e).startswith(where) else TEError(f"{where}.body: {e}") from None
         tag = tj.get("tag", "")
         if not isinstance(tag, str) or len(tag) > 64:
             raise TEError(f"{where}.tag: must be a string of at most 64 characters")

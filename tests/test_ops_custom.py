@@ -179,3 +179,18 @@ def test_expressions_that_nest_too_deep_are_rejected_on_field_te():
     x = np.random.default_rng(0).random(64, dtype=np.float32)
     got = build_workload(w, ops.default_config(w, TARGET), TARGET).run(x)[0]
     assert relative_error(got, x * (te.MAX_EXPR_DEPTH - 2) + 1.0) < 1e-4
+
+
+@pytest.mark.parametrize("body", [
+    ["mul", ["load", "x", [["var", "i"]]], ["var", "i"]],  # an iteration variable beside float lanes
+    ["div", ["load", "x", [["var", "i"]]], ["const", 4, "int64"]],
+    ["mul", ["load", "x", [["var", "i"]]], ["const", 2.5, "float64"]],  # float32 beside float64
+    ["select", ["lt", ["var", "i"], ["const", 2, "int32"]], ["load", "x", [["var", "i"]]], ["const", 3, "int32"]],
+])
+def test_mixed_dtypes_from_json_build_and_match_the_interpreter(body):
+    """Before, each config failed to build: the C generator's KeyError 'int32', or gcc's error on a
+    float32 vector times a double."""
+    data = {"version": 1, "outputs": ["out"], "tensors": [
+        {"name": "x", "op": "placeholder", "shape": [37], "dtype": "float32"},
+        {"name": "out", "op": "compute", "shape": [37], "dtype": "float32", "axes": ["i"], "body": body}]}
+    assert failures(sample(ops.make_workload("custom", {"te": data}), 2, 0)) == []

@@ -72,3 +72,35 @@ def test_a_python_bool_as_a_condition_names_te_eq():
         te.all_of(A.shape[0] > 9)
     B = te.compute((8,), lambda i: te.if_then_else(te.eq(i, 0), A[i], 0.0), name="B")
     assert B.op.body.cond.op == "eq"
+
+
+def test_constants_intrinsics_indices_and_extents_are_typed():
+    """Each was accepted from a client's JSON, then failed every trial (gcc, or the C generator's
+    KeyError), or the server (OverflowError: HTTP 500)."""
+    A = te.placeholder((8,), name="A")
+    with pytest.raises(te.TEError, match="does not fit float32"):
+        te.const(10**400, "float32")
+    with pytest.raises(te.TEError, match="does not fit int32"):
+        te.const(1 << 31, "int32")
+    assert te.const(-(1 << 31), "int32").value == -(1 << 31)
+    with pytest.raises(te.TEError, match="intrinsic 'exp' takes float arguments, got \\(int32\\)"):
+        te.exp(te.const(1, "int32"))
+    with pytest.raises(te.TEError, match="index 0 of tensor 'A' has dtype float32"):
+        te.compute((8,), lambda i: A[A[i]], name="B")
+    with pytest.raises(te.TEError, match="extent must be a positive int, got True"):
+        te.reduce_axis(True, "k")
+
+
+def test_float_arithmetic_converts_its_other_operand_explicitly():
+    """An int or a narrower float beside a float is cast to their promotion, so that the backends
+    see one dtype per vector operation; index arithmetic keeps its ints."""
+    A = te.placeholder((8,), name="A")
+    i = te.reduce_axis(8, "i")
+    scaled = A[0] * i
+    assert scaled.dtype == "float32" and isinstance(scaled.b, te.Cast) and scaled.b.dtype == "float32"
+    wide = A[0] * te.const(2.0, "float64")
+    assert wide.dtype == "float64" and isinstance(wide.a, te.Cast) and wide.b.dtype == "float64"
+    chosen = te.if_then_else(i < 2, A[0], te.const(3, "int32"))
+    assert chosen.dtype == "float32" and isinstance(chosen.f, te.Cast)
+    index = i + te.const(1, "int32")
+    assert index.dtype == "int64" and not isinstance(index.b, te.Cast)
