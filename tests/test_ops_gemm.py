@@ -100,6 +100,17 @@ def test_dense_skinny_dot_products(target):
 
 
 @pytest.mark.parametrize("target", params(FAMILY))
+def test_dense_whose_blocks_hold_one_tile_of_w_builds(target):
+    """A regression head (N = 1) and N = 3, M within a tile: a block of one tile of W's rows has no
+    next tile to prefetch; before, the default and other dot-product configs raised ScheduleError
+    (found by random workloads at the edge's bounds)."""
+    cases = []
+    for n, args in enumerate([dict(M=1, N=1, K=512), dict(M=3, N=3, K=64, dtype="float64")]):
+        cases += sample(ops.make_workload("dense", args), 6, seed=n, target=target)
+    assert not failures(cases, target=target)
+
+
+@pytest.mark.parametrize("target", params(FAMILY))
 def test_dense_at_one_row_prefetches_the_rows_of_the_next_tile(target):
     """Where one tile of X's rows covers M, W streams once per call: each step of a tile's loop
     over K prefetches, per row of W of the next tile, the 64-byte lines that step reads (the

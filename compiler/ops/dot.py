@@ -99,7 +99,8 @@ def schedule_dot(sch, cfg, part: te.Tensor, out: te.Tensor, streamed: te.Tensor 
     io, ii = so.split(i, factor=mr)
     jo, ji = so.split(j, factor=rows)
     ioo, ioi = so.split(io, factor=min(cfg["bm"].val, -(-M // mr)))
-    joo, joi = so.split(jo, factor=min(cfg["bn"].val, -(-N // rows)))
+    block_tiles = min(cfg["bn"].val, -(-N // rows))  # tiles along j in a block: joi's extent
+    joo, joi = so.split(jo, factor=block_tiles)
     order = cfg["order"].val
     outer = [joo, ioo] if order.startswith("nm") else [ioo, joo]
     inner = [joi, ioi] if order.endswith("nm") else [ioi, joi]
@@ -122,7 +123,7 @@ def schedule_dot(sch, cfg, part: te.Tensor, out: te.Tensor, streamed: te.Tensor 
     sa.unroll(ai)
     sa.unroll(aj)
     sa.vectorize(al)
-    if streamed is not None and M <= mr:
+    if streamed is not None and M <= mr and block_tiles > 1:  # one tile per block has no next one in it
         sa.prefetch(streamed, kko, joi)
 
 
