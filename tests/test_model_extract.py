@@ -133,3 +133,21 @@ def test_parse_input_shape():
     for bad in ("x", "x=1,a", "x=0,3"):
         with pytest.raises(ValueError):
             parse_input_shape(bad)
+
+
+@pytest.mark.parametrize("attrs", [{"strides": [0, 2], "auto_pad": "SAME_UPPER"}, {"dilations": [0, 1]},
+                                   {"strides": [-1, 1]}])
+def test_a_convolution_that_steps_by_zero_stays_untuned_with_its_reason(attrs):
+    """A model file is untrusted: a Conv with stride 0 and auto_pad SAME raised ZeroDivisionError while its
+    padding was worked out (a 500 for the upload); it is a node left untuned, saying why."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = numpy_helper.from_array(np.ones((4, 4, 3, 3), np.float32), "w")
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], **attrs)], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=[weight])
+    result = _extract(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
+    assert not result.tasks
+    (untuned,) = result.untuned
+    assert untuned.op_type == "Conv" and "steps by at least 1" in untuned.reason

@@ -199,6 +199,8 @@ def conv(graph: ModelGraph, node: onnx.NodeProto) -> Match:
     n, ci, h, wd = x
     co, _, kh, kw = w
     strides, dilations = list(attrs.get("strides", [1, 1])), list(attrs.get("dilations", [1, 1]))
+    if len(strides) != 2 or len(dilations) != 2 or min(strides + dilations) < 1:
+        raise Untuned(f"strides {strides}, dilations {dilations}: a 2-D convolution steps by at least 1 in each")
     padding = _conv_padding(attrs, (h, wd), (kh, kw), strides, dilations)
     group = attrs.get("group", 1)
     has_bias = len(node.input) > 2 and bool(node.input[2])
