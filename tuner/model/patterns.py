@@ -195,6 +195,8 @@ def conv(graph: ModelGraph, node: onnx.NodeProto) -> Match:
     x, w = _known(graph, node.input[0]).shape, _known(graph, node.input[1]).shape
     if len(x) != 4:
         raise Untuned(f"a {len(x) - 2}-D convolution: the operators are 2-D")
+    if len(w) != 4:
+        raise Untuned(f"weights of shape {list(w)}: a 2-D convolution's are [CO, CI / group, KH, KW]")
     attrs = _attrs(node)
     n, ci, h, wd = x
     co, _, kh, kw = w
@@ -228,8 +230,10 @@ def gemm(graph: ModelGraph, node: onnx.NodeProto) -> Match:
     has_c = len(node.input) > 2 and bool(node.input[2])
     if attrs.get("alpha", 1.0) != 1.0 or (has_c and attrs.get("beta", 1.0) != 1.0):
         raise Untuned(f"alpha={attrs.get('alpha', 1.0)}, beta={attrs.get('beta', 1.0)}: the operators compute A·B + C")
-    m, k = _known(graph, node.input[0]).shape
-    b = _known(graph, node.input[1]).shape
+    a, b = _known(graph, node.input[0]).shape, _known(graph, node.input[1]).shape
+    if len(a) != 2 or len(b) != 2:
+        raise Untuned(f"A of shape {list(a)}, B of shape {list(b)}: Gemm multiplies two matrices")
+    m, k = a
     transposed = bool(attrs.get("transB", 0))
     n = b[0] if transposed else b[1]
     if has_c and not _bias_shape_ok(_known(graph, node.input[2]).shape, n, 0):
