@@ -230,8 +230,9 @@ def post_order(outputs: Sequence[Tensor]) -> list[Tensor]:
 
 JSON_VERSION = 1
 MAX_JSON_NODES = 100_000
-#: Deepest nesting of an expression, in nodes: the compiler's passes recurse along it, and at
-#: 300-450 levels a lowering ran out of Python's stack (1000 frames).
+#: Deepest nesting of an expression, in nodes: the compiler's passes recurse along it (a lowering
+#: ran out of Python's 1000 frames at 450 levels), and the API's responses carry it as nested
+#: JSON lists, which pydantic's serializer refuses beyond about 250 levels.
 MAX_EXPR_DEPTH = 128
 MAX_TENSOR_ELEMENTS = 1 << 31
 

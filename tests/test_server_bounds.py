@@ -208,15 +208,30 @@ def _doubling_chain() -> dict:
     return te.to_json([t])
 
 
-def _nested_500_deep() -> dict:
-    """x[i] + (1.0 + (1.0 + ...)), 500 levels: before, RecursionError in the server (HTTP 500)."""
+def _nested(levels: int) -> dict:
+    """x[i] + (1.0 + (1.0 + ...)), `levels` deep."""
     body = ["const", 1.0, "float32"]
-    for _ in range(500):
+    for _ in range(levels - 2):
         body = ["add", ["const", 1.0, "float32"], body]
     t = {"name": "out", "op": "compute", "shape": [4], "dtype": "float32", "axes": ["i"],
          "body": ["add", ["load", "x", [["var", "i"]]], body]}
     return {"version": 1, "outputs": ["out"],
             "tensors": [{"name": "x", "op": "placeholder", "shape": [4], "dtype": "float32"}, t]}
+
+
+def _nested_500_deep() -> dict:
+    """500 levels: before, RecursionError in the server (HTTP 500)."""
+    return _nested(500)
+
+
+def test_a_custom_computation_at_the_depth_limit_is_accepted_shown_and_listed(api, tokens) -> None:
+    """The limit stays below what the responses can carry (pydantic's serializer refused 255 levels)."""
+    body = {"op": "custom", "args": {"te": _nested(te.MAX_EXPR_DEPTH)}, "target": "cpu", "device_key": "cpu-test"}
+    response = api.post("/api/v1/tasks", json=body, headers=tokens["user"])
+    assert response.status_code == 201, response.text
+    assert api.get(f"/api/v1/tasks/{response.json()['id']}", headers=tokens["user"]).json()["workload"] == {
+        "op": "custom", "args": body["args"]}
+    assert [t["id"] for t in api.get("/api/v1/tasks", headers=tokens["user"]).json()["items"]] == [response.json()["id"]]
 
 
 @pytest.mark.parametrize(("make", "words"), [(_doubling_chain, "nodes"), (_nested_500_deep, "levels")])
