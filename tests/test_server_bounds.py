@@ -229,9 +229,10 @@ def test_a_custom_computation_at_the_depth_limit_is_accepted_shown_and_listed(ap
     body = {"op": "custom", "args": {"te": _nested(te.MAX_EXPR_DEPTH)}, "target": "cpu", "device_key": "cpu-test"}
     response = api.post("/api/v1/tasks", json=body, headers=tokens["user"])
     assert response.status_code == 201, response.text
-    assert api.get(f"/api/v1/tasks/{response.json()['id']}", headers=tokens["user"]).json()["workload"] == {
+    task_id = response.json()["id"]
+    assert api.get(f"/api/v1/tasks/{task_id}", headers=tokens["user"]).json()["workload"] == {
         "op": "custom", "args": body["args"]}
-    assert [t["id"] for t in api.get("/api/v1/tasks", headers=tokens["user"]).json()["items"]] == [response.json()["id"]]
+    assert [t["id"] for t in api.get("/api/v1/tasks", headers=tokens["user"]).json()["items"]] == [task_id]
 
 
 @pytest.mark.parametrize(("make", "words"), [(_doubling_chain, "nodes"), (_nested_500_deep, "levels")])

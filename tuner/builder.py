@@ -113,7 +113,6 @@ class Builder:
             self._pool = ProcessPoolExecutor(
                 self.n_parallel, mp_context=processes.context(), initializer=_init_worker,
                 initargs=(processes.parent_state(), self.cpus, self.gate, self.plugin_modules))
-            self._pool_futures = weakref.WeakSet()
         return self._pool
 
     def submit(self, inp: MeasureInput) -> Future:
@@ -153,3 +152,4 @@ class Builder:
         if self._pool is not None:
             self._pool.shutdown(wait=wait, cancel_futures=True)
             self._pool = None
+            self._pool_futures = weakref.WeakSet()
