@@ -31,7 +31,8 @@ this job keeps the service's orchestration:
    one is faster.
 
 A warm shutdown of the tuner (SIGTERM, Ctrl-C) or a lost lease stops the loop within one
-poll; the task is requeued and another tuner (or this one, restarted) resumes it. The
+poll; the task is requeued (by the reconcile sweep, once it is back, where the database is
+away) and another tuner (or this one, restarted) resumes it. The
 tuner process itself (queue consumer, reconcile sweep) is :mod:`.tuner_process`.
 """
 
@@ -211,7 +212,11 @@ class _TaskRun(Supervisor):
         database outage, when their heartbeats could not be stored."""
         now = time.monotonic()
         if self.context.stopping.is_set():
-            tuning.requeue(self.session, self.task_id)
+            try:
+                tuning.requeue(self.session, self.task_id)
+            except OperationalError:  # the round would retry the write until the database is back
+                self.session.rollback()
+                raise StopTuning("tuner stopping with the database away: the sweep requeues the task") from None
             raise StopTuning("tuner stopping: task requeued")
         if self.lease.lost.is_set():
             raise StopTuning("lease lost: another tuner may hold the task")

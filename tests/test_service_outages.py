@@ -159,6 +159,43 @@ def test_database_cut_off_for_a_minute_mid_task(tmp_path: Path, private_redis: P
         proxy.cut()
 
 
+def test_a_tuner_stopped_during_a_database_outage_exits_and_the_task_finishes_later(
+        tmp_path: Path, private_redis: PrivateRedis, request: pytest.FixtureRequest) -> None:
+    """SIGTERM to the tuner while the database is cut off mid-task: it exits within a minute.
+    Before, its stop tried to requeue the task in the database, and each failure of that
+    write was a round to retry: it ran until the database came back (17 minutes and counting,
+    seen with an orphaned tuner). With the database back and a new tuner the task finishes,
+    each trial measured once."""
+    from tunefleet.server.db.migrate import upgrade
+
+    if not os.environ.get("TUNEFLEET_TEST_DATABASE_URL"):
+        pytest.skip("TUNEFLEET_TEST_DATABASE_URL is not set: no PostgreSQL to cut off")
+    direct = make_url(request.getfixturevalue("postgres_schemas").new_url())
+    upgrade(direct.render_as_string(hide_password=False))
+    proxy = CuttableProxy((direct.host or "127.0.0.1", direct.port or 5432))
+    proxy.restore()
+    proxied = direct.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
+    service = start_service(tmp_path, proxied, private_redis.url)
+    try:
+        task, _ = _under_way(service, {"M": 48, "N": 48, "K": 64})
+        proxy.cut()
+        tuner_log = service.logs["tuner"]
+        wait_for(lambda: "SQL database unreachable" in tuner_log.read_text(), 60, "the tuner to see the outage")
+        service.processes["tuner"].send_signal(signal.SIGTERM)
+        assert service.processes["tuner"].wait(timeout=60) == 0, tuner_log.read_text()[-3000:]
+        assert "the sweep requeues the task" in tuner_log.read_text()
+        proxy.restore()
+        ensure_fleet(service)
+        done = wait_status(service, task["id"], {"done", "failed", "cancelled"}, timeout_s=300)
+        assert done["status"] == "done", done["error"]
+        trials = service.trials(task["id"])
+        assert len(trials) == TRIALS and len({t["config_index"] for t in trials}) == TRIALS, trials
+        assert sorted(service.measured_events(task["id"])) == sorted(t["id"] for t in trials)
+    finally:
+        service.stop_all()
+        proxy.cut()
+
+
 def _worker(home: Path, log: Path, redis_url: str, server: str, *options: str) -> subprocess.Popen:
     """`tunefleet worker` (unsandboxed) for `redis_url` and `server`, its output in `log`."""
     with log.open("w") as out:
