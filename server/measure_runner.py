@@ -7,7 +7,9 @@ ids are not: SQLite may reuse the ids of a cancelled task's dropped trials). A j
 ``Retry(max=RETRIES)``: when its worker dies RQ retries it once (on another worker, as the
 dead one is gone), then it is answered ``worker_lost``. A job Redis lost (restarted without
 its data) is enqueued again, and so is one of an earlier run of the task that Redis no
-longer has. Workers push a job's id to the task's *done key* once its result is stored
+longer has, and one left queued in no queue: a worker's BLPOP that took it as Redis went down
+lost its reply, redis-py sent it again once Redis was back, and the job was never run (seen
+once in CI: the task waited for that trial forever). Workers push a job's id to the task's *done key* once its result is stored
 (``meta["notify"]``, see HeartbeatWorker), which wakes :meth:`DistributedRunner.wait` at once.
 """
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -40,6 +43,9 @@ RETRIES = 1
 #: Seconds RQ keeps a job's result: it outlives any tuner restart.
 RESULT_TTL_S = 7 * 86_400
 _FINAL = (JobStatus.FINISHED, JobStatus.FAILED, JobStatus.STOPPED, JobStatus.CANCELED)
+#: Seconds a job may stay queued in no queue before it is enqueued again: a worker that pops a
+#: job marks it started within milliseconds, so this is a job no worker holds.
+LOST_AFTER_S = 10.0
 
 
 def measure_timeout_s(protocol: MeasureProtocol, candidates: int = 1) -> int:
@@ -65,6 +71,8 @@ class _JobFuture(RunnerFuture):
         self.job_id = job_id
         self.protocol = protocol
         self.running = running
+        #: When the job was first seen queued in no queue (time.monotonic()), else None.
+        self.unqueued_since: float | None = None
 
     def started(self) -> bool:
         return self.running
@@ -77,7 +85,8 @@ class DistributedRunner(Runner):
     of the device key are live now (the loop keeps :data:`PER_WORKER_DEPTH` candidates in
     flight per worker); ``protocol``: the task's, for jobs adopted from an earlier run;
     ``poll_s``, ``check_s``: the longest wait for a result while proposals are due, and
-    otherwise, in seconds."""
+    otherwise, in seconds; ``lost_after_s``: how long a job may be queued in no queue before
+    it is enqueued again (:data:`LOST_AFTER_S`)."""
 
     measure_queue: Queue
     task_id: int
@@ -87,6 +96,7 @@ class DistributedRunner(Runner):
     live_workers: Callable[[], int]
     poll_s: float
     check_s: float
+    lost_after_s: float = LOST_AFTER_S
     remote: ClassVar[bool] = True
 
     @property
@@ -129,7 +139,10 @@ class DistributedRunner(Runner):
                 self._enqueue(future)
                 continue
             status = job.get_status(refresh=False)
-            if status == JobStatus.STARTED and not future.running:
+            if status == JobStatus.QUEUED and self._lost(future):
+                future.running = False
+                self._enqueue(future)
+            elif status == JobStatus.STARTED and not future.running:
                 future.running = True  # reported now; its result is looked at next time
             elif status in _FINAL:
                 attempts = 1 + RETRIES - (job.retries_left or 0) if job.retries_left is not None else 1
@@ -148,6 +161,19 @@ class DistributedRunner(Runner):
         for job in self._fetch(ids) if ids else []:
             if job is not None and job.get_status(refresh=False) in (JobStatus.QUEUED, JobStatus.SCHEDULED):
                 job.cancel()
+
+    def _lost(self, future: _JobFuture) -> bool:
+        """Whether the queued job of `future` has been in no queue for lost_after_s seconds."""
+        if self.measure_queue.get_job_position(future.job_id) is not None:
+            future.unqueued_since = None
+            return False
+        now = time.monotonic()
+        if future.unqueued_since is None:
+            future.unqueued_since = now
+        if now - future.unqueued_since < self.lost_after_s:
+            return False
+        future.unqueued_since = None
+        return True
 
     def _job_id(self, candidate: Candidate) -> str:
         return f"measure-{self.task_id}-{candidate.config.index}"
