@@ -9,8 +9,9 @@ dead one is gone), then it is answered ``worker_lost``. A job Redis lost (restar
 its data) is enqueued again, and so is one of an earlier run of the task that Redis no
 longer has, and one left queued in no queue: a worker's BLPOP that took it as Redis went down
 lost its reply, redis-py sent it again once Redis was back, and the job was never run (seen
-once in CI: the task waited for that trial forever). Workers push a job's id to the task's *done key* once its result is stored
-(``meta["notify"]``, see HeartbeatWorker), which wakes :meth:`DistributedRunner.wait` at once.
+once in CI: the task waited for that trial forever). Workers push a job's id to the task's
+*done key* once its result is stored (``meta["notify"]``, see HeartbeatWorker), which wakes
+:meth:`DistributedRunner.wait` at once.
 """
 
 from __future__ import annotations
