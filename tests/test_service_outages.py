@@ -124,8 +124,10 @@ def test_a_stop_asked_for_during_a_redis_outage_is_not_put_off_until_its_end(
         service.stop_all()
 
 
-def test_database_cut_off_for_a_minute_mid_task(tmp_path: Path, private_redis: PrivateRedis,
-                                                request: pytest.FixtureRequest) -> None:
+def _service_behind_a_cuttable_database(tmp_path: Path, private_redis: PrivateRedis,
+                                        request: pytest.FixtureRequest) -> tuple[Service, CuttableProxy]:
+    """A service on a fresh PostgreSQL schema reached through a proxy the test can cut (skips
+    without TUNEFLEET_TEST_DATABASE_URL), and that proxy."""
     from tunefleet.server.db.migrate import upgrade
 
     if not os.environ.get("TUNEFLEET_TEST_DATABASE_URL"):
@@ -135,7 +137,12 @@ def test_database_cut_off_for_a_minute_mid_task(tmp_path: Path, private_redis: P
     proxy = CuttableProxy((direct.host or "127.0.0.1", direct.port or 5432))
     proxy.restore()
     proxied = direct.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
-    service = start_service(tmp_path, proxied, private_redis.url)
+    return start_service(tmp_path, proxied, private_redis.url), proxy
+
+
+def test_database_cut_off_for_a_minute_mid_task(tmp_path: Path, private_redis: PrivateRedis,
+                                                request: pytest.FixtureRequest) -> None:
+    service, proxy = _service_behind_a_cuttable_database(tmp_path, private_redis, request)
     try:
         task, pids = _under_way(service, {"M": 48, "N": 64, "K": 64})
         proxy.cut()
@@ -166,16 +173,7 @@ def test_a_tuner_stopped_during_a_database_outage_exits_and_the_task_finishes_la
     write was a round to retry: it ran until the database came back (17 minutes and counting,
     seen with an orphaned tuner). With the database back and a new tuner the task finishes,
     each trial measured once."""
-    from tunefleet.server.db.migrate import upgrade
-
-    if not os.environ.get("TUNEFLEET_TEST_DATABASE_URL"):
-        pytest.skip("TUNEFLEET_TEST_DATABASE_URL is not set: no PostgreSQL to cut off")
-    direct = make_url(request.getfixturevalue("postgres_schemas").new_url())
-    upgrade(direct.render_as_string(hide_password=False))
-    proxy = CuttableProxy((direct.host or "127.0.0.1", direct.port or 5432))
-    proxy.restore()
-    proxied = direct.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
-    service = start_service(tmp_path, proxied, private_redis.url)
+    service, proxy = _service_behind_a_cuttable_database(tmp_path, private_redis, request)
     try:
         task, _ = _under_way(service, {"M": 48, "N": 48, "K": 64})
         proxy.cut()
