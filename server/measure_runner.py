@@ -134,13 +134,16 @@ class DistributedRunner(Runner):
         waiting = [f for f in futures if isinstance(f, _JobFuture) and not f.done()]
         if not waiting:
             return
+        queued: set[str] | None = None  # the queue's job ids, read once where a job is queued
         for future, job in zip(waiting, self._fetch([f.job_id for f in waiting])):
             if job is None:  # Redis lost it (restarted without its data): measure it again
                 future.running = False
                 self._enqueue(future)
                 continue
             status = job.get_status(refresh=False)
-            if status == JobStatus.QUEUED and self._lost(future):
+            if status == JobStatus.QUEUED and queued is None:
+                queued = set(self.measure_queue.get_job_ids())
+            if status == JobStatus.QUEUED and self._lost(future, queued):
                 future.running = False
                 self._enqueue(future)
             elif status == JobStatus.STARTED and not future.running:
@@ -163,9 +166,10 @@ class DistributedRunner(Runner):
             if job is not None and job.get_status(refresh=False) in (JobStatus.QUEUED, JobStatus.SCHEDULED):
                 job.cancel()
 
-    def _lost(self, future: _JobFuture) -> bool:
-        """Whether the queued job of `future` has been in no queue for lost_after_s seconds."""
-        if self.measure_queue.get_job_position(future.job_id) is not None:
+    def _lost(self, future: _JobFuture, queued: set[str]) -> bool:
+        """Whether the queued job of `future` has been in no queue for lost_after_s seconds
+        (`queued`: the ids its queue holds now)."""
+        if future.job_id in queued:
             future.unqueued_since = None
             return False
         now = time.monotonic()

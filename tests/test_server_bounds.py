@@ -10,6 +10,7 @@ import uuid
 import httpx
 import pytest
 from fastapi.testclient import TestClient
+from test_ops_custom import doubling_chain, nested
 
 from tunefleet.compiler import te
 from tunefleet.server.app import create_app
@@ -202,21 +203,12 @@ def test_submissions_per_user_and_minute_are_bounded(limited, snapshot) -> None:
 
 def _doubling_chain() -> dict:
     """30 tensors each reading the one before twice: inlined, 2**30 loads."""
-    t = te.placeholder((64,), name="x")
-    for k in range(30):
-        t = te.compute((64,), lambda i, p=t: p[i] * 0.5 + p[i] * 0.25, name=f"s{k}")
-    return te.to_json([t])
+    return te.to_json([doubling_chain(30)])
 
 
 def _nested(levels: int) -> dict:
-    """x[i] + (1.0 + (1.0 + ...)), `levels` deep."""
-    body = ["const", 1.0, "float32"]
-    for _ in range(levels - 2):
-        body = ["add", ["const", 1.0, "float32"], body]
-    t = {"name": "out", "op": "compute", "shape": [4], "dtype": "float32", "axes": ["i"],
-         "body": ["add", ["load", "x", [["var", "i"]]], body]}
-    return {"version": 1, "outputs": ["out"],
-            "tensors": [{"name": "x", "op": "placeholder", "shape": [4], "dtype": "float32"}, t]}
+    """x[i] + (x[i] + (... + 1.0)), `levels` deep."""
+    return te.to_json([nested(levels - 2)])
 
 
 def _nested_500_deep() -> dict:
