@@ -17,6 +17,7 @@ from .lower import lower
 from .schedule import Schedule, ScheduleError
 from .target import Target
 from .te import Tensor
+from .time_limit import time_limit
 
 
 @dataclass
@@ -66,7 +67,11 @@ def build_func(func: PrimFunc, specs: Sequence[ArgSpec], target: Target) -> Buil
 
     Raises BuildError (compiler message attached) if gcc rejects the source.
     """
-    so = compile_shared([kernel_source(func, specs)], target, name=func.name, extra_sources=func.extern_sources)
+    return _compile(func, specs, kernel_source(func, specs), target)
+
+
+def _compile(func: PrimFunc, specs: Sequence[ArgSpec], source: str, target: Target) -> BuiltKernel:
+    so = compile_shared([source], target, name=func.name, extra_sources=func.extern_sources)
     unit = so.with_suffix(".c").read_text()
     return BuiltKernel(func.name, so, unit, list(specs), func, list(func.extern_sources))
 
@@ -93,18 +98,24 @@ def build(sch: Schedule, args: Sequence[Tensor], target: Target, name: str,
     return build_func(func, arg_specs(args, layouts, reference), target)
 
 
-def build_workload(workload, config, target: Target) -> BuiltKernel:
+def build_workload(workload, config, target: Target, lowering_limit_s: float | None = None) -> BuiltKernel:
     """Build `workload` (a compiler.ops Workload) with `config` (a ConfigEntity of its space)
     for `target`, as kernel `workload.kernel_name(target)`.
 
-    Raises ScheduleError / BuildError; WorkloadError when the target kind has no template.
+    `lowering_limit_s`: wall seconds that lowering and code generation may take (see
+    `time_limit.time_limit`: only in a process's main thread); the compiler has its own.
+    Raises ScheduleError / BuildError (TimeLimitError past the limit); WorkloadError when
+    the target kind has no template.
     A cuda target gives a CudaBuiltKernel (`compiler.cuda.build.build_cuda_workload`).
     """
     if target.kind == "cuda":
         from .cuda.build import build_cuda_workload
 
-        return build_cuda_workload(workload, config, target)
-    return build_func(*lower_workload(workload, config, target), target)
+        return build_cuda_workload(workload, config, target, lowering_limit_s=lowering_limit_s)
+    with time_limit(lowering_limit_s, "lowering and C generation"):
+        func, specs = lower_workload(workload, config, target)
+        source = kernel_source(func, specs)
+    return _compile(func, specs, source, target)
 
 
 def lower_workload(workload, config, target: Target) -> tuple[PrimFunc, list[ArgSpec]]:

@@ -13,7 +13,10 @@ The ``mode`` knob of the CPU template:
 - "illegal": a schedule that splits an axis that was split already (ScheduleError).
 
 When ``$TUNEFLEET_TEST_DIE`` is "n:pid", a process other than ``pid`` that instantiates the
-template for that n exits at once (a builder process that dies mid-build).
+template for that n exits at once (a builder process that dies mid-build). When
+``$TUNEFLEET_TEST_STALL`` is "n:space" or "n:lowering", the template for that n computes for
+``STALL_S`` seconds when it defines its config space or when it schedules a config (a
+compiler defect that loops).
 
 The numpy reference runs in the measurement process; when ``$TUNEFLEET_TEST_PROBE``
 names a file, it writes there what that process sees: its CPU affinity and
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -31,10 +35,13 @@ import numpy as np
 from tunefleet.compiler import te
 from tunefleet.compiler.ops.registry import ArgDef, OpDef, register
 from tunefleet.compiler.schedule import create_schedule
+from tunefleet.compiler.space import ConfigSpace
 
 MODES = ("ok", "wrong", "crash", "hang", "illegal")
 PROBE_ENV = "TUNEFLEET_TEST_PROBE"
 DIE_ENV = "TUNEFLEET_TEST_DIE"
+STALL_ENV = "TUNEFLEET_TEST_STALL"
+STALL_S = 30.0
 FAR = 1 << 36
 LONG = 1 << 40
 
@@ -60,6 +67,11 @@ def _template(cfg, workload, target):
     die = os.environ.get(DIE_ENV, "")
     if die.startswith(f"{n}:") and die != f"{n}:{os.getpid()}":
         os._exit(3)
+    phase = "space" if isinstance(cfg, ConfigSpace) else "lowering"
+    if os.environ.get(STALL_ENV) == f"{n}:{phase}":
+        end = time.monotonic() + STALL_S
+        while time.monotonic() < end:
+            pass
     cfg.define_knob("mode", list(MODES))
     cfg.define_knob("vec", [1, 4, 8])
     A = te.placeholder((n,), "float32", "A")

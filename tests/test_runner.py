@@ -2,6 +2,7 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -15,6 +16,8 @@ import pytest
 
 from tunefleet.compiler import ops
 from tunefleet.compiler.target import Target
+from tunefleet.compiler.time_limit import TimeLimitError, time_limit
+from tunefleet.tuner.builder import Builder
 from tunefleet.tuner.host import affinity
 from tunefleet.tuner.measure import MeasureInput, MeasureProtocol
 from tunefleet.tuner.measure_child import relative_error
@@ -66,6 +69,42 @@ def test_a_builder_process_that_dies_costs_its_candidates_and_the_next_batch_bui
         start = time.perf_counter()
         assert [r.status for r in measurer.measure_batch([faulty("ok", n=64), faulty("ok", vec=4)], FAST)] == ["ok"] * 2
         assert time.perf_counter() - start < measurer.gate.max_wait_s
+
+
+@pytest.mark.parametrize("phase, what", [("space", "defining the config space"),
+                                         ("lowering", "lowering and C generation")])
+def test_a_template_that_does_not_end_fails_its_candidate_and_frees_the_builder(monkeypatch, phase, what):
+    """Before, a template or lowering that looped held its builder process for good, and the
+    runner waited for it."""
+    n = 80 if phase == "space" else 88
+    stalled = faulty("ok", n=n)  # its space is defined here, before the stall is set
+    monkeypatch.setenv(helpers_ops.STALL_ENV, f"{n}:{phase}")
+    builder = Builder(1, plugin_modules=PLUGINS, lowering_limit_s=1)
+    try:
+        stalled, after = builder.submit(stalled), builder.submit(faulty("ok", n=64))
+        result = stalled.result(timeout=helpers_ops.STALL_S / 2)
+        assert result.status == "compile_error"
+        assert result.error == f"TimeLimitError: {what} took longer than 1 s"
+        assert 1 <= result.build_s < helpers_ops.STALL_S / 2
+        assert builder.result(after).status == "ok"
+    finally:
+        builder.close()
+
+
+def test_a_time_limit_fires_in_python_code_and_gives_back_an_earlier_alarm():
+    signal.setitimer(signal.ITIMER_REAL, 500)  # pytest-timeout's, where it runs by signal
+    handler = signal.getsignal(signal.SIGALRM)
+    try:
+        with pytest.raises(TimeLimitError, match="^spinning took longer than 0.2 s$"):
+            with time_limit(0.2, "spinning"):
+                while True:
+                    pass
+        assert signal.getsignal(signal.SIGALRM) is handler
+        assert 499 < signal.getitimer(signal.ITIMER_REAL)[0] <= 500
+        with time_limit(600, "waiting"):  # the earlier alarm comes first: it alone applies
+            assert signal.getsignal(signal.SIGALRM) is handler
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
 
 
 def test_timeout_counts_execution_not_waiting_in_the_queue(measurer):

@@ -8,7 +8,8 @@ hash of their source and is safe with concurrent builders.
 
 Any failure to produce a library is a ``compile_error``: a ScheduleError or
 a ConfigError (the config does not fit the template), a BuildError (gcc
-rejected the source or timed out), and also an unexpected exception in the
+rejected the source or timed out; a TimeLimitError when lowering and code
+generation ran past the builder's ``lowering_limit_s``), and also an unexpected exception in the
 compiler (then the error text holds the traceback, to report as a bug), and a
 builder process that died (the pool is replaced; builds in flight in it fail).
 Where no process started from here can even run (a main script that tunes
@@ -30,6 +31,7 @@ from tunefleet.compiler.build import BuildError
 from tunefleet.compiler.driver import build_workload
 from tunefleet.compiler.schedule import ScheduleError
 from tunefleet.compiler.space import ConfigError
+from tunefleet.compiler.time_limit import LOWERING_TIMEOUT_S, time_limit
 
 from . import plugins, processes
 from .measure import MeasureInput
@@ -55,12 +57,17 @@ class BuildResult:
     error: str = ""
 
 
-def build_candidate(inp: MeasureInput) -> BuildResult:
-    """Build one candidate in this process (no pool). Never raises for a bad candidate."""
+def build_candidate(inp: MeasureInput, lowering_limit_s: float | None = None) -> BuildResult:
+    """Build one candidate in this process (no pool). Never raises for a bad candidate.
+
+    ``lowering_limit_s``: wall seconds for the template's define run (its space is cached per
+    process), and again for lowering and code generation, enforced only in a main thread (see
+    ``compiler.time_limit``); gcc and nvcc have their own limit."""
     start = time.perf_counter()
     try:
-        workload, target, config = resolve(inp.workload, inp.target, inp.config)
-        built = build_workload(workload, config, target)
+        with time_limit(lowering_limit_s, "defining the config space"):  # runs the template
+            workload, target, config = resolve(inp.workload, inp.target, inp.config)
+        built = build_workload(workload, config, target, lowering_limit_s)
     except _EXPECTED as exc:
         return BuildResult("compile_error", build_s=time.perf_counter() - start,
                            error=f"{type(exc).__name__}: {exc}")
@@ -72,20 +79,21 @@ def build_candidate(inp: MeasureInput) -> BuildResult:
 
 
 _gate: processes.CpuGate | None = None
+_lowering_limit_s: float | None = None
 
 
 def _init_worker(state: dict, cpus: list[int], gate: processes.CpuGate | None,
-                 plugin_modules: tuple[str, ...]) -> None:
-    global _gate
+                 plugin_modules: tuple[str, ...], lowering_limit_s: float | None) -> None:
+    global _gate, _lowering_limit_s
     processes.init_worker(state, cpus, plugin_modules)
-    _gate = gate
+    _gate, _lowering_limit_s = gate, lowering_limit_s
 
 
 def _build_in_worker(inp: MeasureInput) -> BuildResult:
     if _gate is None:
-        return build_candidate(inp)
+        return build_candidate(inp, _lowering_limit_s)
     with _gate.building():
-        return build_candidate(inp)
+        return build_candidate(inp, _lowering_limit_s)
 
 
 class Builder:
@@ -93,17 +101,21 @@ class Builder:
 
     ``gate``: a :class:`~.processes.CpuGate` shared with the runner when their
     CPUs overlap. ``plugin_modules``: operator plugins each process imports
-    (default: ``$TUNEFLEET_OPS_PLUGINS``). If a builder process dies, its
+    (default: ``$TUNEFLEET_OPS_PLUGINS``). ``lowering_limit_s``: wall seconds that lowering and
+    code generation of one candidate may take before it fails as a compile error (a compiler
+    defect that loops must not hold a builder for good). If a builder process dies, its
     candidates come back as compile errors and the pool is replaced.
     """
 
     def __init__(self, n_parallel: int | None = None, cpus: list[int] | None = None,
-                 gate: processes.CpuGate | None = None, plugin_modules: tuple[str, ...] | None = None):
+                 gate: processes.CpuGate | None = None, plugin_modules: tuple[str, ...] | None = None,
+                 lowering_limit_s: float = LOWERING_TIMEOUT_S):
         self.cpus = sorted(cpus) if cpus else sorted(os.sched_getaffinity(0))
         self.n_parallel = n_parallel or len(self.cpus)
         if self.n_parallel < 1:
             raise ValueError(f"n_parallel must be >= 1, got {self.n_parallel}")
         self.gate = gate
+        self.lowering_limit_s = lowering_limit_s
         self.plugin_modules = plugins.plugin_modules() if plugin_modules is None else tuple(plugin_modules)
         self._pool: ProcessPoolExecutor | None = None
         self._pool_futures: weakref.WeakSet[Future] = weakref.WeakSet()  # those of the current pool
@@ -112,7 +124,8 @@ class Builder:
         if self._pool is None:
             self._pool = ProcessPoolExecutor(
                 self.n_parallel, mp_context=processes.context(), initializer=_init_worker,
-                initargs=(processes.parent_state(), self.cpus, self.gate, self.plugin_modules))
+                initargs=(processes.parent_state(), self.cpus, self.gate, self.plugin_modules,
+                          self.lowering_limit_s))
         return self._pool
 
     def submit(self, inp: MeasureInput) -> Future:

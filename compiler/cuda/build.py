@@ -24,6 +24,7 @@ from .lower import GpuFunc, lower_cuda
 from .nvcc import compile_cuda_shared
 from .limits import DeviceLimits, limits_for
 from .verify import verify
+from ..time_limit import time_limit
 
 RUNTIME = Path(__file__).resolve().parent.parent / "runtime" / "tunefleet_cuda_runtime.cuh"
 
@@ -133,10 +134,13 @@ def workload_kernel(workload, config, target: Target, *, name: str | None = None
     return kernel_source(g, arg_specs(tensors, workload.layouts(), workload.tensors()))
 
 
-def build_cuda_workload(workload, config, target: Target, limits: DeviceLimits | None = None) -> CudaBuiltKernel:
-    """Build `config` of `workload` for a cuda `target` as kernel `workload.kernel_name(target)`."""
-    part = workload_kernel(workload, config, target, limits=limits)
-    unit = cuda_unit([part])
+def build_cuda_workload(workload, config, target: Target, limits: DeviceLimits | None = None,
+                        lowering_limit_s: float | None = None) -> CudaBuiltKernel:
+    """Build `config` of `workload` for a cuda `target` as kernel `workload.kernel_name(target)`.
+    `lowering_limit_s`: as `driver.build_workload`'s, for lowering, verification and CUDA generation."""
+    with time_limit(lowering_limit_s, "lowering and CUDA generation"):
+        part = workload_kernel(workload, config, target, limits=limits)
+        unit = cuda_unit([part])
     so = compile_cuda_shared(unit, target, name=part.name)
     return CudaBuiltKernel(part.name, so, unit, part.args, part.gfunc)
 
