@@ -59,6 +59,26 @@ OUT_OF_RANGE = [
 ]
 
 
+# (method, path, query, json body, the loc of the field) for every name or filter that is stored
+# or compared with what is: PostgreSQL's text holds no NUL, and a name is shown on one line
+CONTROL_CHARACTERS = [
+    ("GET", "/api/v1/tasks", {"op": "matmul\x00"}, None, ["query", "op"]),
+    ("GET", "/api/v1/tasks", {"device_key": "cpu\x00"}, None, ["query", "device_key"]),
+    ("GET", "/api/v1/workers", {"device_key": "cpu\x00"}, None, ["query", "device_key"]),
+    ("POST", "/api/v1/workers/register", None, {"name": "w\x00", "device_key": "k"}, ["body", "name"]),
+    ("POST", "/api/v1/workers/register", None, {"name": "w\nx", "device_key": "k"}, ["body", "name"]),
+    ("POST", "/api/v1/models", {"name": "resnet\x00", "device_key": "k"}, None, ["query", "name"]),
+]
+
+
+def test_names_and_filters_with_control_characters_are_422_never_500(api, tokens, snapshot) -> None:
+    before = snapshot()
+    for method, path, query, body, loc in CONTROL_CHARACTERS:
+        response = api.request(method, path, params=query, json=body, headers=tokens["admin"])
+        assert locs(response) == [loc], f"{method} {path}: {response.text}"
+    assert snapshot() == before
+
+
 def test_integers_out_of_range_are_422_naming_the_field_never_500(api, tokens, snapshot) -> None:
     before = snapshot()
     for method, path, body, loc in OUT_OF_RANGE:

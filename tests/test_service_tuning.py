@@ -40,6 +40,21 @@ def new_task(db, device_key: str = "cpu-test", **args) -> Task:
     return tasks.submit(db, request)
 
 
+def test_error_texts_with_nul_characters_are_stored(db) -> None:
+    """A candidate's own output is part of its error text. PostgreSQL's text holds no NUL:
+    before, psycopg refused the statement that recorded the trial, and that failed the task."""
+    task = new_task(db)
+    assert tuning.start(db, task.id)
+    (trial,) = tuning.add_trials(db, task.id, [(3, {"index": 3, "knobs": {}})])
+    crashed = MeasureResult("runtime_error", error="output of the candidate's process:\nab\x00cd")
+    assert tuning.record_result(db, trial.id, crashed, attempts=1, worker_id=None)
+    assert tuning.fail(db, task.id, "final validation: \x00")
+    db.expire_all()
+    assert db.get(Trial, trial.id).error == "output of the candidate's process:\nab\ufffdcd"
+    assert db.get(Task, task.id).error == "final validation: \ufffd"
+    assert db.get(Task, task.id).trials_done == 1
+
+
 # --- the API hands tasks to the tuners -----------------------------------------------------
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from sqlalchemy import DateTime, MetaData
+from sqlalchemy import DateTime, MetaData, Text
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase
 from sqlalchemy.types import TypeDecorator
@@ -46,6 +46,21 @@ class UTCDateTime(TypeDecorator[dt.datetime]):
         if value is None:
             return None
         return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
+
+
+class Message(TypeDecorator[str]):
+    """An error text as reported: compiler output, a candidate's own output, a traceback.
+
+    Such text is not ours (a candidate may print NUL bytes), and PostgreSQL's text holds no
+    NUL character (psycopg refuses the whole statement, which would fail the task that
+    recorded the trial): each NUL is stored as U+FFFD, the replacement character.
+    """
+
+    impl = Text
+    cache_ok = True
+
+    def process_bind_param(self, value: str | None, dialect: Dialect) -> str | None:
+        return None if value is None else value.replace("\x00", "\ufffd")
 
 
 def utcnow() -> dt.datetime:

@@ -19,13 +19,12 @@ from sqlalchemy import (
     ForeignKey,
     Integer,
     String,
-    Text,
     UniqueConstraint,
     false,
 )
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
-from tunefleet.server.db.base import Base, UTCDateTime, utcnow
+from tunefleet.server.db.base import Base, Message, UTCDateTime, utcnow
 
 KEY_LEN = 64  # sha256 hex digests and device keys
 
@@ -97,7 +96,7 @@ class Task(Base):
     protocol: Mapped[dict[str, Any]] = mapped_column(JSON)
     reuse: Mapped[bool] = mapped_column(Boolean, default=False)
     status: Mapped[str] = _status(TaskStatus, TaskStatus.QUEUED)
-    error: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(Message)
     # The name of the token that submitted it; NULL for a task older than owners (admins only).
     owner: Mapped[str | None] = mapped_column(String(128), index=True)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
@@ -142,7 +141,7 @@ class Trial(Base):
     latency_s: Mapped[float | None] = mapped_column(Float)
     build_s: Mapped[float | None] = mapped_column(Float)
     run_s: Mapped[float | None] = mapped_column(Float)
-    error: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(Message)
     # How much other processes slowed the measuring CPUs (a fraction, tunefleet.tuner.interference);
     # NULL unless measured. `disturbed`: still above the protocol's max_disturbance after re-measures.
     disturbance: Mapped[float | None] = mapped_column(Float)
@@ -176,7 +175,7 @@ class Build(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     key: Mapped[str] = mapped_column(String(128), unique=True)
     artifact_id: Mapped[int | None] = mapped_column(ForeignKey("artifacts.id"))
-    error: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(Message)
     created_at: Mapped[dt.datetime] = mapped_column(UTCDateTime, default=utcnow)
 
     artifact: Mapped[Artifact | None] = relationship(lazy="joined")
@@ -284,7 +283,7 @@ class Model(Base):
     untuned: Mapped[list[Any]] = mapped_column(JSON)
     total_flop: Mapped[int] = mapped_column(BigInteger)
     status: Mapped[str] = _status(ModelStatus, ModelStatus.QUEUED)
-    error: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(Message)
     events: Mapped[int] = mapped_column(Integer, default=0)
     # The scheduler answered that the budget is spent: no round is pulled any more.
     scheduled_all: Mapped[bool] = mapped_column(Boolean, default=False)

@@ -12,6 +12,9 @@ T = TypeVar("T")
 #: integers go to 2^63 - 1, and a larger value reaches neither (422, not a database error).
 DB_INT_MAX = 2**31 - 1
 
+#: One line of text, for names: no control character (PostgreSQL's text holds no NUL either).
+ONE_LINE_PATTERN = r"^[^\x00-\x1f\x7f]+$"
+
 #: A row id in a body (tasks, workers, trials): 1 .. DB_INT_MAX.
 Id = Annotated[int, Field(ge=1, le=DB_INT_MAX)]
 

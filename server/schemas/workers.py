@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tunefleet.compiler.target import CPU_ISAS, Target, best_cpu_isa
 from tunefleet.server.db.models import WorkerState
-from tunefleet.server.schemas.common import Id
+from tunefleet.server.schemas.common import ONE_LINE_PATTERN, Id
 from tunefleet.server.schemas.tasks import DEVICE_KEY_PATTERN
 
 #: A short text fact (names, versions, paths of tools).
@@ -125,7 +125,7 @@ class HostFacts(_Strict):
 class WorkerRegister(_Strict):
     """A worker announcing itself; registering an existing name refreshes that worker."""
 
-    name: str = Field(min_length=1, max_length=128)
+    name: str = Field(min_length=1, max_length=128, pattern=ONE_LINE_PATTERN)
     device_key: str = Field(min_length=1, max_length=64, pattern=DEVICE_KEY_PATTERN)
     host: HostFacts = Field(default_factory=HostFacts)
 

@@ -16,7 +16,7 @@ from tunefleet.server.db.models import Model
 from tunefleet.server.errors import Forbidden
 from tunefleet.server.api import downloads
 from tunefleet.server.deps import ReadAuth, RedisDep, SettingsDep, StoreDep, UserAuth, in_session
-from tunefleet.server.schemas.common import DB_INT_MAX, Page
+from tunefleet.server.schemas.common import DB_INT_MAX, ONE_LINE_PATTERN, Page
 from tunefleet.server.schemas.errors import errors
 from tunefleet.server.schemas.models import ModelOut
 from tunefleet.server.schemas.tasks import DEVICE_KEY_PATTERN, MAX_TRIALS
@@ -39,7 +39,8 @@ _ONNX_BODY = {"requestBody": {"required": True, "content": {"application/octet-s
 async def submit_model(
     request: Request,
     caller: UserAuth,
-    name: Annotated[str, Query(min_length=1, max_length=256, description="what the model is called")],
+    name: Annotated[str, Query(min_length=1, max_length=256, pattern=ONE_LINE_PATTERN,
+                               description="what the model is called (one line)")],
     trials: Annotated[int, Query(ge=1, le=MAX_TRIALS, description="the global trial budget, over all its "
                                  "tasks; at most the server's max_trials setting")] = 64,
     target: Annotated[str | None, Query(min_length=1, max_length=256, description="a CPU target; omitted: "

@@ -14,9 +14,9 @@ from tunefleet.server.api.routes import API_PREFIX
 from tunefleet.server.db.models import Artifact, TaskStatus, TrialStatus
 from tunefleet.server.deps import ReadAuth, RedisDep, SessionDep, SettingsDep, StoreDep, UserAuth, in_session
 from tunefleet.server.schemas.artifacts import ArtifactHeaderOut
-from tunefleet.server.schemas.common import DB_INT_MAX, Page
+from tunefleet.server.schemas.common import DB_INT_MAX, ONE_LINE_PATTERN, Page
 from tunefleet.server.schemas.errors import errors
-from tunefleet.server.schemas.tasks import BestOut, TaskCreate, TaskOut, TrialOut
+from tunefleet.server.schemas.tasks import DEVICE_KEY_PATTERN, BestOut, TaskCreate, TaskOut, TrialOut
 from tunefleet.server.services import access, artifacts, tasks
 
 router = APIRouter(prefix=f"{API_PREFIX}/tasks", tags=["tasks"])
@@ -52,8 +52,8 @@ async def list_tasks(
     request: Request,
     caller: ReadAuth,
     status: TaskStatus | None = None,
-    op: Annotated[str | None, Query(max_length=64)] = None,
-    device_key: Annotated[str | None, Query(max_length=64)] = None,
+    op: Annotated[str | None, Query(max_length=64, pattern=ONE_LINE_PATTERN)] = None,
+    device_key: Annotated[str | None, Query(max_length=64, pattern=DEVICE_KEY_PATTERN)] = None,
     limit: Limit = 50,
     offset: Offset = 0,
 ) -> Page[TaskOut]:

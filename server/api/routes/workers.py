@@ -17,6 +17,7 @@ from tunefleet.server.deps import ReadAuth, RedisDep, SessionDep, SettingsDep, S
 from tunefleet.server.schemas.artifacts import ArtifactOut
 from tunefleet.server.schemas.common import DB_INT_MAX, Page
 from tunefleet.server.schemas.errors import errors
+from tunefleet.server.schemas.tasks import DEVICE_KEY_PATTERN
 from tunefleet.server.schemas.workers import WorkerHeartbeat, WorkerOut, WorkerRegister
 from tunefleet.server.services import artifacts, tuning, workers
 
@@ -40,7 +41,7 @@ async def list_workers(
     request: Request,
     _caller: ReadAuth,
     settings: SettingsDep,
-    device_key: Annotated[str | None, Query(max_length=64)] = None,
+    device_key: Annotated[str | None, Query(max_length=64, pattern=DEVICE_KEY_PATTERN)] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
     offset: Annotated[int, Query(ge=0, le=DB_INT_MAX)] = 0,
 ) -> Page[WorkerOut]:
