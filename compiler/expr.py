@@ -62,10 +62,9 @@ TENSOR_DTYPES = ("float32", "float64")
 
 def dtype_of(name: str) -> DType:
     """Look up a dtype by name; raises TEError listing the known ones."""
-    try:
-        return DTYPES[name]
-    except KeyError:
-        raise TEError(f"unknown dtype {name!r}; allowed: {', '.join(DTYPES)}") from None
+    if not isinstance(name, str) or name not in DTYPES:
+        raise TEError(f"unknown dtype {name!r}; allowed: {', '.join(DTYPES)}")
+    return DTYPES[name]
 
 
 # --------------------------------------------------------------------------- identifiers
@@ -132,6 +131,8 @@ class Const(Expr):
 
     def __init__(self, value, dtype: str):
         dt = dtype_of(dtype)
+        if dt.kind == "int" and isinstance(value, float) and not value.is_integer():
+            raise TEError(f"constant {value} is not an integer, which {dtype} holds")
         try:
             self.value = bool(value) if dt.kind == "bool" else int(value) if dt.kind == "int" else float(value)
         except OverflowError:
@@ -322,7 +323,7 @@ class Reduce(Expr):
     __slots__ = ("combiner", "source", "axes", "dtype")
 
     def __init__(self, combiner: str, source, axes: Sequence[IterVar]):
-        if combiner not in REDUCERS:
+        if not isinstance(combiner, str) or combiner not in REDUCERS:
             raise TEError(f"unknown reducer {combiner!r}; allowed: {', '.join(REDUCERS)}")
         for ax in axes:
             if not isinstance(ax, IterVar) or ax.kind != "reduce":

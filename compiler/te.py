@@ -96,6 +96,8 @@ class ComputeOp(Operation):
 def _check_shape(shape, what: str) -> tuple[int, ...]:
     if isinstance(shape, (int, np.integer)):
         shape = (shape,)
+    if not isinstance(shape, (list, tuple)):
+        raise TEError(f"{what}: shape must be a list of positive ints, got {str(shape)[:80]}")
     shape = tuple(shape)
     for d in shape:
         if not isinstance(d, (int, np.integer)) or isinstance(d, bool) or d < 1:
@@ -309,7 +311,7 @@ class _Reader:
             return Const(value, dtype)
         if kind == "var":
             need(1)
-            if args[0] not in scope:
+            if self._name(args[0], where) not in scope:
                 raise TEError(f"{where}: unknown variable {args[0]!r}; in scope: {', '.join(scope)}")
             return scope[args[0]]
         if kind in BINARY_OPS:
@@ -317,7 +319,7 @@ class _Reader:
             return BinOp(kind, *(self.expr(a, tensors, scope, where, depth + 1) for a in args))
         if kind == "call":
             need(2)
-            if args[0] not in INTRINSICS:
+            if self._name(args[0], where) not in INTRINSICS:
                 raise TEError(f"{where}: unknown intrinsic {args[0]!r}; allowed: {', '.join(INTRINSICS)}")
             return Call(args[0], [self.expr(a, tensors, scope, where, depth + 1) for a in self._list(args[1], where)])
         if kind == "cast":
@@ -328,7 +330,7 @@ class _Reader:
             return Select(*(self.expr(a, tensors, scope, where, depth + 1) for a in args))
         if kind == "load":
             need(2)
-            if args[0] not in tensors:
+            if self._name(args[0], where) not in tensors:
                 raise TEError(f"{where}: load of unknown tensor {args[0]!r} (tensors must be defined before use)")
             idx = [self.expr(a, tensors, scope, where, depth + 1) for a in self._list(args[1], where)]
             return TensorLoad(tensors[args[0]], idx)
@@ -336,7 +338,7 @@ class _Reader:
             need(3)
             axes = []
             for n in self._list(args[2], where):
-                if n not in scope or scope[n].kind != "reduce":
+                if self._name(n, where) not in scope or scope[n].kind != "reduce":
                     raise TEError(f"{where}: {n!r} is not a reduce axis of this tensor")
                 axes.append(scope[n])
             return Reduce(args[0], self.expr(args[1], tensors, scope, where, depth + 1), axes)
@@ -347,6 +349,12 @@ class _Reader:
     def _list(x, where) -> list:
         if not isinstance(x, list):
             raise TEError(f"{where}: expected a list, got {type(x).__name__}")
+        return x
+
+    @staticmethod
+    def _name(x, where) -> str:
+        if not isinstance(x, str):
+            raise TEError(f"{where}: expected a name (a string), got {str(x)[:80]}")
         return x
 
 
@@ -382,7 +390,10 @@ def from_json(data: dict) -> list[Tensor]:
         for an, ext in zip(axis_names, shape):
             check_identifier(an, f"{where}.axes")
             axes.append(scope.setdefault(an, IterVar(an, ext)))
-        for rj in tj.get("reduce_axes", []):
+        reduce_axes = tj.get("reduce_axes", [])
+        if not isinstance(reduce_axes, list):
+            raise TEError(f"{where}.reduce_axes: must be a list of objects with name and extent")
+        for rj in reduce_axes:
             if not isinstance(rj, dict):
                 raise TEError(f"{where}.reduce_axes: entries must be objects with name and extent")
             rn = check_identifier(rj.get("name"), f"{where}.reduce_axes.name")
@@ -405,7 +416,7 @@ def from_json(data: dict) -> list[Tensor]:
     if not isinstance(outs, list) or not outs:
         raise TEError("te json: 'outputs' must be a non-empty list of tensor names")
     for o in outs:
-        if o not in tensors or isinstance(tensors[o].op, PlaceholderOp):
+        if not isinstance(o, str) or o not in tensors or isinstance(tensors[o].op, PlaceholderOp):
             raise TEError(f"te json: output {o!r} is not a compute tensor defined in 'tensors'")
     return [tensors[o] for o in outs]
 

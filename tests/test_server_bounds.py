@@ -257,3 +257,16 @@ def test_a_custom_computation_too_large_to_lower_is_422(api, tokens, snapshot, m
     assert locs(response) == [["body", "args", "te"]]
     assert words in response.json()["detail"][0]["msg"]
     assert snapshot() == before
+
+
+def test_a_custom_computation_with_a_value_of_the_wrong_json_type_is_422(api, tokens, snapshot) -> None:
+    """Before, a number where a list belongs raised TypeError in the server: HTTP 500
+    (test_te has every such place)."""
+    before = snapshot()
+    data = _nested(4)
+    data["tensors"][-1]["reduce_axes"] = 5
+    body = {"op": "custom", "args": {"te": data}, "target": "cpu", "device_key": "cpu-test"}
+    response = api.post("/api/v1/tasks", json=body, headers=tokens["user"])
+    assert locs(response) == [["body", "args", "te"]]
+    assert "reduce_axes: must be a list" in response.json()["detail"][0]["msg"]
+    assert snapshot() == before

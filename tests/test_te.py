@@ -42,6 +42,35 @@ def test_from_json_rejects_unknown_node_kinds_and_unbound_names():
         te.from_json(data)
 
 
+# (a path into the JSON of _matmul_relu, a value of the wrong JSON type there, words of the error)
+WRONG_TYPES = [
+    (("tensors", 0, "shape"), 4.5, "shape must be a list"),
+    (("tensors", 2, "reduce_axes"), 5, "reduce_axes: must be a list"),
+    (("tensors", 2, "body", 1), ["sum"], "unknown reducer"),
+    (("tensors", 2, "body", 3, 0), {"k": 1}, "expected a name"),
+    (("tensors", 2, "body", 2, 1, 1), ["A"], "expected a name"),
+    (("tensors", 2, "body", 2, 1, 2, 0, 1), ["i"], "expected a name"),
+    (("tensors", 3, "body", 3, 1, 1), ["exp"], "expected a name"),
+    (("tensors", 3, "body", 1, 2, 2), ["float32"], "unknown dtype"),
+    (("tensors", 3, "body", 1, 2), ["const", 1.5, "int32"], "not an integer"),
+    (("tensors", 3, "body", 1, 2), ["const", float("nan"), "int32"], "not an integer"),
+    (("outputs", 0), ["D"], "output"),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "words"), WRONG_TYPES)
+def test_from_json_names_a_value_of_the_wrong_type(path, value, words):
+    """Each raised TypeError or ValueError (unhashable list, int not iterable, NaN to int): an
+    HTTP 500 for a custom task, where the client is owed a 422 naming the field."""
+    data = te.to_json([_matmul_relu()])
+    parent = data
+    for key in path[:-1]:
+        parent = parent[key]
+    parent[path[-1]] = value
+    with pytest.raises(te.TEError, match=words):
+        te.from_json(data)
+
+
 def test_shapes_dtypes_and_nesting_are_validated():
     with pytest.raises(te.TEError, match="shape"):
         te.placeholder((4, -1), name="A")
