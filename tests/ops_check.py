@@ -1,5 +1,6 @@
 """Test helper for operators: build configs of a workload's template with gcc, run them on
-random inputs and compare with the operator's numpy reference.
+random inputs and compare with the operator's numpy reference, as a measurement does
+(``measure_child.outputs_error``: the tolerance of the dtype each output's arithmetic runs in).
 
     cases = sample(workload, n=20, seed=1)              # [(workload, config)], default first
     assert not failures(cases)                           # [] when every build matches
@@ -18,9 +19,9 @@ import numpy as np
 from tunefleet.compiler import ops
 from tunefleet.compiler.driver import build_workload
 from tunefleet.compiler.target import Target
+from tunefleet.tuner.measure_child import outputs_error
 
 TARGET = Target.host()
-RTOL = {"float32": 1e-4, "float64": 1e-10}
 THREADS = 3
 
 
@@ -47,12 +48,8 @@ def _check(case, seed: int, built, target: Target) -> str | None:
     if not target.runs_on(TARGET):
         return None  # built by gcc; running it here would SIGILL
     inputs = ops.random_inputs(workload.tensors(), np.random.default_rng(seed))
-    outs = built.run(*inputs)
-    for out, ref in zip(outs, workload.reference(*inputs)):
-        err = relative_error(out, ref)
-        if not err < RTOL[str(ref.dtype)]:
-            return f"{workload.args} {config.to_json()['knobs']}: relative error {err:.3g}"
-    return None
+    wrong = outputs_error(workload, built.args, built.run(*inputs), workload.reference(*inputs))
+    return f"{workload.args} {config.to_json()['knobs']}: {wrong}" if wrong else None
 
 
 def _build(case, target: Target):

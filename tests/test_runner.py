@@ -13,6 +13,7 @@ from pathlib import Path
 import helpers_ops
 import numpy as np
 import pytest
+from test_ops_custom import float64_exp_of_float32
 
 from tunefleet.compiler import ops
 from tunefleet.compiler.target import Target
@@ -105,6 +106,14 @@ def test_a_time_limit_fires_in_python_code_and_gives_back_an_earlier_alarm():
             assert signal.getsignal(signal.SIGALRM) is handler
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def test_a_float64_output_of_float32_arithmetic_is_measured(measurer):
+    """Its error was held to float64's tolerance: every trial a wrong answer (test_ops_custom)."""
+    w = float64_exp_of_float32()
+    inp = MeasureInput(w.to_json(), str(TARGET), ops.default_config(w, TARGET).to_json())
+    (result,) = measurer.measure_batch([inp], FAST)
+    assert result.status == "ok", result.error
 
 
 def test_timeout_counts_execution_not_waiting_in_the_queue(measurer):

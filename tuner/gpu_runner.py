@@ -45,7 +45,7 @@ def is_invalid_config(result: MeasureResult) -> bool:
 
 
 def _check(kernel: GpuKernel, workload: ops.Workload, inputs: list[np.ndarray]) -> str:
-    return outputs_error(kernel.args, kernel.run(*inputs), workload.reference(*inputs))
+    return outputs_error(workload, kernel.args, kernel.run(*inputs), workload.reference(*inputs))
 
 
 def _clocks() -> dict | None:

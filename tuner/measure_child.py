@@ -38,13 +38,15 @@ import numpy as np
 
 from tunefleet.base.load import Kernel
 from tunefleet.compiler import ops
+from tunefleet.compiler.ops import te_analysis
 
 from . import interference, plugins, processes
 from .measure import MeasureProtocol
 
 __all__ = ["TOLERANCE", "relative_error", "child_main", "sandboxed_main"]
 
-#: Largest accepted relative error (see the module docstring) per output dtype.
+#: Largest accepted relative error (see the module docstring) per dtype that an output's
+#: arithmetic runs in (``te_analysis.arithmetic_dtype``).
 TOLERANCE = {"float32": 1e-4, "float64": 1e-9}
 
 
@@ -63,18 +65,21 @@ def _check(kernel: Kernel, workload: ops.Workload) -> tuple[str, list[np.ndarray
     inputs = ops.random_inputs(workload.tensors(), np.random.default_rng())
     outputs = [np.full(a.shape, np.nan, a.dtype) for a in kernel.args if a.is_output]
     kernel(*inputs, out=outputs)
-    wrong = outputs_error(kernel.args, outputs, workload.reference(*inputs))
+    wrong = outputs_error(workload, kernel.args, outputs, workload.reference(*inputs))
     return wrong, ([] if wrong else [*inputs, *outputs])
 
 
-def outputs_error(args, outputs: list[np.ndarray], refs) -> str:
+def outputs_error(workload: ops.Workload, args, outputs: list[np.ndarray], refs) -> str:
     """"" when every output is within TOLERANCE of its reference, else the wrong-answer text of the
     first that is not: how many elements were never written (outputs start as NaN), or the error.
-    ``args``: the kernel's ArgSpecs (the outputs are those with ``is_output``)."""
-    for spec, out, ref in zip([a for a in args if a.is_output], outputs, refs):
+    ``args``: the kernel's ArgSpecs (the outputs are those with ``is_output``), in the order of
+    ``workload.tensors()``; each output's tolerance is that of the dtype its arithmetic runs in."""
+    specs = [a for a in args if a.is_output]
+    computed = workload.tensors()[-len(specs):]
+    for spec, tensor, out, ref in zip(specs, computed, outputs, refs):
         ref = np.asarray(ref)
         err = relative_error(out, ref)
-        tol = TOLERANCE[spec.dtype]
+        tol = TOLERANCE[te_analysis.arithmetic_dtype(tensor)]
         if not err <= tol:
             unwritten = int(np.isnan(out).sum() - np.isnan(ref).sum())
             what = f"{unwritten} of {out.size} elements never written (still NaN)" if unwritten > 0 else \
