@@ -1,6 +1,7 @@
 """Test helper for operators: build configs of a workload's template with gcc, run them on
 random inputs and compare with the operator's numpy reference, as a measurement does
-(``measure_child.outputs_error``: the tolerance of the dtype each output's arithmetic runs in).
+(``measure_child.outputs_error``: the tolerance of the least precise dtype of each output and
+of its arithmetic).
 
     cases = sample(workload, n=20, seed=1)              # [(workload, config)], default first
     assert not failures(cases)                           # [] when every build matches

@@ -11,7 +11,7 @@ from ops_check import TARGET, failures, relative_error, sample
 
 from tunefleet.compiler import ops, te
 from tunefleet.compiler.driver import build_workload
-from tunefleet.compiler.ops.te_analysis import arithmetic_dtype, count_flop, inlined_size
+from tunefleet.compiler.ops.te_analysis import count_flop, inlined_size, precision_dtype
 
 
 def softmax(M, N):
@@ -202,13 +202,14 @@ def float64_exp_of_float32(n: int = 1024) -> ops.Workload:
     return custom(te.compute((n,), lambda i: te.cast("float64", te.exp(x[i])), name="out"))
 
 
-def test_outputs_are_checked_at_the_precision_of_their_arithmetic():
+def test_outputs_are_checked_at_the_precision_of_their_arithmetic_and_their_own():
     """Before, every config of float64(exp(x)) for a float32 x was a wrong answer: its error, the
     float32 rounding of a vectorized exp (6e-8), was held to float64's tolerance (1e-9)."""
     w = float64_exp_of_float32()
-    assert w.tensors()[-1].dtype == "float64" and arithmetic_dtype(w.tensors()[-1]) == "float32"
+    assert w.tensors()[-1].dtype == "float64" and precision_dtype(w.tensors()[-1]) == "float32"
     assert failures(sample(w, 3, 0)) == []
     x, y = te.placeholder((8,), name="x"), te.placeholder((8,), "float64", name="y")
     exact = te.compute((8,), lambda i: y[i] * 2.0 + te.cast("float64", x[i]), name="exact")  # float32 only loaded
-    assert arithmetic_dtype(exact) == "float64"
-    assert arithmetic_dtype(te.compute((8,), lambda i: te.cast("float64", x[i]), name="copy")) == "float64"
+    assert precision_dtype(exact) == "float64"
+    assert precision_dtype(te.compute((8,), lambda i: te.cast("float64", x[i]), name="copy")) == "float64"
+    assert precision_dtype(te.compute((8,), lambda i: te.cast("float32", y[i] * 3.0), name="narrowed")) == "float32"

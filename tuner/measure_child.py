@@ -45,8 +45,8 @@ from .measure import MeasureProtocol
 
 __all__ = ["TOLERANCE", "relative_error", "child_main", "sandboxed_main"]
 
-#: Largest accepted relative error (see the module docstring) per dtype that an output's
-#: arithmetic runs in (``te_analysis.arithmetic_dtype``).
+#: Largest accepted relative error (see the module docstring) per the least precise dtype of an
+#: output and of its arithmetic (``te_analysis.precision_dtype``).
 TOLERANCE = {"float32": 1e-4, "float64": 1e-9}
 
 
@@ -73,13 +73,13 @@ def outputs_error(workload: ops.Workload, args, outputs: list[np.ndarray], refs)
     """"" when every output is within TOLERANCE of its reference, else the wrong-answer text of the
     first that is not: how many elements were never written (outputs start as NaN), or the error.
     ``args``: the kernel's ArgSpecs (the outputs are those with ``is_output``), in the order of
-    ``workload.tensors()``; each output's tolerance is that of the dtype its arithmetic runs in."""
+    ``workload.tensors()``; each output's tolerance is that of ``te_analysis.precision_dtype``."""
     specs = [a for a in args if a.is_output]
     computed = workload.tensors()[-len(specs):]
     for spec, tensor, out, ref in zip(specs, computed, outputs, refs):
         ref = np.asarray(ref)
         err = relative_error(out, ref)
-        tol = TOLERANCE[te_analysis.arithmetic_dtype(tensor)]
+        tol = TOLERANCE[te_analysis.precision_dtype(tensor)]
         if not err <= tol:
             unwritten = int(np.isnan(out).sum() - np.isnan(ref).sum())
             what = f"{unwritten} of {out.size} elements never written (still NaN)" if unwritten > 0 else \

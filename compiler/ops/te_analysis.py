@@ -34,16 +34,16 @@ def expr_flop(e: te.Expr) -> int:
     return n
 
 
-def arithmetic_dtype(output: Tensor) -> str:
-    """The least precise float dtype that computing `output` does arithmetic in: that of its float
-    arithmetic, intrinsic calls and reductions, and those of every stage it reads ("float32" when
-    any is float32); the output's own dtype when there are none. Loads, casts and constants round
-    the same way in every implementation; arithmetic does not (a vectorized exp, a reduction's
-    order), so this, not the output's dtype, sets how closely a kernel matches its reference
-    (a float64 output cast from a float32 exp differs from numpy's by float32's rounding)."""
+def precision_dtype(output: Tensor) -> str:
+    """The least precise float dtype among `output`'s own and those its computation does arithmetic
+    in: its float arithmetic, intrinsic calls and reductions, and those of every stage it reads
+    ("float32" when any is float32). Loads, casts and constants round the same way in every
+    implementation; arithmetic does not (a vectorized exp, a reduction's order), so this, not the
+    output's dtype alone, sets how closely a kernel matches its reference (a float64 output cast
+    from a float32 exp differs from numpy's by float32's rounding)."""
     dtypes = {node.dtype for t in te.post_order([output]) if isinstance(t.op, ComputeOp)
               for node in te.walk(t.op.body) if isinstance(node, (BinOp, Call, Reduce)) and _is_float(node)}
-    return min(dtypes, key=lambda d: te.dtype_of(d).bits, default=output.dtype)
+    return min({*dtypes, output.dtype}, key=lambda d: te.dtype_of(d).bits)
 
 
 def count_flop(outputs: Sequence[Tensor]) -> int:
