@@ -60,6 +60,30 @@ def test_bad_values_exit_2_with_one_line_naming_the_field(tmp_path):
         assert len(run.stderr.strip().splitlines()) == 1 and field in run.stderr, (args, run.stderr)
 
 
+def test_output_paths_that_cannot_be_written_exit_2_before_any_work(tmp_path):
+    """Before, each was a traceback: `tune` after its search had run, `download` after its request."""
+    (tmp_path / "file").touch()
+    under_a_file = str(tmp_path / "file" / "out")
+    runner = CliRunner()
+    for args, option in ((["tune", "matmul", "--out", under_a_file], "'--out'"),
+                         (["tune", "matmul", "--out", str(tmp_path / "ok"), "--records", f"{under_a_file}/r.jsonl"],
+                          "'--records'"),
+                         (["build", "matmul", "--out", under_a_file], "'--out'"),
+                         (["download", "1", "--out", under_a_file], "'-o' / '--out'"),
+                         (["tune-model", str(tmp_path / "file"), "--out", under_a_file], "'--out'"),
+                         (["demo", "--dir", under_a_file], "'--dir'")):
+        run = runner.invoke(main, args)
+        assert run.exit_code == 2, (args, run.output)
+        assert f"Invalid value for {option}: '{tmp_path / 'file'}' is a file, not a folder" in run.stderr, \
+            (args, run.stderr)
+
+
+def test_an_operator_argument_given_twice_exits_2(tmp_path):
+    """Before, the last one was taken silently."""
+    run = CliRunner().invoke(main, ["build", "matmul", "--M", "64", "--M", "65", "--out", str(tmp_path)])
+    assert run.exit_code == 2 and run.stderr.strip() == "Error: M: given twice; give it once"
+
+
 def test_ctrl_c_keeps_the_records_and_resume_measures_nothing_twice(tmp_path):
     """Ctrl-C once the first batches are recorded. The run records a batch of two at a time, and a
     "hang" config is measured for the whole --timeout: with 4 s, at least 4 s of the run are left

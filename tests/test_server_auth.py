@@ -11,8 +11,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from sqlalchemy import select
 
+from tunefleet.cli import main
+from tunefleet.server.db import migrate
 from tunefleet.server.db.models import ApiToken
 from tunefleet.server.services import tokens as token_service
 
@@ -110,3 +113,22 @@ def test_cli_token_is_printed_once_and_stored_only_hashed(database_url, tmp_path
     duplicate = subprocess.run([tunefleet, "token", "create", "--name", "ci"],
                                env=env, capture_output=True, text=True, timeout=120)
     assert duplicate.returncode != 0 and "already exists" in duplicate.stderr
+
+
+def test_cli_token_commands_on_a_database_without_the_schema_say_what_to_run(empty_database_url, tmp_path) -> None:
+    """Before, a traceback of 70 lines (no such table: api_tokens): `tunefleet token create` on a
+    fresh machine, before `tunefleet up` or `tunefleet db upgrade` made the schema."""
+    env = {**os.environ, "TUNEFLEET_HOME": str(tmp_path / "home"), "TUNEFLEET_DATABASE_URL": empty_database_url}
+    tunefleet = str(Path(sys.executable).with_name("tunefleet"))
+    for args in (["create", "--name", "ci"], ["list"], ["revoke", "ci"]):
+        run = subprocess.run([tunefleet, "token", *args], env=env, capture_output=True, text=True, timeout=120)
+        assert run.returncode == 1 and run.stderr.strip().splitlines() == [
+            f"Error: database schema is at None, not {migrate.head_revision()}: run `tunefleet db upgrade` first"]
+
+
+def test_cli_token_names_are_one_line_of_printable_text(tmp_path) -> None:
+    runner = CliRunner()
+    for name in ("", "a\nb", "a\x00b", "a" * 129):
+        run = runner.invoke(main, ["token", "create", "--name", name], env={"TUNEFLEET_HOME": str(tmp_path)})
+        assert run.exit_code == 2 and "--name: must be one line of 1 to 128 printable characters" in run.stderr
+    assert not (tmp_path / "tunefleet.db").exists()

@@ -79,6 +79,8 @@ def _parse(opdef: ops.OpDef, tokens: list[str]) -> dict[str, Any]:
             else:
                 i += 1
                 text = tokens[i]
+        if name in values:
+            raise ops.WorkloadError(name, "given twice; give it once")
         values[name] = _convert(schema[name], text)
         i += 1
     return values

@@ -11,6 +11,7 @@ import click
 from tunefleet.client import Client, model_line
 
 from .opargs import ArgumentError
+from .paths import OutputDir
 from .submit import _client_command
 
 
@@ -42,7 +43,7 @@ def _shapes(texts: tuple[str, ...]) -> dict[str, list[int]]:
                    "in their kernel's blocked layout (the bundle's model_manifest.json names it; "
                    "tunefleet.load(OUT).arguments packs)")
 @click.option("--wait", "wait_", is_flag=True, help="wait for the model to finish, printing its progress")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+@click.option("--out", "out_dir", type=OutputDir(),
               help="with --wait: download the model bundle into this folder (tunefleet.load opens it)")
 @click.option("--json", "as_json", is_flag=True, help="print the model as JSON")
 @_client_command

@@ -2,19 +2,29 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import click
 from sqlalchemy.orm import Session
 
+from tunefleet.server.schemas.common import ONE_LINE_PATTERN
+
+#: The longest token name (the database column's width).
+NAME_MAX = 128
+
 
 @contextmanager
 def _session() -> Iterator[Session]:
-    from tunefleet.server.db import make_engine, make_sessionmaker
+    """A session on the configured database; one line, exit 1, when its schema is not current."""
     from tunefleet.base.settings import Settings
+    from tunefleet.server.db import make_engine, make_sessionmaker, migrate
 
-    engine = make_engine(Settings().database_url)
+    url = Settings().database_url
+    if problem := migrate.schema_problem(url):
+        raise click.ClickException(problem)
+    engine = make_engine(url)
     try:
         with make_sessionmaker(engine)() as session:
             yield session
@@ -34,6 +44,9 @@ def token_group() -> None:
               "one's own tasks; worker: the worker endpoints; admin: everything, every task")
 def create_command(name: str, scope: str) -> None:
     """Create a token and print it; it is shown only this once."""
+    if not re.fullmatch(ONE_LINE_PATTERN, name) or len(name) > NAME_MAX:
+        raise click.BadParameter(f"must be one line of 1 to {NAME_MAX} printable characters, got {name[:40]!r}",
+                                 param_hint="--name")
     from tunefleet.server.db.models import TokenScope
     from tunefleet.server.errors import Conflict
     from tunefleet.server.services import tokens
