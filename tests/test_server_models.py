@@ -162,6 +162,35 @@ def test_the_model_body_limit_is_its_own(settings, tokens) -> None:
         assert post(client, two_convs()).status_code == 413
 
 
+def _doubling_shapes(doublings: int) -> onnx.ModelProto:
+    """Shape(x) concatenated with itself `doublings` times: shape inference's data propagation
+    computes a tensor of 2 * 2**doublings elements (and ~5 GB of memory for 24, AMD Zen 4)."""
+    nodes = [helper.make_node("Shape", ["x"], ["s0"])] + [
+        helper.make_node("Concat", [f"s{i}", f"s{i}"], [f"s{i + 1}"], axis=0) for i in range(doublings)]
+    graph = helper.make_graph(nodes, "doubling", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info(f"s{doublings}", TensorProto.INT64, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_model_whose_shape_inference_wants_too_much_memory_is_a_422(settings, tokens, snapshot) -> None:
+    """Shape inference ran in the server's process: a 2 kB model of 30 doublings would ask for
+    terabytes, and the kernel kill the server. It runs in a child process now, its memory bounded
+    by the model's (2 × max_model_bytes + 2 GiB)."""
+    from fastapi.testclient import TestClient
+
+    from tunefleet.server.app import create_app
+
+    small = settings.model_copy(update={"max_model_bytes": 1 << 20})
+    with TestClient(create_app(small), headers=tokens["admin"]) as client:
+        before = snapshot()
+        response = post(client, _doubling_shapes(24))
+        assert response.status_code == 422
+        (error,) = response.json()["detail"]
+        assert error["loc"] == ["body", "model"] and "needs more than 2050 MiB of memory" in error["msg"]
+        assert snapshot() == before
+        assert post(client, two_convs()).status_code == 201  # the same bounds read a real model
+
+
 # --- the rounds ----------------------------------------------------------------------------
 
 

@@ -23,15 +23,27 @@ from tunefleet.server.schemas.tasks import Protocol
 from tunefleet.server.services import bounds, catalog, pools, tasks
 from tunefleet.compiler import ops
 from tunefleet.compiler.target import Target
-from tunefleet.tuner.model import (Binding, Extraction, Match, ModelError, Task, extract_tasks, load_model,
+from tunefleet.tuner.model import (Binding, Extraction, Match, ModelError, Task, extract_tasks, load_model_isolated,
                                     parse_input_shape, prepack_weights)
+
+#: Wall seconds to read an uploaded model and infer its shapes (a 976 MiB one takes 4 s on Zen 4).
+PARSE_TIMEOUT_S = 120.0
+
+
+def parse_memory_bytes(settings: Settings) -> int:
+    """Address space of the child process that reads an uploaded model: twice max_model_bytes
+    (the bytes and the parsed model; the weights' values are dropped before shape inference)
+    and 2 GiB for the interpreter and the rest (a 976 MiB model was read in 3 GiB)."""
+    return 2 * settings.max_model_bytes + (2 << 30)
+
 
 def parse(data: bytes, input_shapes: Sequence[str], settings: Settings) -> Extraction:
     """The tasks and untuned nodes of the ONNX model `data` with graph inputs fixed by
     `input_shapes` ("NAME=D1,D2,..." each). FieldError on query `input_shapes` for a shape that
     does not parse; FieldErrors listing every node and its reason for a model that cannot be
     tuned (not ONNX, over max_model_bytes, a dynamic input without a given shape, an
-    unsupported dtype, no node an operator runs)."""
+    unsupported dtype, no node an operator runs; reading it took more than parse_memory_bytes
+    of memory or PARSE_TIMEOUT_S seconds, or crashed the parser: tuner.model.isolate)."""
     shapes = {}
     for text in input_shapes:
         try:
@@ -40,7 +52,9 @@ def parse(data: bytes, input_shapes: Sequence[str], settings: Settings) -> Extra
             raise FieldError(("query", "input_shapes"), str(exc)) from None
         shapes[name] = shape
     try:
-        extraction = extract_tasks(load_model(data, shapes, max_bytes=settings.max_model_bytes))
+        graph = load_model_isolated(data, shapes, max_bytes=settings.max_model_bytes,
+                                    memory_bytes=parse_memory_bytes(settings), timeout_s=PARSE_TIMEOUT_S)
+        extraction = extract_tasks(graph)
     except ModelError as exc:
         raise FieldErrors([(("body", p.node), f"{p.op_type}: {p.reason}", p.node) for p in exc.problems]) from None
     if not extraction.tasks:
