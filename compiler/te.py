@@ -194,6 +194,12 @@ def if_then_else(cond, t, f) -> Expr:
 
 
 def cast(dtype: str, value) -> Expr:
+    """`value` converted to `dtype`. To bool that is ``value != 0``, as C and numpy convert: the
+    backends see a comparison, whose vector form they compute as a mask (a C cast to a bool's
+    storage type would keep the value: bool(2) + x added 2)."""
+    value = as_expr(value)
+    if dtype == "bool" and value.dtype != "bool":
+        return ne(value, Const(0, value.dtype))
     return Cast(dtype, value)
 
 
@@ -324,7 +330,7 @@ class _Reader:
             return Call(args[0], [self.expr(a, tensors, scope, where, depth + 1) for a in self._list(args[1], where)])
         if kind == "cast":
             need(2)
-            return Cast(dtype_of(args[0]).name, self.expr(args[1], tensors, scope, where, depth + 1))
+            return cast(dtype_of(args[0]).name, self.expr(args[1], tensors, scope, where, depth + 1))
         if kind == "select":
             need(3)
             return Select(*(self.expr(a, tensors, scope, where, depth + 1) for a in args))

@@ -186,10 +186,14 @@ def test_expressions_that_nest_too_deep_are_rejected_on_field_te():
     ["div", ["load", "x", [["var", "i"]]], ["const", 4, "int64"]],
     ["mul", ["load", "x", [["var", "i"]]], ["const", 2.5, "float64"]],  # float32 beside float64
     ["select", ["lt", ["var", "i"], ["const", 2, "int32"]], ["load", "x", [["var", "i"]]], ["const", 3, "int32"]],
+    # bool of an int or a float, then arithmetic with it: the cast kept the value (2 + x, not 1 + x)
+    ["add", ["load", "x", [["var", "i"]]], ["cast", "bool", ["floormod", ["var", "i"], ["const", 3, "int64"]]]],
+    ["add", ["load", "x", [["var", "i"]]],
+     ["cast", "float32", ["cast", "bool", ["sub", ["load", "x", [["var", "i"]]], ["const", 0.5, "float32"]]]]],
 ])
 def test_mixed_dtypes_from_json_build_and_match_the_interpreter(body):
     """Before, each config failed to build: the C generator's KeyError 'int32', or gcc's error on a
-    float32 vector times a double."""
+    float32 vector times a double; or, for a cast to bool, computed wrongly."""
     data = {"version": 1, "outputs": ["out"], "tensors": [
         {"name": "x", "op": "placeholder", "shape": [37], "dtype": "float32"},
         {"name": "out", "op": "compute", "shape": [37], "dtype": "float32", "axes": ["i"], "body": body}]}
