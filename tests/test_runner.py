@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from test_ops_custom import float64_exp_of_float32
 
-from tunefleet.compiler import ops
+from tunefleet.compiler import ops, te
 from tunefleet.compiler.target import Target
 from tunefleet.compiler.time_limit import TimeLimitError, time_limit
 from tunefleet.tuner.builder import Builder
@@ -142,6 +142,26 @@ def test_relative_error_fails_on_unwritten_elements():
     ref = np.ones(4, np.float32)
     assert relative_error(ref * (1 + 1e-6), ref) < 1e-4
     assert np.isnan(relative_error(np.array([1, np.nan, 1, 1], np.float32), ref))
+
+
+def test_relative_error_matches_the_same_infinities_and_nans():
+    ref = np.array([np.nan, np.inf, -np.inf, 2.0, 4.0], np.float32)
+    assert relative_error(ref.copy(), ref) == 0.0
+    close = np.array([np.nan, np.inf, -np.inf, 2.0, 4.0002], np.float32)
+    assert relative_error(close, ref) == pytest.approx(5e-5, 1e-2)  # over the largest finite |ref|
+    for out in ([0.0, np.inf, -np.inf, 2.0, 4.0], [np.nan, -np.inf, -np.inf, 2.0, 4.0],
+                [np.nan, np.inf, -np.inf, np.inf, 4.0]):
+        assert np.isnan(relative_error(np.array(out, np.float32), ref)), out
+
+
+def test_a_computation_undefined_on_some_inputs_is_measured(measurer):
+    """log(x) of inputs in [-1, 1): NaN for half of them, in the kernel's output as in numpy's. Before,
+    NaN made the error NaN: every trial was a wrong answer."""
+    x = te.placeholder((1024,), name="x")
+    w = ops.make_workload("custom", {"te": te.to_json([te.compute((1024,), lambda i: te.log(x[i]), name="out")])})
+    inp = MeasureInput(w.to_json(), str(TARGET), ops.default_config(w, TARGET).to_json())
+    (result,) = measurer.measure_batch([inp], FAST)
+    assert result.status == "ok", result.error
 
 
 def test_cpu_gate_keeps_builds_out_of_timing():

@@ -14,7 +14,10 @@ only this process with it. It talks to the runner over a pipe:
    is ``max |out - ref| / max |ref|`` over each output (relative to the
    output's largest magnitude, so the many near-zero entries of a product do
    not make the check flaky); it must be at most :data:`TOLERANCE` of the
-   dtype: 1e-4 for float32, 1e-9 for float64. A failure ends with
+   dtype: 1e-4 for float32, 1e-9 for float64 (the least precise of the output's and
+   its arithmetic's). Elements equal in both, the same infinity or NaN in both (a log
+   of the negative half of the inputs), match, as in ``numpy.testing.assert_allclose``.
+   A failure ends with
    ``("result", "wrong_answer", [], text)``;
 3. ``("ready",)``, then it waits for ``"go"``: the runner first keeps builds off
    these CPUs;
@@ -51,13 +54,19 @@ TOLERANCE = {"float32": 1e-4, "float64": 1e-9}
 
 
 def relative_error(out: np.ndarray, ref: np.ndarray) -> float:
-    """``max |out - ref| / max |ref|`` in float64 (|ref| floored at 1e-30); NaN if ``out`` has a NaN."""
+    """``max |out - ref| / max |ref|`` in float64 over the elements that differ, the max of |ref|
+    over its finite elements (floored at 1e-30). Elements equal in both, the same infinity or NaN
+    in both, match; NaN when a differing element is not finite in one of them (a NaN or infinity
+    the other does not have)."""
     out64, ref64 = out.astype(np.float64), ref.astype(np.float64)
-    if out64.size == 0:
+    differ = ~((out64 == ref64) | (np.isnan(out64) & np.isnan(ref64)))
+    if not differ.any():
         return 0.0
-    if np.isnan(out64).any():
+    out_d, ref_d = out64[differ], ref64[differ]
+    if not (np.isfinite(out_d).all() and np.isfinite(ref_d).all()):
         return float("nan")
-    return float(np.abs(out64 - ref64).max() / max(float(np.abs(ref64).max()), 1e-30))
+    finite = np.abs(ref64[np.isfinite(ref64)])
+    return float(np.abs(out_d - ref_d).max() / max(float(finite.max()) if finite.size else 0.0, 1e-30))
 
 
 def _check(kernel: Kernel, workload: ops.Workload) -> tuple[str, list[np.ndarray]]:
