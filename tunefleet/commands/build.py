@@ -14,7 +14,7 @@ from tunefleet.compiler.space import ConfigError
 from tunefleet.compiler.target import DISPATCH_ISAS, Target, TargetError, cpu_features
 
 from .opargs import ArgumentError, workload_command, workload_from_cli
-from .paths import OutputDir
+from .paths import OutputPath
 
 
 def parse_target(text: str | None) -> Target:
@@ -51,7 +51,7 @@ def _config(workload: ops.Workload, target: Target, text: str | None):
 @click.option("--records", "records_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="with --targets: a record file (as `tunefleet tune` writes); each ISA gets its best "
               "record there [default: the operator's rule]")
-@click.option("--out", required=True, type=OutputDir(),
+@click.option("--out", required=True, type=OutputPath(folder=True),
               help="artifact directory to write (.so, .h, .c, manifest.json)")
 def build_command(op: str | None, op_args: tuple[str, ...], workload_file: Path | None, target: str | None,
                   config_text: str | None, targets_text: str | None, records_path: Path | None, out: Path) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 
-from .paths import OutputDir
+from .paths import OutputPath
 
 SEED_OP = "conv2d_nchw"
 SEED_ARGS = {"N": 1, "CI": 512, "H": 7, "W": 7, "CO": 512, "KH": 3, "KW": 3, "padding": [1, 1],
@@ -63,7 +63,7 @@ def _step(text: str) -> None:
 @click.command("demo")
 @click.option("--trials", type=click.IntRange(min=1), default=24, show_default=True,
               help="tuning budget (about 5 s per trial on 2 busy cores)")
-@click.option("--dir", "out_dir", type=OutputDir(),
+@click.option("--dir", "out_dir", type=OutputPath(folder=True),
               default=Path("tunefleet-demo"), show_default=True,
               help="where the service's data, the kernel and the C++ program go")
 @click.option("--port", type=int, default=0, help="server port [default: a free one]")

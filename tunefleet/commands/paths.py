@@ -25,29 +25,18 @@ def _unwritable(folder: Path) -> str | None:
     return None
 
 
-class OutputDir(click.Path):
-    """A folder that the command creates if need be and writes into."""
+class OutputPath(click.Path):
+    """A folder (``folder=True``) that the command creates if need be and writes into, or a file
+    that it writes or appends to, in a folder it creates if need be."""
 
-    def __init__(self) -> None:
-        super().__init__(file_okay=False, path_type=Path)
-
-    def convert(self, value, param, ctx) -> Path:
-        path = super().convert(value, param, ctx)
-        if problem := _unwritable(path):
-            self.fail(problem, param, ctx)
-        return path
-
-
-class OutputFile(click.Path):
-    """A file that the command writes or appends to, in a folder it creates if need be."""
-
-    def __init__(self) -> None:
-        super().__init__(dir_okay=False, path_type=Path)
+    def __init__(self, *, folder: bool) -> None:
+        super().__init__(file_okay=not folder, dir_okay=folder, path_type=Path)
+        self.folder = folder
 
     def convert(self, value, param, ctx) -> Path:
         path = super().convert(value, param, ctx)
-        problem = _unwritable(path.parent)
-        if problem is None and path.exists() and not os.access(path, os.W_OK):
+        problem = _unwritable(path if self.folder else path.parent)
+        if problem is None and not self.folder and path.exists() and not os.access(path, os.W_OK):
             problem = f"{os.fsdecode(path)!r} is not writable"
         if problem:
             self.fail(problem, param, ctx)

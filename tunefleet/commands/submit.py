@@ -12,7 +12,7 @@ import click
 from tunefleet.client import Client, ServerUnreachable, ServiceError, best_text
 from tunefleet.credentials import token_file_option
 
-from .paths import OutputDir
+from .paths import OutputPath
 
 _url = click.option(
     "--url", envvar="TUNEFLEET_URL", default="http://127.0.0.1:8000", show_default=True,
@@ -158,7 +158,7 @@ def wait_command(client: Client, task_id: int, timeout_s: float | None) -> None:
 
 @click.command("download")
 @click.argument("task_id", type=int)
-@click.option("-o", "--out", "out_dir", type=OutputDir(),
+@click.option("-o", "--out", "out_dir", type=OutputPath(folder=True),
               default=Path("."), show_default=True, help="folder to extract the artifact into")
 @click.option("--targets", "targets_text", metavar="ISA,ISA",
               help="instead: ONE library of the task's workload for these CPU ISAs (e.g. avx2,avx512), each "

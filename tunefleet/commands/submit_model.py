@@ -11,7 +11,7 @@ import click
 from tunefleet.client import Client, model_line
 
 from .opargs import ArgumentError
-from .paths import OutputDir
+from .paths import OutputPath
 from .submit import _client_command
 
 
@@ -43,7 +43,7 @@ def _shapes(texts: tuple[str, ...]) -> dict[str, list[int]]:
                    "in their kernel's blocked layout (the bundle's model_manifest.json names it; "
                    "tunefleet.load(OUT).arguments packs)")
 @click.option("--wait", "wait_", is_flag=True, help="wait for the model to finish, printing its progress")
-@click.option("--out", "out_dir", type=OutputDir(),
+@click.option("--out", "out_dir", type=OutputPath(folder=True),
               help="with --wait: download the model bundle into this folder (tunefleet.load opens it)")
 @click.option("--json", "as_json", is_flag=True, help="print the model as JSON")
 @_client_command

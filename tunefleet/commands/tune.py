@@ -16,7 +16,7 @@ from tunefleet.compiler import ops
 
 from .build import parse_target
 from .opargs import ArgumentError, workload_command, workload_from_cli
-from .paths import OutputDir, OutputFile
+from .paths import OutputPath
 
 EXIT_INTERRUPTED = 130
 #: Seconds between progress lines without a new best, where the output is not a terminal (a log).
@@ -116,9 +116,9 @@ def cpus_option(text: str | None) -> list[int] | None:
               help="seconds one candidate may execute (check + timing)")
 @click.option("--repeat", type=click.IntRange(min=1), default=10, show_default=True,
               help="timed repeats per candidate (each at least 2 ms)")
-@click.option("--out", required=True, type=OutputDir(),
+@click.option("--out", required=True, type=OutputPath(folder=True),
               help="artifact directory to write for the best config")
-@click.option("--records", "records_path", type=OutputFile(),
+@click.option("--records", "records_path", type=OutputPath(folder=False),
               help="record file (JSON lines) [default: OUT/records.jsonl]")
 @click.option("--resume", is_flag=True, help="continue from the record file's trials, measuring none again")
 @click.option("--cpus", "cpus_text", metavar="LIST", help="CPUs to measure on, e.g. 0-1 [default: all allowed]")

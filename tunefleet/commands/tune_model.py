@@ -13,7 +13,7 @@ from tunefleet.tuner.model.scheduler import SCHEDULERS
 
 from .build import parse_target
 from .opargs import ArgumentError
-from .paths import OutputDir, OutputFile
+from .paths import OutputPath
 from .tune import cpus_option, executable_here
 
 #: The default record file of `tune-model` under TUNEFLEET_HOME: every model a user tunes
@@ -63,9 +63,9 @@ def _report(console: Console, extraction) -> None:
 @click.option("--scheduler", type=click.Choice(SCHEDULERS), default=SCHEDULERS[0], show_default=True,
               help="how the trials are split: gradient (Ansor's: the next round to the task that lowers the "
                    "model's latency most), proportional (to FLOPs × occurrences), round-robin")
-@click.option("--out", type=OutputDir(),
+@click.option("--out", type=OutputPath(folder=True),
               help="bundle directory to write (required unless --list)")
-@click.option("--records", "records_path", type=OutputFile(),
+@click.option("--records", "records_path", type=OutputPath(folder=False),
               help="record file (JSON lines) of all tasks [default: TUNEFLEET_HOME/model-records.jsonl, one per "
                    "user, ~/.tunefleet]; the trials it holds of a layer (from any model) are not measured again")
 @click.option("--target", help="a CPU target this machine executes, e.g. 'cpu -isa=avx2' [default: its best]")
