@@ -217,3 +217,13 @@ def test_outputs_are_checked_at_the_precision_of_their_arithmetic_and_their_own(
     assert precision_dtype(exact) == "float64"
     assert precision_dtype(te.compute((8,), lambda i: te.cast("float64", x[i]), name="copy")) == "float64"
     assert precision_dtype(te.compute((8,), lambda i: te.cast("float32", y[i] * 3.0), name="narrowed")) == "float32"
+
+
+def test_a_float32_value_cast_to_float64_has_only_float32s_digits_in_the_reference():
+    """The interpreter kept a float32 constant's decimal value (-1.011), the kernel its float32 value
+    (-1.01100004): each trial of such a float64 computation was a wrong answer (3.7e-8 > 1e-9)."""
+    y = te.placeholder((37,), "float64", name="y")
+    w = custom(te.compute((37,), lambda i: y[i] * te.cast("float64", te.const(-1.011, "float32")), name="out"))
+    (ref,) = w.reference(np.ones(37))
+    assert ref[0] == np.float64(np.float32(-1.011)) != -1.011
+    assert failures(sample(w, 2, 0)) == []

@@ -9,7 +9,8 @@ function. Large tensors are evaluated in slices along their first axis, so the i
 stay small.
 
 Semantics follow the C backend: float arithmetic is carried out in float64 and each tensor
-is rounded to its dtype when stored; integer `div` truncates toward zero, `floordiv` /
+is rounded to its dtype when stored, as is a constant, and a value where a cast converts it
+(a float32 value cast to float64 holds only float32's digits); integer `div` truncates toward zero, `floordiv` /
 `floormod` round toward -inf; `if_then_else` evaluates both branches (a load in either
 must be in bounds, as te requires).
 """
@@ -63,7 +64,7 @@ class _Slice:
 
     def expr(self, e):
         if isinstance(e, Const):
-            return _numpy_dtype(e.dtype)(e.value)
+            return _numpy_dtype(e.dtype)(np.asarray(e.value).astype(e.dtype))
         if isinstance(e, Var):
             return self.grid[e]
         if isinstance(e, BinOp):
@@ -72,7 +73,7 @@ class _Slice:
         if isinstance(e, Call):
             return _CALLS[e.name](self.expr(e.args[0]))
         if isinstance(e, Cast):
-            value = np.asarray(self.expr(e.value))
+            value = np.asarray(self.expr(e.value)).astype(e.value.dtype)
             if te.dtype_of(e.dtype).kind == "int" and value.dtype.kind == "f":
                 value = np.trunc(value)
             return value.astype(e.dtype).astype(_numpy_dtype(e.dtype))
