@@ -18,7 +18,14 @@ VECTOR_WIDTHS = (16, 8, 4)
 
 
 def loop_ranges(s: Stmt) -> dict[Var, tuple[int, int]]:
-    return {n.var: (0, n.extent - 1) for n in walk_stmt(s) if isinstance(n, For)}
+    """The inclusive range of each loop variable of `s`: of all its loops, the widest (the pieces
+    of a parallel loop's partition_tails keep one variable for a loop of 32 and its tail of 5;
+    the last one's range made i % 7 simplify to i in the loop of 32)."""
+    ranges: dict[Var, tuple[int, int]] = {}
+    for n in walk_stmt(s):
+        if isinstance(n, For):
+            ranges[n.var] = (0, max(ranges.get(n.var, (0, 0))[1], n.extent - 1))
+    return ranges
 
 
 def simplify_stmt(s: Stmt, outer_ranges: dict | None = None) -> Stmt:

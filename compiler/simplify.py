@@ -57,6 +57,12 @@ class Lin:
         return Lin({k: [c * s, t] for k, (c, t) in self.terms.items()}, self.const * s)
 
 
+def _product_range(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float]:
+    """Inclusive bounds of x * y for x in `a`, y in `b` (0 times an infinite bound is 0)."""
+    corners = [x * y if x and y else 0 for x in a for y in b]
+    return (min(corners), max(corners))
+
+
 def _key(e: Expr):
     return e if isinstance(e, Var) else repr(e)
 
@@ -75,6 +81,10 @@ class Simplifier:
         if isinstance(e, Var):
             return self.ranges.get(e, (-INF, INF))
         if isinstance(e, BinOp):
+            if e.op == "mul":
+                la, lb = self.lin(e.a), self.lin(e.b)
+                if la.terms and lb.terms:  # not linear: its lin form is itself, so multiply the ranges
+                    return _product_range(self.lin_range(la), self.lin_range(lb))
             if e.op in ("add", "sub", "mul"):
                 return self.lin_range(self.lin(e))
             a, b = self.range_of(e.a), self.range_of(e.b)

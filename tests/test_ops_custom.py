@@ -227,3 +227,25 @@ def test_a_float32_value_cast_to_float64_has_only_float32s_digits_in_the_referen
     (ref,) = w.reference(np.ones(37))
     assert ref[0] == np.float64(np.float32(-1.011)) != -1.011
     assert failures(sample(w, 2, 0)) == []
+
+
+def _clamped(index: list) -> list:
+    return ["min", ["max", index, ["const", 0, "int64"]], ["const", 36, "int64"]]
+
+
+@pytest.mark.parametrize("index", [
+    ["div", ["sub", ["var", "i"], ["const", 4, "int64"]], ["const", 2, "int64"]],  # was C's i - 4 / 2
+    ["mul", ["var", "i"], ["floordiv", ["var", "i"], ["const", 2, "int64"]]],  # was i * i / 2, or recursed
+    ["mul", ["var", "i"], ["div", ["var", "i"], ["const", 3, "int64"]]],
+    ["sub", ["const", 40, "int64"], ["floormod", ["var", "i"], ["const", 7, "int64"]]],  # was x[36] for all
+])
+def test_integer_index_arithmetic_lowers_as_written(index):
+    """Before: integer `div` had no C precedence, so its operands went unparenthesized; a division
+    right of a product lost its parentheses; the range of a product of two variables recursed
+    forever; and the tail loop of a parallel split shared its variable with the main loop, whose
+    range then became the tail's (i in 0..4 instead of 0..31: min(40 - i % 7, 36) folded to 36)."""
+    data = {"version": 1, "outputs": ["out"], "tensors": [
+        {"name": "x", "op": "placeholder", "shape": [37], "dtype": "float32"},
+        {"name": "out", "op": "compute", "shape": [37], "dtype": "float32", "axes": ["i"],
+         "body": ["load", "x", [_clamped(index)]]}]}
+    assert failures(sample(ops.make_workload("custom", {"te": data}), 2, 0)) == []

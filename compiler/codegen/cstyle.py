@@ -24,7 +24,10 @@ from ..te import DTYPES, BinOp, Call, Cast, Const, Expr, Select, Var, dtype_of
 BINARY_OPS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "/", "floormod": "%", "lt": "<", "le": "<=",
               "gt": ">", "ge": ">=", "eq": "==", "ne": "!=", "and": "&&", "or": "||"}
 #: C precedence of the integer index operators (higher binds tighter).
-INT_PRECEDENCE = {"add": 4, "sub": 4, "mul": 5, "floordiv": 5, "floormod": 5}
+INT_PRECEDENCE = {"add": 4, "sub": 4, "mul": 5, "div": 5, "floordiv": 5, "floormod": 5}
+#: (operator, its right operand's operator) of equal precedence that need no parentheses: only
+#: where ints regroup exactly (a + (b - c) is a + b - c; a * (b / c) is not a * b / c).
+_REGROUPS = {("add", "add"), ("add", "sub"), ("mul", "mul")}
 #: IR math call -> C math function of double (the float variant adds "f").
 MATH_FUNCTIONS = {"exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "erf": "erf", "abs": "fabs"}
 
@@ -164,7 +167,7 @@ class CStyleRenderer:
             if not (isinstance(child, BinOp) and child.op in INT_PRECEDENCE):
                 return False
             p = INT_PRECEDENCE[child.op]
-            return p < prec or (right and p == prec and e.op in ("sub", "floordiv", "floormod"))
+            return p < prec or (right and p == prec and (e.op, child.op) not in _REGROUPS)
 
         a = f"({a})" if needs(e.a, False) else a
         b = f"({b})" if needs(e.b, True) else b
