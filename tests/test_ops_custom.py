@@ -4,9 +4,11 @@ with errors on the field "te"."""
 
 import functools
 import json
+import random
 
 import numpy as np
 import pytest
+import random_te
 from ops_check import TARGET, failures, relative_error, sample
 
 from tunefleet.compiler import ops, te
@@ -249,3 +251,16 @@ def test_integer_index_arithmetic_lowers_as_written(index):
         {"name": "out", "op": "compute", "shape": [37], "dtype": "float32", "axes": ["i"],
          "body": ["load", "x", [_clamped(index)]]}]}
     assert failures(sample(ops.make_workload("custom", {"te": data}), 2, 0)) == []
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_random_computations_match_the_interpreter(seed):
+    """12 random computations per seed (tests/random_te.py), each built with its default and two random
+    configs for this host's ISA and compared with the numpy interpreter."""
+    rng, workloads = random.Random(seed), []
+    while len(workloads) < 12:
+        try:
+            workloads.append(ops.make_workload("custom", {"te": random_te.computation(rng)}))
+        except ops.WorkloadError:  # an input left unread
+            pass
+    assert failures([case for n, w in enumerate(workloads) for case in sample(w, 2, n)]) == []
