@@ -292,7 +292,33 @@ def matmul(graph: ModelGraph, node: onnx.NodeProto) -> Match:
 ANCHORS: dict[str, Callable[[ModelGraph, onnx.NodeProto], Match]] = {"Conv": conv, "Gemm": gemm, "MatMul": matmul}
 
 
+#: Per anchor, as the ONNX operator defines it: its fewest and most inputs (the first ones
+#: required), and the type of each attribute it reads (AttributeProto: 1 FLOAT, 2 INT, 3 STRING, 7 INTS).
+SIGNATURES: dict[str, tuple[int, int, dict[str, int]]] = {
+    "Conv": (2, 3, {"strides": 7, "pads": 7, "dilations": 7, "kernel_shape": 7, "group": 2, "auto_pad": 3}),
+    "Gemm": (2, 3, {"alpha": 1, "beta": 1, "transA": 2, "transB": 2}),
+    "MatMul": (2, 2, {}),
+}
+
+
+def _check_signature(node: onnx.NodeProto) -> None:
+    """Untuned for a node that is no valid ONNX operator of its type: the wrong number of inputs,
+    or an attribute of the wrong type (an uploaded model is not checked otherwise)."""
+    from onnx import AttributeProto
+
+    fewest, most, types = SIGNATURES[node.op_type]
+    if not fewest <= len(node.input) <= most or not all(node.input[:fewest]):
+        raise Untuned(f"{len(node.input)} inputs {list(node.input)}: ONNX {node.op_type} takes {fewest} to {most}")
+    for a in node.attribute:
+        if a.name in types and a.type != types[a.name]:
+            raise Untuned(f"attribute {a.name} is of type {AttributeProto.AttributeType.Name(a.type)}, "
+                          f"not {AttributeProto.AttributeType.Name(types[a.name])}")
+
+
 def match_at(graph: ModelGraph, node: onnx.NodeProto) -> Match | None:
     """The match anchored at `node`; None when `node` is no anchor. Raises Untuned, Unhandled."""
     pattern = ANCHORS.get(node.op_type)
-    return pattern(graph, node) if pattern else None
+    if pattern is None:
+        return None
+    _check_signature(node)
+    return pattern(graph, node)
