@@ -20,7 +20,7 @@ import numpy as np
 from tunefleet.compiler import ops
 from tunefleet.compiler.driver import build_workload
 from tunefleet.compiler.target import Target
-from tunefleet.tuner.measure_child import outputs_error
+from tunefleet.tuner.measure_child import outputs_error, relative_error  # noqa: F401  (for the tests)
 
 TARGET = Target.host()
 THREADS = 3
@@ -33,13 +33,6 @@ def sample(workload, n: int, seed: int, *, default: bool = True, target: Target 
     configs = [ops.default_config(workload, target)] if default else []
     configs += [c for c in space.random(np.random.default_rng(seed), n) if c not in configs]
     return [(workload, c) for c in configs]
-
-
-def relative_error(out: np.ndarray, ref: np.ndarray) -> float:
-    """max |out - ref| / max |ref| (NaN in out counts as an error of inf)."""
-    if np.isnan(out).any():
-        return float("inf")
-    return float(np.abs(out.astype(np.float64) - ref).max() / max(np.abs(ref).max(), 1e-6))
 
 
 def _check(case, seed: int, built, target: Target) -> str | None:

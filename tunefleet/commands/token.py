@@ -9,10 +9,8 @@ from contextlib import contextmanager
 import click
 from sqlalchemy.orm import Session
 
+from tunefleet.server.db.models import ApiToken, TokenScope
 from tunefleet.server.schemas.common import ONE_LINE_PATTERN
-
-#: The longest token name (the database column's width).
-NAME_MAX = 128
 
 
 @contextmanager
@@ -44,10 +42,10 @@ def token_group() -> None:
               "one's own tasks; worker: the worker endpoints; admin: everything, every task")
 def create_command(name: str, scope: str) -> None:
     """Create a token and print it; it is shown only this once."""
-    if not re.fullmatch(ONE_LINE_PATTERN, name) or len(name) > NAME_MAX:
-        raise click.BadParameter(f"must be one line of 1 to {NAME_MAX} printable characters, got {name[:40]!r}",
+    longest = ApiToken.__table__.c.name.type.length
+    if not re.fullmatch(ONE_LINE_PATTERN, name) or len(name) > longest:
+        raise click.BadParameter(f"must be one line of 1 to {longest} printable characters, got {name[:40]!r}",
                                  param_hint="--name")
-    from tunefleet.server.db.models import TokenScope
     from tunefleet.server.errors import Conflict
     from tunefleet.server.services import tokens
 
