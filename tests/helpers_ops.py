@@ -16,7 +16,8 @@ When ``$TUNEFLEET_TEST_DIE`` is "n:pid", a process other than ``pid`` that insta
 template for that n exits at once (a builder process that dies mid-build). When
 ``$TUNEFLEET_TEST_STALL`` is "n:space" or "n:lowering", the template for that n computes for
 ``STALL_S`` seconds when it defines its config space or when it schedules a config (a
-compiler defect that loops).
+compiler defect that loops). With ":in-c" after it ("n:lowering:in-c") it does so with SIGALRM
+blocked, as a call into C that never returns would: no Python time limit interrupts it.
 
 The numpy reference runs in the measurement process; when ``$TUNEFLEET_TEST_PROBE``
 names a file, it writes there what that process sees: its CPU affinity and
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -68,7 +70,10 @@ def _template(cfg, workload, target):
     if die.startswith(f"{n}:") and die != f"{n}:{os.getpid()}":
         os._exit(3)
     phase = "space" if isinstance(cfg, ConfigSpace) else "lowering"
-    if os.environ.get(STALL_ENV) == f"{n}:{phase}":
+    stall = os.environ.get(STALL_ENV, "")
+    if stall in (f"{n}:{phase}", f"{n}:{phase}:in-c"):
+        if stall.endswith(":in-c"):
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
         end = time.monotonic() + STALL_S
         while time.monotonic() < end:
             pass

@@ -92,6 +92,25 @@ def test_a_template_that_does_not_end_fails_its_candidate_and_frees_the_builder(
         builder.close()
 
 
+def test_a_build_stuck_out_of_the_time_limits_reach_is_killed_and_the_builds_behind_it_run_again(monkeypatch):
+    """Before, the runner waited for such a build for good. The build behind it was in the killed
+    pool (queued or starting): it is submitted again, not failed."""
+    stalled = faulty("ok", n=96)
+    monkeypatch.setenv(helpers_ops.STALL_ENV, "96:lowering:in-c")
+    builder = Builder(1, plugin_modules=PLUGINS, lowering_limit_s=1, hard_limit_s=3)
+    try:
+        futures = [builder.submit(stalled), builder.submit(faulty("ok", n=64)), builder.submit(faulty("ok", vec=4))]
+        start = time.monotonic()
+        result = builder.result(futures[0])
+        assert time.monotonic() - start < helpers_ops.STALL_S / 2
+        assert result.status == "compile_error"
+        assert result.error.startswith("builder process killed: the build ran past the hard limit of 3 s")
+        assert [builder.result(f).status for f in futures[1:]] == ["ok", "ok"]
+        assert builder.result(builder.submit(faulty("ok", vec=8))).status == "ok"
+    finally:
+        builder.close()
+
+
 def test_a_time_limit_fires_in_python_code_and_gives_back_an_earlier_alarm():
     signal.setitimer(signal.ITIMER_REAL, 500)  # pytest-timeout's, where it runs by signal
     handler = signal.getsignal(signal.SIGALRM)
