@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 from tunefleet.compiler.build import BuildError, runtime_sources
+from tunefleet.compiler.codegen.c_names import c_identifier
 from tunefleet.compiler.target import DTYPE_BYTES
 from tunefleet.compiler.te import PlaceholderOp, Tensor
 
@@ -81,6 +82,12 @@ class ArgSpec:
         return f"{'' if self.is_output else 'const '}{self.c_type}*"
 
     @property
+    def c_name(self) -> str:
+        """The name as generated C and C++ declare it: `name`, or ``tf_u_<name>`` where that is a
+        keyword, a standard macro or a name the generated code uses (``codegen.c_names``)."""
+        return c_identifier(self.name)
+
+    @property
     def nbytes(self) -> int:
         """Size of the dense buffer in bytes."""
         count = 1
@@ -127,7 +134,7 @@ def arg_specs(args: Sequence[Tensor], layouts: dict[str, str] | None = None,
 def kernel_prototype(name: str, args: Sequence[ArgSpec]) -> str:
     """`int <name>(const float* A, ..., float* C)` (no trailing semicolon)."""
     check_signature(name, args)
-    return f"int {name}({', '.join(f'{a.c_pointer} {a.name}' for a in args)})"
+    return f"int {name}({', '.join(f'{a.c_pointer} {a.c_name}' for a in args)})"
 
 
 def entry_points_source(name: str, args: Sequence[ArgSpec]) -> str:
@@ -229,7 +236,7 @@ def header_text(name: str, args: Sequence[ArgSpec], *, doc: str, dispatch: Seque
     arg_lines = [f" *   {a.name:<{width}}  {'output' if a.is_output else 'input '}  "
                  f"{a.dtype:<8} {format_dims(a.shape):<16} {a.layout}" for a in args]
     example_decls = [f" *   static {t} " + ", ".join(
-        f"{a.name}[{' * '.join(map(str, a.shape)) or 1}]" for a in args if a.c_type == t) + ";"
+        f"{a.c_name}[{' * '.join(map(str, a.shape)) or 1}]" for a in args if a.c_type == t) + ";"
         for t in dict.fromkeys(a.c_type for a in args)]
     return "\n".join([
         "/*",
@@ -272,7 +279,7 @@ def header_text(name: str, args: Sequence[ArgSpec], *, doc: str, dispatch: Seque
         f' *   #include "{name}.h"',
         *example_decls,
         " *   int main(void) {",
-        f" *     if ({name}({', '.join(a.name for a in args)}) != 0) {{",
+        f" *     if ({name}({', '.join(a.c_name for a in args)}) != 0) {{",
         ' *       fprintf(stderr, "%s\\n", tunefleet_last_error());',
         " *       return 1;",
         " *     }",

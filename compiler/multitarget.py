@@ -105,7 +105,7 @@ def dispatcher_source(name: str, args: Sequence[ArgSpec], isas: Sequence[str]) -
     `isas` (the most capable first): the load-time choice, `<name>`, `<name>_isa`, the entry
     points of `<name>` and its thread API (see the module docstring)."""
     params = ", ".join(a.c_pointer for a in args)
-    call_args = ", ".join(a.name for a in args)
+    call_args = ", ".join(a.c_name for a in args)
     inside = ", ".join(isas)
     lines = [
         "#include <stdio.h>",

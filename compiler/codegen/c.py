@@ -101,7 +101,6 @@ class CGenerator(CStyleRenderer):
     true, false = "1", "0"
     float_min_max = "tf_{op}{suffix}"
     index_ctype = "int64_t"
-    reserved = frozenset({"tf_c", "tf_begin", "tf_end", "tf_cl"})
 
     def __init__(self, func: PrimFunc):
         super().__init__(func)

@@ -5,7 +5,7 @@ both languages write alike (names, constants, casts, selects, scalar arithmetic 
 the parentheses C's precedence needs, integer floor division, scalar math calls,
 conditions, counted loops, block-scoped declarations, the kernel's parameter list), and a
 backend is a small subclass that sets a few tables (the pointer qualifier, how booleans,
-non-finite floats and float min/max print, the names it reserves, the loop index type) and
+non-finite floats and float min/max print, the loop index type) and
 overrides what only it has: vector loads and stores, loops bound to GPU indices or lifted
 into the thread pool, allocations, calls, and the function around the body.
 """
@@ -19,6 +19,7 @@ from ..ir import (Address, Allocate, Broadcast, Buffer, Evaluate, For, IfThenEls
                   Store, lanes_of)
 from ..simplify import Simplifier
 from ..te import DTYPES, BinOp, Call, Cast, Const, Expr, Select, Var, dtype_of
+from .c_names import c_identifier
 
 #: IR binary operator -> C operator.
 BINARY_OPS = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "/", "floormod": "%", "lt": "<", "le": "<=",
@@ -36,16 +37,18 @@ class NameTable:
     """Unique, valid C names for the variables and buffers of one function.
 
     ``names(obj, hint)`` gives `obj` (any object, by identity) the name `hint` with
-    non-word characters replaced by ``_``, suffixed ``_1``, ``_2``... when taken; the same
-    object always gets the same name. ``reserved`` names are never given."""
+    non-word characters replaced by ``_`` (and written ``tf_u_<hint>`` where C or C++ could not
+    declare it, ``c_names.c_identifier``), suffixed ``_1``, ``_2``... when taken; the same
+    object always gets the same name. Names the generated code declares itself are ``tf_*``,
+    which this never gives."""
 
-    def __init__(self, reserved=()):
+    def __init__(self):
         self.map: dict[int, str] = {}
-        self.used: set[str] = set(reserved)
+        self.used: set[str] = set()
 
     def __call__(self, obj, hint: str) -> str:
         if id(obj) not in self.map:
-            base = re.sub(r"\W", "_", hint) or "v"
+            base = c_identifier(re.sub(r"\W", "_", hint) or "v")
             name, n = base, 1
             while name in self.used:
                 name, n = f"{base}_{n}", n + 1
@@ -73,12 +76,10 @@ class CStyleRenderer:
     float_min_max = "tf_{op}{suffix}"
     #: type of loop indices and of index arithmetic
     index_ctype = "int64_t"
-    #: names the generated code declares itself, never given to a variable or buffer
-    reserved: frozenset[str] = frozenset()
 
     def __init__(self, func: PrimFunc):
         self.func = func
-        self.names = NameTable(reserved=self.reserved)
+        self.names = NameTable()
         self.simp = Simplifier()
 
     # ----------------------------------------------------------------- names

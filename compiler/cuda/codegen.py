@@ -37,12 +37,6 @@ from .shared_memory import BARRIER
 #: (dtype, lanes) -> CUDA vector type and its component names.
 VECTOR_TYPES = {("float32", 4): "float4", ("float32", 2): "float2", ("float64", 2): "double2"}
 _COMPONENTS = "xyzw"
-_RESERVED = {"tf_smem", "threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize", "min", "max", "float4",
-             "float2", "double2", "signed", "unsigned", "long", "short", "char", "bool", "true", "false", "new",
-             "delete", "class", "template", "this", "operator", "namespace", "using", "virtual", "private",
-             "public", "protected", "friend", "typename", "explicit", "mutable", "export", "asm", "try", "catch",
-             "throw", "nullptr", "and", "or", "not", "xor"}
-
 PRELUDE = """\
 #include <cuda_runtime.h>
 #include <math.h>
@@ -72,7 +66,6 @@ class CudaGenerator(CStyleRenderer):
     restrict = "__restrict__"
     true, false = "true", "false"
     float_min_max = "f{op}{suffix}"
-    reserved = frozenset(_RESERVED)
 
     def __init__(self, g: GpuFunc):
         super().__init__(g.func)

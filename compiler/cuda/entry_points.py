@@ -33,7 +33,7 @@ VECTOR_ALIGN = 16
 def kernel_prototype(name: str, args: Sequence[ArgSpec]) -> str:
     """`int <name>(const float* A, ..., float* C, cudaStream_t stream)` (no semicolon)."""
     check_signature(name, args)
-    return f"int {name}({', '.join(f'{a.c_pointer} {a.name}' for a in args)}, cudaStream_t stream)"
+    return f"int {name}({', '.join(f'{a.c_pointer} {a.c_name}' for a in args)}, cudaStream_t stream)"
 
 
 def prototypes(name: str, args: Sequence[ArgSpec]) -> list[str]:
@@ -50,12 +50,12 @@ def launcher_source(g: GpuFunc, args: Sequence[ArgSpec], vector_args: set[str]) 
     if [p.name for p in params] != [a.name for a in args]:
         raise BuildError(f"{name}: kernel parameters {[p.name for p in params]} do not match the ABI arguments "
                          f"{[a.name for a in args]}")
-    ptrs = ", ".join(a.name for a in args)
+    ptrs = ", ".join(a.c_name for a in args)
     lines = [f"/* tunefleet artifact ABI v{ABI_VERSION}: entry points of CUDA kernel '{name}'. */",
              f'extern "C" TF_EXPORT {kernel_prototype(name, args)} {{']
     for a in args:
         if a.name in vector_args:
-            lines.append(f'  if (tf_check_aligned("{name}", "{a.name}", {a.name}, {VECTOR_ALIGN}) != 0) return -1;')
+            lines.append(f'  if (tf_check_aligned("{name}", "{a.name}", {a.c_name}, {VECTOR_ALIGN}) != 0) return -1;')
     grid, block = g.grid, g.block
     lines.append(f"  const dim3 grid({grid[0]}, {grid[1]}, {grid[2]}), block({block[0]}, {block[1]}, {block[2]});")
     if g.shared_bytes > DEFAULT_SHARED_BYTES:
