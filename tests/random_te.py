@@ -3,9 +3,11 @@
 `computation(rng)` draws one to three stages over one or two float inputs: float32/float64
 arithmetic, intrinsics, casts between every dtype (bool included), selects, comparisons and
 and/or, integer index arithmetic (div, floordiv, floormod, products of axes) clamped into
-bounds, and reductions (sum, max, min); one or two outputs. Such computations found the C
+bounds, and reductions (sum, max, min); one or two outputs; about half of the tensors and axes
+named as C or C++ could not declare them (HARD_NAMES). Such computations found the C
 generator's integer precedence, a cast to bool that kept its value, a loop range taken from
-another loop, and a reference that kept a float32 constant's decimal digits.
+another loop, a reference that kept a float32 constant's decimal digits, and names such as
+NAN or expf that no build could declare.
 """
 
 from __future__ import annotations
@@ -16,6 +18,9 @@ import random
 FLOATS = ("float32", "float64")
 INTS = ("int32", "int64")
 DTYPES = (*FLOATS, *INTS, "bool")
+#: Names that C or C++ cannot declare as they are (compiler/codegen/c_names.py).
+HARD_NAMES = ("NAN", "this", "expf", "int64_t", "stdout", "linux", "delete", "M_PI", "INT8_MAX", "memcpy", "isnan",
+              "EOF", "sqrtf", "grid", "unix")
 
 
 def _int(value: int) -> list:
@@ -116,4 +121,19 @@ def computation(rng: random.Random) -> dict:
         else:
             last["body"] = ["add", last["body"], load]
     outputs = [f"s{stages - 1}"] + ([f"s{stages - 2}"] if stages > 1 and rng.random() < 0.3 else [])
-    return {"version": 1, "tensors": entries, "outputs": outputs}
+    return _renamed({"version": 1, "tensors": entries, "outputs": outputs}, rng)
+
+
+def _renamed(data: dict, rng: random.Random) -> dict:
+    """`data` with about half of its tensors and axes named from HARD_NAMES."""
+    names = [t["name"] for t in data["tensors"]] + ["i", "j", "k"]
+    renames = {old: new for old, new in zip(names, rng.sample(HARD_NAMES, len(names))) if rng.random() < 0.5}
+
+    def rename(value):  # no node kind, dtype or function is one of the names renamed
+        if isinstance(value, str):
+            return renames.get(value, value)
+        if isinstance(value, list):
+            return [rename(v) for v in value]
+        return {k: rename(v) for k, v in value.items()} if isinstance(value, dict) else value
+
+    return rename(data)
