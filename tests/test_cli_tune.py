@@ -15,8 +15,10 @@ from click.testing import CliRunner
 
 import tunefleet
 from tunefleet.cli import main
+from tunefleet.compiler import ops
 from tunefleet.compiler.target import CPU_ISAS, Target
 from tunefleet.tuner import records, validation
+from tunefleet.tuner.measure import MeasureInput, MeasureResult
 
 TUNEFLEET = str(Path(sys.executable).parent / "tunefleet")
 TESTS = str(Path(__file__).parent)
@@ -156,3 +158,44 @@ def test_ops_lists_the_arguments_and_build_writes_the_default_config(tmp_path):
     rng = np.random.default_rng(1)
     a, b, bias = (rng.random(s, dtype=np.float32) for s in ((17, 65), (65, 33), (33,)))
     np.testing.assert_allclose(kernel(a, b, bias), a @ b + bias, rtol=1e-4)
+
+
+
+def test_a_damaged_record_file_exits_2_naming_the_option_and_line_and_stays_as_it_was(tmp_path):
+    """Before, --resume and --transfer with such a file gave a traceback (exit 1): a cost of NaN
+    (which json reads and the records never hold) once the search met it, a config its config
+    space does not hold from inside the search's resume."""
+    workload = ops.make_workload("matmul", {"M": 16, "N": 16, "K": 16})
+    target = Target.host()
+    space = ops.config_space(workload, target)
+    path = tmp_path / "r.jsonl"
+    for config in [ops.default_config(workload, target), *space.random(np.random.default_rng(0), 2)]:
+        inp = MeasureInput(workload.to_json(), str(target), config.to_json())
+        records.append(path, records.Record.of(inp, MeasureResult("ok", [1e-6], host="h"), "cpu-test",
+                                               records.host_toolchain()))
+    pristine = path.read_text().splitlines()
+    tune = ["tune", "matmul", "--M", "16", "--N", "16", "--K", "16", "--device-key", "cpu-test",
+            "--out", str(tmp_path / "k")]
+
+    def out_of_space(d: dict) -> dict:
+        knob, value = next(iter(d["config"]["knobs"].items()))
+        return {**d, "config": {**d["config"], "knobs": {**d["config"]["knobs"], knob: [value]}}}
+
+    cases = [(2, lambda d: json.dumps(d).replace('"costs": [1e-06]', '"costs": [NaN]'),
+              "r.jsonl:2: not JSON: NaN is not a JSON value", ("--records", "--transfer")),
+             (1, lambda d: json.dumps({**d, "toolchain": ["gcc"]}), "r.jsonl:1: Record.toolchain must be an object",
+              ("--records", "--transfer")),
+             # only --records: a transfer file's records of the workload tuned are not read
+             (3, lambda d: json.dumps(out_of_space(d)), "r.jsonl: record 3 of this workload has config",
+              ("--records",))]
+    for line, damage, message, options in cases:
+        damaged = [damage(json.loads(text)) if n == line else text for n, text in enumerate(pristine, 1)]
+        assert damaged != pristine
+        path.write_text("\n".join(damaged) + "\n")
+        for option in options:
+            args = ["--records", str(path), "--resume"] if option == "--records" else ["--transfer", str(path)]
+            run = CliRunner().invoke(main, [*tune, *args])
+            assert run.exit_code == 2, (option, message, run.output)
+            (error,) = run.stderr.strip().splitlines()
+            assert error.startswith(f"Error: {option}: ") and message in error, error
+        assert path.read_text().splitlines() == damaged

@@ -76,6 +76,17 @@ def test_corruption_in_the_middle_is_an_error_naming_the_line(tmp_path):
         load(path)
 
 
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_nan_or_infinity_anywhere_is_an_error_naming_the_line(tmp_path, constant):
+    """json reads them and the records never hold them; before, one in a config's knobs failed
+    later, as a bare ValueError of the canonical JSON that keys configs."""
+    path = tmp_path / "r.jsonl"
+    append(path, rec(index=1))
+    path.write_text(path.read_text() + path.read_text().replace('"t":1', f'"t":{constant}'))
+    with pytest.raises(RecordError, match=rf"r\.jsonl:2: not JSON: {constant} is not a JSON value"):
+        load(path)
+
+
 def test_unknown_schema_version_is_rejected_clearly(tmp_path):
     path = tmp_path / "r.jsonl"
     d = rec().to_json()

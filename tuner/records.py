@@ -134,6 +134,8 @@ class Record:
                 f"record fields {sorted(d)} differ from {sorted(fields)} "
                 f"(missing {sorted(fields - set(d))}, unknown {sorted(set(d) - fields)})"
             )
+        if not isinstance(d["toolchain"], dict):
+            raise RecordError(f"Record.toolchain must be an object, got {type(d['toolchain']).__name__}")
         try:
             result = MeasureResult.from_json(d["result"])
             toolchain = Toolchain(**d["toolchain"])
@@ -175,12 +177,17 @@ def _end_of_last_line(fd: int, size: int) -> int:
     return 0
 
 
+def _not_json(constant: str):
+    raise ValueError(f"{constant} is not a JSON value")
+
+
 def load(path: str | os.PathLike) -> list[Record]:
     """All records of ``path``, in file order.
 
     A last line without its newline that does not parse is a torn write: it is
-    skipped with a :class:`TornRecordWarning`. Any other bad line, and any
-    unknown schema version, raises :class:`RecordError` naming ``path:line``.
+    skipped with a :class:`TornRecordWarning`. Any other bad line (NaN and Infinity are not
+    JSON: :func:`append` never writes them), and any unknown schema version, raises
+    :class:`RecordError` naming ``path:line``.
     """
     data = Path(path).read_bytes()
     lines = data.split(b"\n")
@@ -190,7 +197,7 @@ def load(path: str | os.PathLike) -> list[Record]:
             continue
         torn = lineno == len(lines)  # the piece after the last newline
         try:
-            d = json.loads(raw)
+            d = json.loads(raw, parse_constant=_not_json)
         except ValueError as e:
             if torn:
                 warnings.warn(f"{path}:{lineno}: skipping a torn last line", TornRecordWarning, stacklevel=2)

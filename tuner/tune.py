@@ -38,7 +38,7 @@ from .cost_model import CostModel
 from .features import Featurizer, feature_schema
 from .loop import Budget, Trial, TuningLoop
 from .measure import MeasureProtocol, canonical_json, workload_key
-from .records import Record, RecordFile
+from .records import Record, RecordError, RecordFile
 from .resolve import resolve
 from .runner import LocalMeasurer, LocalRunner
 from .search import GridSearch, ModelGuidedSearch, RandomSearch, SearchStrategy
@@ -209,7 +209,8 @@ def tune(
     Raises TuneError when the record file already holds trials of this
     workload, target and device key and ``resume`` is false, or when ``target``
     is a CPU target this host cannot execute (its candidates would die of SIGILL),
-    ValueError for a bad argument (named), :class:`~.processes.StartError` at the first build when
+    :class:`~.records.RecordError` naming the record file when a line of it is damaged or a record
+    of this workload has a config its config space does not hold, ValueError for a bad argument (named), :class:`~.processes.StartError` at the first build when
     called while a main script is imported (every builder process imports it again: start the
     work under ``if __name__ == "__main__":``). KeyboardInterrupt propagates after the measurer is
     closed; every finished trial is already in the record file.
@@ -230,6 +231,10 @@ def tune(
     database = RecordFile(records_path, workload.to_json(), str(target), device_key)
     existing = database.load()
     mine = database.mine(existing)
+    for n, record in enumerate(mine, 1):
+        if not _resolves(record):  # a damaged record, or one of another version's config space
+            raise RecordError(f"{database.path}: record {n} of this workload has config "
+                              f"{canonical_json(record.config)[:200]}, which is not in this version's config space")
     if mine and not resume:
         configs = len({canonical_json(r.config["knobs"]) for r in mine})
         raise TuneError(f"{database.path} already holds {configs} measured configs of this workload on "

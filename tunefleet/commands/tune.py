@@ -160,7 +160,10 @@ def tune_command(op, op_args, workload_file, target, trials, timeout, repeat, ou
     cpus = cpus_option(cpus_text)
     records_path = records_path or out / "records.jsonl"
     records_path.parent.mkdir(parents=True, exist_ok=True)
-    transfer = [r for f in transfer_files for r in records.load(f)]
+    try:
+        transfer = [r for f in transfer_files for r in records.load(f)]
+    except records.RecordError as exc:
+        raise ArgumentError(f"--transfer: {exc}") from None
     console = Console(stderr=True)
     try:
         with _Display(console, workload) as display:
@@ -170,6 +173,8 @@ def tune_command(op, op_args, workload_file, target, trials, timeout, repeat, ou
                           transfer_records=transfer, progress=display)
     except TuneError as exc:
         raise ArgumentError(f"--records: {exc} (--resume continues)") from None
+    except records.RecordError as exc:
+        raise ArgumentError(f"--records: {exc}") from None
     except KeyboardInterrupt:
         console.print(f"interrupted: the finished trials are in {records_path}; add --resume to continue")
         sys.exit(EXIT_INTERRUPTED)
