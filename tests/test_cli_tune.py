@@ -53,8 +53,11 @@ def test_tune_end_to_end_writes_a_correct_artifact(tmp_path):
 
 def test_bad_values_exit_2_with_one_line_naming_the_field(tmp_path):
     runner = CliRunner()  # in process: the same command, without a Python start-up per case
+    listed = tmp_path / "listed.json"  # an "op" of another JSON type: before, a TypeError's traceback
+    listed.write_text(json.dumps({"op": ["matmul"], "args": {}}))
     for args, field in ((["matmul", "--M", "0"], "M:"), (["matmul", "--K", "x"], "K:"),
                         (["matmul", "--bogus", "1"], "bogus:"), (["nosuchop"], "op:"),
+                        (["--workload", str(listed)], "op: unknown operator"),
                         (["matmul", "--cpus", "0-4096"], "--cpus:"), (["matmul", "--target", "tpu"], "--target:"),
                         (["matmul", "--target", f"cpu -isa={FOREIGN_ISA}"], "cannot execute")):
         run = runner.invoke(main, ["tune", *args, "--out", str(tmp_path)])

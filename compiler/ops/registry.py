@@ -160,8 +160,8 @@ def register(op: OpDef) -> OpDef:
 
 def get(name: str) -> OpDef:
     """The operator called `name`; WorkloadError('op') lists the known ones."""
-    if name not in _REGISTRY:
-        raise WorkloadError("op", f"unknown operator {name!r}; available: {', '.join(sorted(_REGISTRY))}")
+    if not isinstance(name, str) or name not in _REGISTRY:  # a workload file's "op" may be any JSON
+        raise WorkloadError("op", f"unknown operator {str(name)[:80]!r}; available: {', '.join(sorted(_REGISTRY))}")
     return _REGISTRY[name]
 
 
