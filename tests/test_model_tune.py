@@ -159,6 +159,23 @@ def test_cli_lists_tasks_and_explains_what_cannot_be_tuned(tmp_path):
     assert "conv2d_nchw N=2" in listed.output and "Untuned nodes" in listed.output
 
 
+def test_cli_with_a_damaged_record_file_exits_2_naming_it_before_it_measures(tmp_path):
+    """Before, a traceback. The record file is the one every model of a user shares by default."""
+    model = tmp_path / "block.onnx"
+    model.write_bytes(resnet_block().SerializeToString())
+    records = tmp_path / "r.jsonl"
+    records.write_text('{"schema": 1}\n{}\n')
+    result = CliRunner().invoke(main, ["tune-model", str(model), "--trials", "2", "--records", str(records),
+                                       "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().splitlines() == [f"Error: --records: {records}:1: record fields ['schema'] differ "
+                                                  "from ['config', 'device_key', 'result', 'schema', 'target', "
+                                                  "'toolchain', 'workload', 'workload_key'] (missing ['config', "
+                                                  "'device_key', 'result', 'target', 'toolchain', 'workload', "
+                                                  "'workload_key'], unknown [])"]
+    assert records.read_text() == '{"schema": 1}\n{}\n' and not (tmp_path / "out").exists()
+
+
 def test_proportional_scheduler_splits_the_budget_by_flops_times_occurrences():
     scheduler = ProportionalScheduler([10.0, 5.0, 1.0], 16)
     rounds = []

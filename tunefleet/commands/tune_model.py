@@ -97,6 +97,7 @@ def tune_model_command(model, input_shapes, trials, scheduler, out, records_path
     from tunefleet.tuner.model.bundle import write_bundle
     from tunefleet.tuner.model.scheduler import make_scheduler
     from tunefleet.tuner.model.tune_model import tune_model
+    from tunefleet.tuner.records import RecordError
 
     if out is None and not list_only:
         raise ArgumentError("--out: required to tune (or --list to only list the tasks)")
@@ -130,9 +131,12 @@ def tune_model_command(model, input_shapes, trials, scheduler, out, records_path
                       f"({done.latency_s * 1e3:.4g} ms) after {done.allotted} trials, {done.measured} measured now",
                       highlight=False)
 
-    tuned = tune_model(extraction, parsed, trials=trials, records_path=records_path, on_round=round_done,
-                       scheduler=make_scheduler(scheduler, extraction.tasks, trials),
-                       protocol=MeasureProtocol(repeat=repeat, timeout_s=timeout), cpus=cpus_option(cpus_text))
+    try:
+        tuned = tune_model(extraction, parsed, trials=trials, records_path=records_path, on_round=round_done,
+                           scheduler=make_scheduler(scheduler, extraction.tasks, trials),
+                           protocol=MeasureProtocol(repeat=repeat, timeout_s=timeout), cpus=cpus_option(cpus_text))
+    except RecordError as exc:
+        raise ArgumentError(f"--records: {exc}") from None
     path = write_bundle(out, tuned, model_name=model.name)
     estimate = tuned.estimated_latency_s
     console.print(f"estimated model latency (Σ occurrences × kernel latency, tuned nodes): "
