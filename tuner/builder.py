@@ -13,13 +13,14 @@ generation ran past the builder's ``lowering_limit_s``), and also an unexpected 
 compiler (then the error text holds the traceback, to report as a bug), and a
 builder process that died (the pool is replaced; builds in flight in it fail).
 
+Where no process started from here can even run (a main script that tunes
+when imported), :class:`~.processes.StartError` stops the run at its first
+build instead of failing every candidate the same way.
+
 The lowering limit is a signal, handled between Python bytecodes: a build stuck in one call into
 C is not interrupted by it. :meth:`Builder.result` is the backstop: a build that has run
 ``hard_limit_s`` while the caller waited for it is taken as hung, the pool's processes are
 killed, and the other builds that were in flight are submitted again to the new pool.
-Where no process started from here can even run (a main script that tunes
-when imported), :class:`~.processes.StartError` stops the run at its first
-build instead of failing every candidate the same way.
 """
 
 from __future__ import annotations

@@ -210,8 +210,9 @@ def tune(
     workload, target and device key and ``resume`` is false, or when ``target``
     is a CPU target this host cannot execute (its candidates would die of SIGILL),
     :class:`~.records.RecordError` naming the record file when a line of it is damaged or a record
-    of this workload has a config its config space does not hold, ValueError for a bad argument (named), :class:`~.processes.StartError` at the first build when
-    called while a main script is imported (every builder process imports it again: start the
+    of this workload has a config its config space does not hold, ValueError for a bad argument
+    (named), :class:`~.processes.StartError` at the first build when called while a main script
+    is imported (every builder process imports it again: start the
     work under ``if __name__ == "__main__":``). KeyboardInterrupt propagates after the measurer is
     closed; every finished trial is already in the record file.
     """
