@@ -126,6 +126,8 @@ def test_bad_uploads_are_422_and_leave_no_trace(api, tokens, snapshot) -> None:
     no_manifest = tarball({k: v for k, v in files.items() if not k.endswith("manifest.json")})
     two_libraries = tarball({**files, "other.so": b"x"})
     escaping = tarball({**files, "../evil": b"x"})
+    bomb = tarball({**files, "zeros": bytes(16 << 20)})  # 16 MiB in 16 kB: before, stored and served
+    crowded = tarball({**files, **{f"f{i}": b"" for i in range(1000)}})
     before = snapshot()
     cases = [
         (good, "0" * 64, ["path", "sha256"]),
@@ -133,11 +135,15 @@ def test_bad_uploads_are_422_and_leave_no_trace(api, tokens, snapshot) -> None:
         (no_manifest, None, ["body"]),
         (two_libraries, None, ["body"]),
         (escaping, None, ["body"]),
+        (bomb, None, ["body"]),
+        (crowded, None, ["body"]),
     ]
     for data, sha, loc in cases:
         response = upload(api, tokens, data, sha)
         assert response.status_code == 422, response.text
         assert response.json()["detail"][0]["loc"] == loc
+    assert "unpacks to more than" in upload(api, tokens, bomb).json()["detail"][0]["msg"]
+    assert "more than 1000 members" in upload(api, tokens, crowded).json()["detail"][0]["msg"]
     bad_digest = api.put("/api/v1/workers/artifacts/xyz", content=good, headers=tokens["worker"])
     assert bad_digest.status_code == 422 and bad_digest.json()["detail"][0]["loc"] == ["path", "sha256"]
     assert snapshot() == before
