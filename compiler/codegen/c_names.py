@@ -36,11 +36,11 @@ _MATH = """acos asin atan atan2 cos sin tan acosh asinh atanh cosh sinh tanh exp
 log log10 log1p log2 logb modf scalbn scalbln cbrt fabs hypot pow sqrt erf erfc lgamma tgamma ceil floor
 nearbyint rint lrint llrint round lround llround trunc fmod remainder remquo copysign nan nextafter nexttoward
 fdim fmax fmin fma"""
-#: Lower-case macros and objects of the standard headers, gcc's predefined macros, and CUDA's
-#: built-in variables and the names its launcher declares.
+#: Lower-case macros and objects of the standard headers, gcc's predefined macros, the C library
+#: functions the generated code calls, and CUDA's built-in variables and the launcher's names.
 _OTHERS = """alloca offsetof stdin stdout stderr environ assert errno complex imaginary I math_errhandling
-fpclassify signbit linux unix i386 main threadIdx blockIdx blockDim gridDim warpSize dim3 grid block stream
-min max float2 float4 double2"""
+fpclassify signbit strdupa strndupa linux unix i386 main memcpy memset threadIdx blockIdx blockDim gridDim
+warpSize dim3 grid block stream min max float2 float4 double2"""
 
 _EXACT = frozenset((_C_KEYWORDS + " " + _CPP_KEYWORDS + " " + _OTHERS).split()) | frozenset(
     f"{base}{suffix}" for base in _MATH.split() for suffix in ("", "f", "l"))
@@ -50,7 +50,7 @@ _FAMILIES = re.compile("|".join([
     r"[A-Z][A-Z0-9_]{2,}",  # macros, by convention: NAN, EOF, INT8_MAX, SEEK_SET
     r"M_[A-Z0-9_]+(f|l|f\d+x?)?",  # <math.h>'s constants: M_PI, M_PIf, M_SQRT1_2f64x
     r"L_(tmpnam|ctermid|cuserid)|P_tmpdir",
-    r"(is|to|str|mem|wcs)[a-z]\w*",  # <ctype.h> and <string.h>'s future names: isnan, strdupa, memcpy
+    r"is[a-z]\w*",  # <math.h>'s and <ctype.h>'s classifying macros: isnan, isfinite, isalpha
     r"\w+_unlocked",
     r"(be|le)(16|32|64)toh|hto(be|le)(16|32|64)",
     r"(tf|tunefleet)_\w*",  # the runtime's and the generated code's own
