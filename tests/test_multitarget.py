@@ -239,3 +239,10 @@ def test_build_targets_takes_each_isas_best_record(cache, tmp_path):
     result = CliRunner().invoke(main, ["build", "matmul", "--M", "8", "--N", "16", "--K", "8", "--records", str(path),
                                        "--out", str(tmp_path / "bad")])
     assert result.exit_code == 2 and "--records: only with --targets" in result.output
+    best = configs[1].to_json()  # a knob value its space does not hold: before, exit 1 blaming the build
+    damaged = {**best, "knobs": {**best["knobs"], next(iter(best["knobs"])): [0]}}
+    records.append(path, Record.of(MeasureInput(workload.to_json(), str(avx2), damaged),
+                                   MeasureResult("ok", [1e-7] * 3), "cpu-test", Toolchain("gcc", "12")))
+    result = CliRunner().invoke(main, ["build", "matmul", "--M", "8", "--N", "16", "--K", "8", "--targets",
+                                       "generic,avx2", "--records", str(path), "--out", str(tmp_path / "bad")])
+    assert result.exit_code == 2 and "--records: a best record's config is not in its config space" in result.output

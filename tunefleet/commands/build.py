@@ -98,6 +98,8 @@ def _build_multi_target(workload: ops.Workload, targets_text: str | None, record
         raise ArgumentError(f"--records: {exc}") from None
     try:
         path = build_multi_target_artifact(workload, best_of_records(found, workload, isas), out)
-    except (ScheduleError, BuildError, ConfigError) as exc:
+    except ConfigError as exc:  # the operators' default configs fit their spaces: a record's does not
+        raise ArgumentError(f"--records: a best record's config is not in its config space: {exc}") from None
+    except (ScheduleError, BuildError) as exc:
         raise click.ClickException(f"a config does not build: {exc}") from None
     click.echo(f"{workload.kernel_name()} ({', '.join(isas)}): wrote {path}")
