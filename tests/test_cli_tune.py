@@ -163,7 +163,6 @@ def test_ops_lists_the_arguments_and_build_writes_the_default_config(tmp_path):
     np.testing.assert_allclose(kernel(a, b, bias), a @ b + bias, rtol=1e-4)
 
 
-
 def test_a_damaged_record_file_exits_2_naming_the_option_and_line_and_stays_as_it_was(tmp_path):
     """Before, --resume and --transfer with such a file gave a traceback (exit 1): a cost of NaN
     (which json reads and the records never hold) once the search met it, a config its config

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from tunefleet.compiler import ops
+from tunefleet.compiler.space import ConfigError
 from tunefleet.compiler.target import Target
 
 from . import host, validation
@@ -232,10 +233,14 @@ def tune(
     database = RecordFile(records_path, workload.to_json(), str(target), device_key)
     existing = database.load()
     mine = database.mine(existing)
+    space = ops.config_space(workload, target)
     for n, record in enumerate(mine, 1):
-        if not _resolves(record):  # a damaged record, or one of another version's config space
+        try:  # a damaged record, or one of another version's config space
+            space.from_json(record.config)
+        except ConfigError as exc:
             raise RecordError(f"{database.path}: record {n} of this workload has config "
-                              f"{canonical_json(record.config)[:200]}, which is not in this version's config space")
+                              f"{canonical_json(record.config)[:200]}, which is not in this version's config "
+                              f"space: {exc}") from None
     if mine and not resume:
         configs = len({canonical_json(r.config["knobs"]) for r in mine})
         raise TuneError(f"{database.path} already holds {configs} measured configs of this workload on "
