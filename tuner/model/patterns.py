@@ -199,13 +199,20 @@ def conv(graph: ModelGraph, node: onnx.NodeProto) -> Match:
         raise Untuned(f"weights of shape {list(w)}: a 2-D convolution's are [CO, CI / group, KH, KW]")
     attrs = _attrs(node)
     n, ci, h, wd = x
-    co, _, kh, kw = w
+    co, ci_per_group, kh, kw = w
+    group = attrs.get("group", 1)
+    if group < 1 or ci_per_group * group != ci:
+        raise Untuned(f"weights of shape {list(w)}: {ci} input channels in group={group} take [CO, {ci} / {group}, "
+                      f"KH, KW]")
+    if list(attrs.get("kernel_shape", [kh, kw])) != [kh, kw]:
+        raise Untuned(f"kernel_shape {list(attrs['kernel_shape'])} is not the weights' [KH, KW] = {[kh, kw]}")
     strides, dilations = list(attrs.get("strides", [1, 1])), list(attrs.get("dilations", [1, 1]))
     if len(strides) != 2 or len(dilations) != 2 or min(strides + dilations) < 1:
         raise Untuned(f"strides {strides}, dilations {dilations}: a 2-D convolution steps by at least 1 in each")
     padding = _conv_padding(attrs, (h, wd), (kh, kw), strides, dilations)
-    group = attrs.get("group", 1)
     has_bias = len(node.input) > 2 and bool(node.input[2])
+    if has_bias and _known(graph, node.input[2]).shape != (co,):
+        raise Untuned(f"B of shape {list(_known(graph, node.input[2]).shape)}: a Conv's bias is [CO] = [{co}]")
     build = _Builder(graph, node)
     bias = (node.input[2], None) if has_bias else build.take_bias(co, 2)
     depthwise = group == ci == co > 1
