@@ -35,10 +35,12 @@ class Builder:
         self.nodes.append(helper.make_node(op, inputs, [out], name=f"{op}_{self.count}", **attrs))
         return out
 
-    def model(self, inputs: list[tuple[str, list]], output: str) -> onnx.ModelProto:
+    def model(self, inputs: list[tuple[str, list]], output: str | list[str]) -> onnx.ModelProto:
+        outputs = [output] if isinstance(output, str) else output
         graph = helper.make_graph(
             self.nodes, "test", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs],
-            [helper.make_value_info(output, helper.make_tensor_type_proto(TensorProto.FLOAT, None))], self.inits)
+            [helper.make_value_info(o, helper.make_tensor_type_proto(TensorProto.FLOAT, None)) for o in outputs],
+            self.inits)
         return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
 
 
