@@ -190,7 +190,9 @@ def _conv_padding(attrs: dict, in_hw: tuple[int, int], kernel: tuple[int, int], 
 def conv(graph: ModelGraph, node: onnx.NodeProto) -> Match:
     """Conv (2-D, NCHW) [+ bias Add] [+ activation] → depthwise_conv2d_nchw when group == input
     channels == output channels, else conv2d_nchw with its `groups` (1 for an ordinary one) and
-    a residual Add before the activation where there is one."""
+    a residual Add before the activation where there is one. Untuned where the Conv is no valid
+    one, which shape inference lets pass and onnxruntime refuses to run: weights [CO, CI / group,
+    KH, KW] of other input channels, a kernel_shape other than [KH, KW], a bias B other than [CO]."""
     dtype = _check_dtype(graph, node)
     x, w = _known(graph, node.input[0]).shape, _known(graph, node.input[1]).shape
     if len(x) != 4:
