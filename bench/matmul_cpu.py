@@ -283,6 +283,13 @@ PyTorch / % of the peak: 1024³ 192.8 / 192.8 / 191.1 / 185.2 / 181.8 / 1.04 / 1
 187.5 / 1.00 / 1.02 / 93%, 128×3072×768 175.8 / 176.1 / 173.0 / 173.8 / 160.1 / 1.04 / 1.09 / 86%.
 Blocks sized for this L2 (the default rule assumes 1 MiB), at 1024³ against the default, medians
 of 5 interleaved rounds: bn 4 1.00, bn 2 0.99, bm 4 1.00, bn 4 with bm 4 0.99.
+
+Intel Xeon model 207 again (48 KiB L1d and 2 MiB L2 per core; main at 226bfe1, peak 402-424),
+`--configs 8 --processes 3`, default / best of 8 / numpy / np-AVX2 / PyTorch / ratio to OpenBLAS / to
+PyTorch / % of the peak: 256³ 318.1 / 318.1 / 281.3 / 153.4 / 337.6 / 1.18 / 1.06 / 78%, 512³ 341.5 /
+367.3 / 312.6 / 187.3 / 381.5 / 1.37 / 0.95 / 87%, 1024³ 364.9 / 364.9 / 266.1 / 165.8 / 364.1 / 1.43 /
+1.09 / 86%, 2048³ 334.2 / 334.2 / 277.8 / 166.9 / 336.8 / 1.28 / 1.04 / 83%, 128×3072×768 338.8 / 338.8
+/ 235.8 / 179.5 / 343.8 / 1.63 / 0.99 / 81%: MKL level with us at 1024³, both at 86% of the peak.
 """
 
 from __future__ import annotations

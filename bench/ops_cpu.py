@@ -333,6 +333,16 @@ ours, OpenBLAS): 1×512 -> 1000 73.2 -> 75.5 (3.59 / 1.54, 1.15), 1×768 -> 3072
 (2.76 / 1.05, 1.04). Timed in a loop, as this bench does, W stays in the L3, where the
 prefetches cost (85.9 -> 73.2 at 1×512 -> 1000 against the row above); in a model run it comes
 from memory, where they pay (bench/tune_model.py: MobileNet's classifier 1.13-1.26×).
+
+Intel Xeon model 207 again (main at 226bfe1, peak 404-431), 8 configs, 3 rounds, GFLOP/s default
+-> best (PyTorch / onnxruntime ÷ ours): 3×3 NCHWc 56² 337.1 (1.90 / 1.12), 28² 322.9 -> 357.3
+(1.11 / 1.01), 14² 286.9 (1.06 / 0.92), pre-packed 285.0 -> 316.0 (1.15 / 0.92); 7² per call 236.1
+(1.44 / 0.92), pre-packed 289.5 -> 323.3 (1.68 / 1.09); s2 512@14² 278.5 (1.56 / 0.89), pre-packed
+215.7 -> 304.5 (1.96 / 1.17); 1×1 2048 -> 512 at 7² 270.4 (1.70 / 1.04), pre-packed 249.3 -> 286.7
+(1.51 / 0.92); dense 1×512 -> 1000 65.6 (1.74 / 1.38, OpenBLAS 1.14), 128×768 -> 3072 343.5 -> 346.2
+(1.28 / 0.96, 1.65). Every row at or above PyTorch. The two pre-packed layers' bests are their
+second preferred config (the GEMM's tiles; NCHWc first, `panel_gemm_first`), which a search
+measures second: 1.41× and 1.15× over the first here.
 """
 
 from __future__ import annotations

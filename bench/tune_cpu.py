@@ -202,6 +202,13 @@ xgb, 64 trials, 5 rounds, tuned vs numpy / PyTorch (ratios by rounds; % of the p
 1000³ 186.6 vs 187.7 / 186.2 (1.00 / 1.01; 91%), 128×3072×768 174.8 vs 174.7 / 159.6 (1.03 / 1.11;
 85%), conv2d 512@7² 162.9 vs PyTorch 128.4 (1.29; 79%); 90% of each run's best at the first
 trial; tuning 53-316 s. OpenBLAS runs at 92-93% of the peak at the cubes here.
+
+Intel Xeon model 207 (2 MiB L2 per core; main at 226bfe1, peak 405-427), xgb, 64 trials, 3
+rounds, tuned vs numpy / PyTorch (ratios by rounds; % of the peak): matmul 1024³ 363.9 vs 297.9 /
+361.3 (1.22 / 1.04; 86%), 2048³ 359.6 vs 371.3 / 391.8 (1.35 / 0.93; 85%), 1000³ 372.6 vs 250.4 /
+369.5 (1.45 / 1.08; 87%), 128×3072×768 299.4 vs 239.3 / 308.7 (1.57 / 0.97; 74%), conv2d 512@7²
+273.5 vs PyTorch 195.6 (1.26; 65%); 90% of each run's best after 3-25 trials (3-18 s); tuning
+26-147 s.
 """
 
 from __future__ import annotations

@@ -234,6 +234,12 @@ Measured (2-vCPU Intel Xeon, AVX-512, KVM; each phase under the shared CPU lock,
   more interleaved rounds of fresh processes with the default config: default 166.1 best (144.7
   median), quiet winner 179.1 (149.6), busy winner 181.0 (174.6), per-round median over the
   default 1.06× and 1.21×: on a host this noisy the outer-parallel winner's speed varies most.
+* Intel Xeon model 207 again (main at 226bfe1, load average 0.6-1.9, one run): busy winner
+  **97.8%** of the quiet one (90.7% by median; quiet winner 375.6 best, 368.2 median GFLOP/s);
+  quiet: 82 probes, 3 above UNSTEADY, disturbance median 0.16, max 0.52; busy: 80 probes, 1
+  above UNSTEADY, stolen p50 0.358, disturbance median 0.50, max 0.74; 0% counted disturbed in
+  both; 41 s and 50 s for 64 trials; different configs (busy 6 × 64 bm 16 bn 2 ku 8, B packed per
+  block; quiet 6 × 64 bm 16, all of B packed).
 """
 
 from __future__ import annotations
