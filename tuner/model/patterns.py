@@ -213,8 +213,8 @@ def conv(graph: ModelGraph, node: onnx.NodeProto) -> Match:
         raise Untuned(f"strides {strides}, dilations {dilations}: a 2-D convolution steps by at least 1 in each")
     padding = _conv_padding(attrs, (h, wd), (kh, kw), strides, dilations)
     has_bias = len(node.input) > 2 and bool(node.input[2])
-    if has_bias and _known(graph, node.input[2]).shape != (co,):
-        raise Untuned(f"B of shape {list(_known(graph, node.input[2]).shape)}: a Conv's bias is [CO] = [{co}]")
+    if has_bias and (b := _known(graph, node.input[2]).shape) != (co,):
+        raise Untuned(f"B of shape {list(b)}: a Conv's bias is [CO] = [{co}]")
     build = _Builder(graph, node)
     bias = (node.input[2], None) if has_bias else build.take_bias(co, 2)
     depthwise = group == ci == co > 1
