@@ -189,9 +189,14 @@ def checked_prologue(checked: str, args: Sequence[ArgSpec]) -> list[str]:
     ]
 
 
+def dlpack_type(dtype: str) -> tuple[int, int]:
+    """The DLPack type code (0 int, 2 float) and bits of `dtype`, a key of C_TYPES."""
+    return C_TYPES[dtype][1], 8 * DTYPE_BYTES[dtype]
+
+
 def dlpack_check_args(a: ArgSpec) -> str:
     """`<DLPack type code>, <bits>, <ndim>`: what a DLTensor of argument `a` must hold."""
-    return f"{C_TYPES[a.dtype][1]}, {8 * DTYPE_BYTES[a.dtype]}, {len(a.shape)}"
+    return f"{', '.join(map(str, dlpack_type(a.dtype)))}, {len(a.shape)}"
 
 
 def shape_array(a: ArgSpec) -> str:

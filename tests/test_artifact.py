@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import tunefleet
+from tunefleet.base.dltensor import DLDataType, DLDevice, DLTensor, pointer_array
 from tunefleet.compiler.abi import ABI_VERSION, ArgSpec
 from tunefleet.compiler.artifact import read_manifest, write_artifact
 from tunefleet.compiler import ops
@@ -156,20 +157,6 @@ def test_rebuild_command_from_the_shipped_source(artifact, tmp_path):
     np.testing.assert_array_equal(c, a @ b)
 
 
-class DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-
-
-class DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice), ("ndim", ctypes.c_int32),
-                ("dtype", DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
-                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
-
-
 def dltensor(array, *, strides=None, device=1, byte_offset=0):
     """A DLTensor over `array` (kept alive with its shape/strides as attributes)."""
     codes = {"f": 2, "i": 0, "u": 1}
@@ -185,8 +172,7 @@ def dltensor(array, *, strides=None, device=1, byte_offset=0):
 def call_checked(artifact, *tensors, num_args=None):
     lib = ctypes.CDLL(str(artifact / "matmul.so"))
     lib.tunefleet_last_error.restype = ctypes.c_char_p
-    args = (ctypes.POINTER(DLTensor) * len(tensors))(*(ctypes.pointer(t) for t in tensors))
-    rc = lib.matmul_checked(args, len(tensors) if num_args is None else num_args)
+    rc = lib.matmul_checked(pointer_array(list(tensors)), len(tensors) if num_args is None else num_args)
     return rc, lib.tunefleet_last_error().decode()
 
 
@@ -306,6 +292,40 @@ def test_load_rejects_read_only_outputs_and_newer_abi(artifact, tmp_path):
     (newer / "manifest.json").write_text(json.dumps({**manifest, "abi_version": ABI_VERSION + 1}))
     with pytest.raises(ValueError, match="newer than this tunefleet's"):
         tunefleet.load(newer)
+
+
+def _edit_args(edit):
+    def apply(args):
+        args = [dict(a) for a in args]
+        edit(args)
+        return args
+    return apply
+
+
+@pytest.mark.parametrize("edit, message", [
+    (_edit_args(lambda args: args[1].update(shape=[K, N - 1])),
+     f"argument 'B': expected shape [{K}, {N}], got [{K}, {N - 1}]"),
+    (_edit_args(lambda args: args[2].update(shape=[M // 2, N])),
+     f"argument 'C': expected shape [{M}, {N}], got [{M // 2}, {N}]"),
+    (_edit_args(lambda args: args[0].update(dtype="int8")), "argument 'A': expected dtype float32, got int8"),
+    (_edit_args(lambda args: args[0].update(shape=[M * K])), "argument 'A': expected 2 dimensions, got 1"),
+    (_edit_args(lambda args: args.pop(1)), "expected 3 arguments (A, B, C), got 2"),
+    (_edit_args(lambda args: args.append({**args[2], "name": "D"})), "expected 3 arguments (A, B, C), got 4"),
+    (_edit_args(lambda args: args.insert(2, args.pop(0))), "argument 'A': expected shape"),
+    (_edit_args(lambda args: args[1].update(is_output=True)), "output 'C' overlaps argument 'A'"),
+], ids=["input narrower", "output shorter", "dtype", "flattened", "argument dropped", "argument added",
+        "reordered", "input as output"])
+def test_load_refuses_a_manifest_whose_arguments_the_library_does_not_take(artifact, tmp_path, edit, message):
+    """The calls size the kernel's buffers from manifest.json: one listing smaller arrays would let
+    the kernel write past them."""
+    edited = tmp_path / "edited"
+    shutil.copytree(artifact, edited)
+    manifest = read_manifest(edited)
+    (edited / "manifest.json").write_text(json.dumps({**manifest, "args": edit(manifest["args"])}))
+    with pytest.raises(ValueError, match="the manifest's arguments are not those the library was compiled for") as info:
+        tunefleet.load(edited)
+    assert message in str(info.value)
+    np.testing.assert_array_equal(tunefleet.load(artifact)(*inputs()), np.matmul(*inputs()))
 
 
 def test_kernel_time_and_thread_count(artifact):

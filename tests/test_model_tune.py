@@ -83,6 +83,13 @@ def test_bundle_kernels_match_onnxruntime_node_by_node(tmp_path, build):
     assert len(rounds) == len(extraction.tasks) and all(r.source == "best record" for r in tuned.results)
     out = write_bundle(tmp_path / "bundle", tuned, model_name=f"{build.__name__}.onnx")
     assert check_against_onnxruntime(out, graph) == sum(t.occurrences for t in extraction.tasks)
+    manifest = json.loads((out / "model_manifest.json").read_text())
+    symbol, kernel = next(iter(manifest["kernels"].items()))
+    kernel["args"][-1]["shape"][-1] += 1  # edited after the build: calls would size the output from it
+    (out / "model_manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ValueError, match=f"{symbol}: the manifest's arguments are not those the library was "
+                                         f"compiled for: {symbol}_checked: argument '.*': expected shape"):
+        tunefleet.load(out)
 
 
 def test_constant_convolution_weights_are_prepacked_and_the_bundle_packs_them_for_the_caller(tmp_path):

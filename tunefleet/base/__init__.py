@@ -2,7 +2,8 @@
 that imports nothing of theirs (only the compiler, whose artifacts :mod:`.load` loads).
 
 - :mod:`.settings`: the service processes' configuration (``TUNEFLEET_*`` variables);
-- :mod:`.load`: an artifact as a Python callable (``tunefleet.load``);
+- :mod:`.load`: an artifact as a Python callable (``tunefleet.load``), and :mod:`.dltensor`:
+  DLPack's DLTensor as ctypes structures, for its ``<name>_checked`` entry point;
 - :mod:`.redisconn`, :mod:`.rqworker`: Redis connections that ride out outages and the RQ
   worker class, shared by the tuner process (``tunefleet.server``) and the measurement
   worker (``tunefleet.worker``), which must not import each other;

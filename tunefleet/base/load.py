@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tunefleet.base.dltensor import dltensor, pointer_array
 from tunefleet.compiler.abi import ABI_VERSION, ArgSpec
 from tunefleet.compiler.artifact import MODEL_MANIFEST, read_manifest
 from tunefleet.compiler.target import Target
@@ -23,7 +24,8 @@ def load(path: str | os.PathLike) -> Kernel | ModelBundle:
     `.so`) a ModelBundle.
 
     Raises FileNotFoundError without a manifest, ValueError when the artifact's ABI
-    version is newer than this tunefleet's, OSError when the library cannot be loaded.
+    version is newer than this tunefleet's or a CPU kernel's manifest lists other arguments
+    (dtypes, shapes) than its library was compiled for, OSError when the library cannot be loaded.
     """
     path = Path(path)
     directory = path if path.is_dir() else path.parent
@@ -109,7 +111,8 @@ class Kernel:
     dtype and shape exactly, C-contiguous; outputs must be writeable and must not overlap
     other arguments. A wrong number of arguments raises TypeError naming the inputs and
     outputs; a mismatched argument ValueError naming it and what is expected; a nonzero
-    return of the kernel RuntimeError with the runtime's error text.
+    return of the kernel RuntimeError with the runtime's error text. Constructing one raises
+    ValueError when `manifest` lists other arguments than the library's kernel takes.
     """
 
     def __init__(self, so_path: str | os.PathLike, manifest: dict) -> None:
@@ -127,6 +130,32 @@ class Kernel:
         self._lib.tunefleet_timer.argtypes = [
             ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), *[ctypes.c_int] * 5,
             ctypes.POINTER(ctypes.c_double)]
+        self._check_manifest_against_library()
+
+    def _check_manifest_against_library(self) -> None:
+        """ValueError unless the library was compiled for exactly the manifest's arguments (count,
+        order of inputs and outputs, dtypes, shapes). Calls hand the kernel buffers sized from the
+        manifest, a file beside the library: a damaged or edited one would let it write past them.
+
+        One call of ``<name>_checked`` with a DLTensor of each manifest argument, all over one
+        scratch buffer: the entry point checks each against what it was compiled with, then
+        refuses the first output for overlapping the first argument (abi.checked_body), so the
+        kernel never runs; that refusal, naming those two, is the agreement."""
+        outputs = [a for a in self.args if a.is_output]
+        if not self._inputs or not outputs:
+            raise ValueError(f"{self.name}: the manifest lists no {'inputs' if outputs else 'outputs'}; "
+                             "every tunefleet kernel has both")
+        scratch = (ctypes.c_double * 8)()
+        tensors = [dltensor(a, ctypes.addressof(scratch)) for a in self.args]
+        checked = getattr(self._lib, f"{self.name}_checked")
+        checked.argtypes = [ctypes.c_void_p, ctypes.c_int]
+        checked(pointer_array(tensors), len(tensors))
+        error = self._lib.tunefleet_last_error().decode(errors="replace")
+        agreed = (f"{self.name}_checked: output '{outputs[0].name}' overlaps argument "
+                  f"'{self.args[0].name}' in memory; outputs must not alias")
+        if error != agreed:
+            raise ValueError(f"{self.name}: the manifest's arguments are not those the library was "
+                             f"compiled for: {error}")
 
     def __repr__(self) -> str:
         sig = ", ".join(f"{a.name}: {a.dtype}{list(a.shape)}" for a in self._inputs)

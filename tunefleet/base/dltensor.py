@@ -1,0 +1,47 @@
+"""DLPack's ``DLTensor`` (dlpack.h v0.8, as every artifact header declares it) as ctypes
+structures, for calling an artifact's ``<name>_checked`` entry point from Python."""
+
+from __future__ import annotations
+
+import ctypes
+
+from tunefleet.compiler.abi import ArgSpec, dlpack_type
+
+#: DLDeviceType of host memory.
+KDL_CPU = 1
+
+
+class DLDevice(ctypes.Structure):
+    """``DLDevice``: device_type (int32, a DLDeviceType), device_id (int32)."""
+
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class DLDataType(ctypes.Structure):
+    """``DLDataType``: code (uint8: 0 int, 1 uint, 2 float), bits (uint8), lanes (uint16)."""
+
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):
+    """``DLTensor``: data, device, ndim, dtype, shape (int64[ndim]), strides (int64[ndim] in
+    elements, or NULL for compact row-major), byte_offset (bytes)."""
+
+    _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+def dltensor(spec: ArgSpec, data: int, *, device_type: int = KDL_CPU) -> DLTensor:
+    """A compact row-major DLTensor of argument `spec` (its dtype and shape) over address `data`.
+    The tensor keeps its shape array alive (attribute ``keep``); `data` is the caller's to keep."""
+    code, bits = dlpack_type(spec.dtype)
+    shape = (ctypes.c_int64 * len(spec.shape))(*spec.shape)
+    tensor = DLTensor(data, DLDevice(device_type, 0), len(spec.shape), DLDataType(code, bits, 1), shape, None, 0)
+    tensor.keep = shape
+    return tensor
+
+
+def pointer_array(tensors: list[DLTensor]) -> ctypes.Array:
+    """``DLTensor* args[]`` over `tensors`, as ``<name>_checked(args, num_args)`` takes it."""
+    return (ctypes.POINTER(DLTensor) * len(tensors))(*(ctypes.pointer(t) for t in tensors))
