@@ -313,8 +313,9 @@ def _edit_args(edit):
     (_edit_args(lambda args: args.append({**args[2], "name": "D"})), "expected 3 arguments (A, B, C), got 4"),
     (_edit_args(lambda args: args.insert(2, args.pop(0))), "argument 'A': expected shape"),
     (_edit_args(lambda args: args[1].update(is_output=True)), "output 'C' overlaps argument 'A'"),
+    (_edit_args(lambda args: args.__delitem__(slice(0, 2))), "it lists no inputs; every tunefleet kernel has both"),
 ], ids=["input narrower", "output shorter", "dtype", "flattened", "argument dropped", "argument added",
-        "reordered", "input as output"])
+        "reordered", "input as output", "inputs dropped"])
 def test_load_refuses_a_manifest_whose_arguments_the_library_does_not_take(artifact, tmp_path, edit, message):
     """The calls size the kernel's buffers from manifest.json: one listing smaller arrays would let
     the kernel write past them."""
