@@ -343,6 +343,17 @@ Intel Xeon model 207 again (main at 226bfe1, peak 404-431), 8 configs, 3 rounds,
 (1.28 / 0.96, 1.65). Every row at or above PyTorch. The two pre-packed layers' bests are their
 second preferred config (the GEMM's tiles; NCHWc first, `panel_gemm_first`), which a search
 measures second: 1.41× and 1.15× over the first here.
+
+AMD EPYC Zen 4 again (main at 8aa0335, peak 233-235), `--only conv5 "conv4 3x3" "conv3 3x3" "dense
+1x512"`, 8 configs, 3 rounds, GFLOP/s default -> best (PyTorch / onnxruntime ÷ ours): 3×3 NCHWc 28²
+220.1 -> 221.4 (1.05 / 0.98), 14² 205.9 (1.02 / 0.93); 7² per call 189.5 -> 198.0 (0.92 / 0.73),
+pre-packed 226.4 -> 226.8 (1.17 / 0.95); s2 512@14² 187.0 -> 195.1 (1.22 / 0.89), pre-packed 222.5
+-> 222.9 (1.31 / 1.01); s2 128@56² 209.1 -> 209.9 (1.06 / 0.99); 1×1 2048 -> 512 at 7² 160.9 ->
+192.2 (1.18 / 0.93), pre-packed 214.5 (1.32 / 1.11); dense 1×512 -> 1000 72.5 -> 72.6 (3.44 / 1.48,
+OpenBLAS 1.11). Here the two pre-packed layers' first preferred config (NCHWc) is their best, as on
+Zen 5 and unlike the Xeon model 207 above; the per-call 1×1 at 7² wants its second (the dot
+products, 1.19×), as `conv2d.dot_weights_stay_in_l1` records. Below PyTorch: the 7² 3×3 with its
+weights packed per call (model bundles pre-pack it: 1.17×).
 """
 
 from __future__ import annotations

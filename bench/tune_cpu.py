@@ -209,6 +209,14 @@ rounds, tuned vs numpy / PyTorch (ratios by rounds; % of the peak): matmul 1024�
 369.5 (1.45 / 1.08; 87%), 128×3072×768 299.4 vs 239.3 / 308.7 (1.57 / 0.97; 74%), conv2d 512@7²
 273.5 vs PyTorch 195.6 (1.26; 65%); 90% of each run's best after 3-25 trials (3-18 s); tuning
 26-147 s.
+
+AMD EPYC Zen 4 again (family 25 model 17; main at 8aa0335, peak 233-235), xgb, 64 trials, 3
+rounds, tuned vs numpy / its AVX2 kernels / PyTorch (ratios by rounds; % of the peak): matmul
+1024³ 224.3 vs 203.8 / 218.0 / 196.6 (1.26 / 1.27 / 1.15; 96%), 2048³ 227.3 vs 207.8 / 221.2 /
+202.9 (1.10 / 1.03 / 1.12; 97%), 1000³ 221.7 vs 211.6 / 221.4 / 206.4 (1.05 / 1.01 / 1.08; 95%),
+128×3072×768 209.5 vs 179.7 / 203.0 / 173.3 (1.17 / 1.04 / 1.28; 90%), conv2d 512@7² 200.9 vs
+PyTorch 182.8 (1.06; 86%); 90% of each run's best at the first trial (conv2d: 26 trials, 12 s);
+tuning 23-153 s.
 """
 
 from __future__ import annotations

@@ -240,6 +240,12 @@ Measured (2-vCPU Intel Xeon, AVX-512, KVM; each phase under the shared CPU lock,
   above UNSTEADY, stolen p50 0.358, disturbance median 0.50, max 0.74; 0% counted disturbed in
   both; 41 s and 50 s for 64 trials; different configs (busy 6 × 64 bm 16 bn 2 ku 8, B packed per
   block; quiet 6 × 64 bm 16, all of B packed).
+* AMD EPYC Zen 4 again (family 25 model 17; main at 8aa0335, one run): busy winner **98.7%** of
+  the quiet one (99.8% by median; quiet winner 226.3 best, 223.5 median GFLOP/s); quiet: 79
+  probes, 0 above UNSTEADY, disturbance median 0.03, max 0.23; busy: 80 probes, 1 above
+  UNSTEADY, stolen p50 0.326, disturbance median 0.38, max 0.94, validated at 161.7 in a burst
+  (spread 16.4%); 0% counted disturbed in both; 41 s and 51 s for 64 trials; different configs
+  (busy 6 × 64 bm 2 ku 8 nm_mn; quiet 6 × 64 bm 8 ku 2 nm_nm; both B packed per block, outer).
 """
 
 from __future__ import annotations
