@@ -32,12 +32,12 @@ class DLTensor(ctypes.Structure):
                 ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
 
 
-def dltensor(spec: ArgSpec, data: int, *, device_type: int = KDL_CPU) -> DLTensor:
-    """A compact row-major DLTensor of argument `spec` (its dtype and shape) over address `data`.
+def dltensor(spec: ArgSpec, data: int) -> DLTensor:
+    """A compact row-major DLTensor of argument `spec` (its dtype and shape) over host address `data`.
     The tensor keeps its shape array alive (attribute ``keep``); `data` is the caller's to keep."""
     code, bits = dlpack_type(spec.dtype)
     shape = (ctypes.c_int64 * len(spec.shape))(*spec.shape)
-    tensor = DLTensor(data, DLDevice(device_type, 0), len(spec.shape), DLDataType(code, bits, 1), shape, None, 0)
+    tensor = DLTensor(data, DLDevice(KDL_CPU, 0), len(spec.shape), DLDataType(code, bits, 1), shape, None, 0)
     tensor.keep = shape
     return tensor
 
