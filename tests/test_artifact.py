@@ -172,7 +172,7 @@ def dltensor(array, *, strides=None, device=1, byte_offset=0):
 def call_checked(artifact, *tensors, num_args=None):
     lib = ctypes.CDLL(str(artifact / "matmul.so"))
     lib.tunefleet_last_error.restype = ctypes.c_char_p
-    rc = lib.matmul_checked(pointer_array(list(tensors)), len(tensors) if num_args is None else num_args)
+    rc = lib.matmul_checked(pointer_array(tensors), len(tensors) if num_args is None else num_args)
     return rc, lib.tunefleet_last_error().decode()
 
 

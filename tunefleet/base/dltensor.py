@@ -4,6 +4,7 @@ structures, for calling an artifact's ``<name>_checked`` entry point from Python
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Sequence
 
 from tunefleet.compiler.abi import ArgSpec, dlpack_type
 
@@ -42,6 +43,6 @@ def dltensor(spec: ArgSpec, data: int) -> DLTensor:
     return tensor
 
 
-def pointer_array(tensors: list[DLTensor]) -> ctypes.Array:
+def pointer_array(tensors: Sequence[DLTensor]) -> ctypes.Array:
     """``DLTensor* args[]`` over `tensors`, as ``<name>_checked(args, num_args)`` takes it."""
     return (ctypes.POINTER(DLTensor) * len(tensors))(*(ctypes.pointer(t) for t in tensors))
