@@ -82,10 +82,13 @@ class Counting(LocalMeasurer):
     def __init__(self, **options) -> None:
         super().__init__(**options)
         self.ran: list[int] = []
+        self.steady: list[bool] = []  # whether each attempt's reference kernel ran steadily
 
     def _attempt(self, inp, built, protocol):
         self.ran.append(inp.config["knobs"]["vec"])
-        return super()._attempt(inp, built, protocol)
+        result, steady = super()._attempt(inp, built, protocol)
+        self.steady.append(steady)
+        return result, steady
 
 
 @pytest.mark.quiet_host
@@ -125,7 +128,10 @@ def test_a_disturbed_trial_is_measured_again_and_marked():
         assert result.ok and result.disturbed and result.disturbance > 0
         assert m.ran == [1, 1, 1]
         (trusting,) = m.measure_batch([candidate()], MeasureProtocol(repeat=3, max_disturbance=1e6, remeasure=2))
-        assert trusting.ok and not trusting.disturbed and m.ran == [1, 1, 1, 1]
+        assert trusting.ok and not trusting.disturbed and 4 <= len(m.ran) <= 6
+        # However disturbed, it is measured again only where its reference kernel was unsteady (a burst of
+        # a noisy host, or of the other tests, that the probe cannot place), never for its disturbance.
+        assert not any(m.steady[3:-1]), m.steady
 
 
 class FirstUnsteady(Counting):
