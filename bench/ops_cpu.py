@@ -354,6 +354,17 @@ OpenBLAS 1.11). Here the two pre-packed layers' first preferred config (NCHWc) i
 Zen 5 and unlike the Xeon model 207 above; the per-call 1×1 at 7² wants its second (the dot
 products, 1.19×), as `conv2d.dot_weights_stay_in_l1` records. Below PyTorch: the 7² 3×3 with its
 weights packed per call (model bundles pre-pack it: 1.17×).
+
+AMD EPYC Zen 3 again (family 25 model 1, AVX2 only; main at 4faf704, peak 198-204), all workloads,
+8 configs, 3 rounds, GFLOP/s default -> best (PyTorch / onnxruntime, peer time ÷ ours): 3×3 NCHWc 56²
+171.6 -> 172.7 (2.04 / 1.02), 28² 164.4 (1.34 / 1.00), 14² 143.8 (0.98 / 0.72), pre-packed 14² 170.8
+(1.13 / 0.94), s2 128@56² 162.5 -> 166.8 (1.26 / 0.99), s2 256@28² 139.1 -> 146.5 (1.37 / 0.92); 7² per
+call 149.9 (1.41 / 0.94), pre-packed 172.8 (1.51 / 0.98); s2 512@14² 150.5 -> 153.0 (2.03 / 0.97),
+pre-packed 165.3 (1.59 / 1.07); 1×1 layers 142.9-184.7 (1.20-6.50 / 0.96-1.75), with the shortcut's
+sum 145.4-169.1 (3.40-5.45 / 1.11-1.46); dense 1×512 -> 1000 55.4 -> 59.3 (3.25 / 1.90, OpenBLAS
+1.58), 128×768 -> 3072 166.0 (1.23 / 1.01, 1.07). Every row at or above PyTorch but the 14² 3×3 with
+its weights packed per call, level with it (0.98 by the per-round median; PyTorch ran at 146.1 here,
+at 114-137 in the earlier Zen 3 runs above).
 """
 
 from __future__ import annotations
