@@ -12,11 +12,11 @@ from tunefleet.base.redisconn import Outages, count_reconnects
 from tunefleet.base.settings import Settings
 from tunefleet.base.version import __version__
 from tunefleet.server.api import body_limits, include_routes
+from tunefleet.server.api.error_handlers import install_error_handlers, one_value_per_query_parameter
 from tunefleet.server.artifact_store import ArtifactStore
 from tunefleet.server.body_limit import BodyLimit
 from tunefleet.server.dashboard import mount_dashboard
 from tunefleet.server.db import follow_outages, make_engine, make_sessionmaker
-from tunefleet.server.errors import install_error_handlers, one_value_per_query_parameter
 from tunefleet.server.metrics import MetricsMiddleware, QueueCollector, StoreCollector
 from tunefleet.server.queue import LazyConnection, server_name
 from tunefleet.server.ratelimit import SubmissionLimiter

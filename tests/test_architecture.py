@@ -1,7 +1,8 @@
 """The import contracts of pyproject.toml's [tool.importlinter] hold: the layers (CLI > server |
-worker > tuner > shared base > compiler), a worker that needs only the worker extra, and no
-import cycles between sibling modules. import-linter's `lint-imports` checks them, imports
-inside functions included; docs/architecture.md explains them.
+worker > tuner > shared base > compiler), a worker that needs only the worker extra, a tuner
+process that starts without the web framework, and no import cycles between sibling modules.
+import-linter's `lint-imports` checks them, imports inside functions included;
+docs/architecture.md explains them.
 
 import-linter reads a package from one folder, while pyproject maps the subpackages from
 folders of their own (compiler/ -> tunefleet.compiler, ...) and an editable install keeps
