@@ -67,15 +67,16 @@ class CStyleRenderer:
     override `load`, `store`, `loop`, `allocate`, `evaluate` and `generate`."""
 
     #: the language, for error messages
-    language = "C"
+    language: str
     #: qualifier of the kernel's pointer parameters
-    restrict = "restrict"
+    restrict: str
     #: how true and false print
-    true, false = "1", "0"
+    true: str
+    false: str
     #: float min/max of two scalars: formatted with op ("min"/"max") and suffix ("f" for float32)
-    float_min_max = "tf_{op}{suffix}"
+    float_min_max: str
     #: type of loop indices and of index arithmetic
-    index_ctype = "int64_t"
+    index_ctype: str
 
     def __init__(self, func: PrimFunc):
         self.func = func
