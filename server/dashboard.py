@@ -254,6 +254,14 @@ def _page(request: Request, template: str, **context: Any) -> HTMLResponse:
     return response
 
 
+def _page_of(request: Request, template: str, exists: bool, **context: Any) -> HTMLResponse:
+    """The page of one stored row; 404 (the page saying so, with a way back) where it does not exist."""
+    response = _page(request, template, missing=not exists, **context)
+    if not exists:
+        response.status_code = 404
+    return response
+
+
 @pages.get("/", response_class=HTMLResponse)
 def tasks_page(request: Request) -> HTMLResponse:
     """Every task with its progress, filters, and the submission form."""
@@ -266,11 +274,7 @@ def task_page(
 ) -> HTMLResponse:
     """One task: charts, top configs, errors, best config, prototype, actions (404 with a
     way back when there is no such task)."""
-    exists = session.get(Task, task_id) is not None
-    response = _page(request, "task.html", page="task", task_id=task_id, missing=not exists)
-    if not exists:
-        response.status_code = 404
-    return response
+    return _page_of(request, "task.html", session.get(Task, task_id) is not None, page="task", task_id=task_id)
 
 
 @pages.get("/models/{model_id}", response_class=HTMLResponse)
@@ -279,11 +283,7 @@ def model_page(
 ) -> HTMLResponse:
     """One model: its layers' progress and best, the estimated model latency over time, the
     untuned nodes, the bundle download (404 with a way back when there is no such model)."""
-    exists = session.get(Model, model_id) is not None
-    response = _page(request, "model.html", page="model", model_id=model_id, missing=not exists)
-    if not exists:
-        response.status_code = 404
-    return response
+    return _page_of(request, "model.html", session.get(Model, model_id) is not None, page="model", model_id=model_id)
 
 
 @pages.get("/workers", response_class=HTMLResponse)
