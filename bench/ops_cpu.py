@@ -365,6 +365,18 @@ sum 145.4-169.1 (3.40-5.45 / 1.11-1.46); dense 1×512 -> 1000 55.4 -> 59.3 (3.25
 1.58), 128×768 -> 3072 166.0 (1.23 / 1.01, 1.07). Every row at or above PyTorch but the 14² 3×3 with
 its weights packed per call, level with it (0.98 by the per-round median; PyTorch ran at 146.1 here,
 at 114-137 in the earlier Zen 3 runs above).
+
+AMD EPYC Zen 4 again (main at c5dc651, peak 233), `--only "conv5 3x3"`, 8 configs, 3 rounds: 7² per
+call 167.7 -> 179.2 (0.91 / 0.69; PyTorch 180.3 at its best round), s2 512@14² 172.9 -> 191.6 (1.20 /
+0.84), pre-packed 219.5 -> 220.9 (1.42 / 0.94). Where the per-call panel GEMM's time goes (its default,
+512@7² 3×3, best of 5 interleaved rounds, the kernel's C edited): 1.244 ms; without packing the weights
+1.085 ms (213 GFLOP/s, 91% of the peak), so the per-call transposes of 9.4 MB take 13%; without the
+pixels' gather 1.254 (nothing), without the output's transpose 1.211 (3%). What did not move it,
+medians of 5-7 rounds against the default: K blocks (kc 2304 to 576: 0.98-1.02), prefetching the next
+panel's weight rows into the L2 or L1 while the tiles compute (1.00-1.04, best times equal), a 16 × 16
+transpose by unpacks and 128-bit lane shuffles instead of vpermt2ps (0.99; dense 128×768 -> 3072
+1.02). The dot products over the weights read in place (the second preferred config, which a search
+measures second) run 1.03-1.05× the default here, at 7² and s2 alike, whatever their kc.
 """
 
 from __future__ import annotations
