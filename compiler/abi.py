@@ -205,13 +205,18 @@ def shape_array(a: ArgSpec) -> str:
 
 
 def checked_body(checked: str, args: Sequence[ArgSpec], check: str, expected: Callable[[ArgSpec], str],
-                 call: Callable[[str], str]) -> list[str]:
+                 call: Callable[[str], str], *, layout_check: str | None = None) -> list[str]:
     """The body lines of entry point `<checked>(DLTensor** args, int num_args)` and its closing brace:
-    `checked_prologue`; per argument `a` (the i-th) the runtime's tensor check `check` (C:
+    `checked_prologue`; where `layout_check` is given (CUDA: `tf_check_cuda_layout`), per argument
+    `a` (the i-th) `layout_check("<checked>", "<a.name>", args[i], <type code, bits, ndim>, <shape>)`,
+    every argument's before any device check; per argument the runtime's tensor check `check` (C:
     `tf_check_tensor`, CUDA: `tf_check_cuda_tensor`) as `check("<checked>", "<a.name>", args[i],
     <expected(a)>, &data[i])`; `disjoint_checks`; then `return <call(unpacked)>;` where `unpacked`
     lists the data pointers cast to the argument types."""
     lines = checked_prologue(checked, args)
+    if layout_check is not None:
+        lines += [f'  if ({layout_check}("{checked}", "{a.name}", args[{i}], {dlpack_check_args(a)}, '
+                  f'{shape_array(a)}) != 0) return -1;' for i, a in enumerate(args)]
     for i, a in enumerate(args):
         lines.append(f'  if ({check}("{checked}", "{a.name}", args[{i}], {expected(a)}, &data[{i}]) != 0) return -1;')
     lines += disjoint_checks(checked, args)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import tunefleet
-from tunefleet.base.dltensor import DLDataType, DLDevice, DLTensor, pointer_array
+from tunefleet.compiler.dltensor import DLDataType, DLDevice, DLTensor, pointer_array
 from tunefleet.compiler.abi import ABI_VERSION, ArgSpec
 from tunefleet.compiler.artifact import read_manifest, write_artifact
 from tunefleet.compiler import ops

@@ -8,17 +8,19 @@ Per kernel:
   aligned, or the launch fails;
 - ``int <name>_packed(void** args, cudaStream_t stream)``: the pointers in an array (the timer's
   form);
-- ``int <name>_checked(DLTensor** args, int num_args)``: checks device (kDLCUDA on the current
-  device, device memory), dtype, shape, strides, alignment and that outputs overlap nothing,
-  then launches on the default stream.
+- ``int <name>_checked(DLTensor** args, int num_args)``: checks each argument's dtype, shape and
+  strides, then each one's device (kDLCUDA on the current device, device memory) and alignment,
+  and that outputs overlap nothing, then launches on the default stream. The layouts come
+  first so that host tensors of the right layouts are refused for their device alone, with
+  no CUDA call: how `GpuKernel` checks a manifest against its library on any host.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..abi import (ABI_VERSION, ArgSpec, check_signature, checked_body, dlpack_check_args, dlpack_declarations,
-                   format_dims, guard_closing, header_opening, shape_array)
+from ..abi import (ABI_VERSION, ArgSpec, check_signature, checked_body, dlpack_declarations, format_dims,
+                   guard_closing, header_opening)
 from ..build import BuildError
 from .codegen import kernel_symbol
 from ..target import DTYPE_BYTES
@@ -72,12 +74,11 @@ def launcher_source(g: GpuFunc, args: Sequence[ArgSpec], vector_args: set[str]) 
     checked = f"{name}_checked"
     lines.append(f'extern "C" TF_EXPORT int {checked}(DLTensor** args, int num_args) {{')
 
-    def expected(a: ArgSpec) -> str:
-        align = VECTOR_ALIGN if a.name in vector_args else DTYPE_BYTES[a.dtype]
-        return f"{dlpack_check_args(a)}, {shape_array(a)}, {align}"
+    def alignment(a: ArgSpec) -> str:
+        return str(VECTOR_ALIGN if a.name in vector_args else DTYPE_BYTES[a.dtype])
 
-    lines += checked_body(checked, args, "tf_check_cuda_tensor", expected,
-                          lambda pointers: f"{name}({pointers}, (cudaStream_t)0)")
+    lines += checked_body(checked, args, "tf_check_cuda_tensor", alignment,
+                          lambda pointers: f"{name}({pointers}, (cudaStream_t)0)", layout_check="tf_check_cuda_layout")
     return "\n".join(lines)
 
 
@@ -144,9 +145,10 @@ def header_text(name: str, args: Sequence[ArgSpec], *, doc: str, launch: dict | 
         f"int {name}_packed(void** args, cudaStream_t stream);",
         "",
         f"/* The kernel over DLTensor* args[] = {{{', '.join(a.name for a in args)}}}, num_args = {len(args)}:",
-        " * checks device (kDLCUDA or kDLCUDAManaged, the current device, device memory), dtype, ndim,",
-        " * shape, strides (NULL or compact row-major), alignment, and that outputs overlap nothing,",
-        " * then launches on the default stream. On a mismatch returns nonzero; tunefleet_last_error()",
+        " * checks every argument's dtype, ndim, shape and strides (NULL or compact row-major), then each",
+        " * one's device (kDLCUDA or kDLCUDAManaged, the current device, device memory) and alignment, and",
+        " * that outputs overlap nothing, then launches on the default stream. On a mismatch returns",
+        " * nonzero; tunefleet_last_error()",
         " * names the argument, what was expected and what was given. */",
         f"int {name}_checked(DLTensor** args, int num_args);",
         "",

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from ..abi import ArgSpec
+from ..dltensor import KDL_CPU, check_manifest_args
 
 _H2D, _D2H = 1, 2
 
@@ -51,7 +52,12 @@ def device_count(so_path: str | os.PathLike) -> tuple[int, str]:
 
 
 class GpuKernel:
-    """A loaded GPU kernel (see the module docstring). `manifest` needs "name" and "args"."""
+    """A loaded GPU kernel (see the module docstring). `manifest` needs "name" and "args".
+
+    Raises ValueError when the manifest lists other arguments (count, order, dtypes, shapes) than
+    the library was compiled for (`dltensor.check_manifest_args`: its ``<name>_checked`` checks
+    every argument's layout before any device, so host tensors that agree are refused for their
+    device alone; no CUDA device is needed), OSError when the library cannot be loaded."""
 
     def __init__(self, so_path: str | os.PathLike, manifest: dict) -> None:
         self.manifest = manifest
@@ -63,6 +69,10 @@ class GpuKernel:
         self._fn.argtypes = [ctypes.c_void_p] * (len(self.args) + 1)
         self._fn.restype = ctypes.c_int
         self._packed = ctypes.cast(getattr(self._lib, f"{self.name}_packed"), ctypes.c_void_p)
+        first = self.args[0].name if self.args else ""
+        check_manifest_args(self._lib, self.name, self.args,
+                            f"{self.name}_checked: argument '{first}': expected device kDLCUDA (2) or "
+                            f"kDLCUDAManaged (13), got device_type {KDL_CPU} (device_id 0)")
 
     def _check(self, rc: int, what: str) -> None:
         if rc != 0:

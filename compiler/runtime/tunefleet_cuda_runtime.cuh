@@ -62,19 +62,29 @@ TF_HIDDEN int tf_cuda_ok(cudaError_t e, const char* what) {
 
 #include "tunefleet_dltensor_check.h"
 
-/* Checks one DLTensor argument of `kernel` against the expected device tensor: device
- * (kDLCUDA or kDLCUDAManaged, on the current device), dtype, ndim, shape, strides (NULL or
- * compact row-major; strides of extent-1 dimensions are ignored), data non-NULL, device
- * or managed memory by cudaPointerGetAttributes, data + byte_offset aligned to `align`
- * bytes. Returns 0 and stores the first element's address in *data, or nonzero with an
- * error text naming the argument, what was expected and what was given. */
-TF_HIDDEN int tf_check_cuda_tensor(const char* kernel, const char* arg, const DLTensor* t, uint8_t code,
-                                   uint8_t bits, int32_t ndim, const int64_t* shape, unsigned align,
-                                   void** data) {
+/* Checks one DLTensor argument of `kernel` against what it was compiled with, its device aside:
+ * not NULL, dtype, ndim, shape, strides (NULL or compact row-major; strides of extent-1
+ * dimensions are ignored), data non-NULL. An entry point checks every argument so before it
+ * checks any device (tf_check_cuda_tensor), so that a process without a CUDA device still
+ * learns whether arguments agree with the library: host tensors that do are refused for their
+ * device only, which is how tunefleet.load checks a GPU artifact's manifest. Returns 0, or
+ * nonzero with an error text naming the argument, what was expected and what was given. */
+TF_HIDDEN int tf_check_cuda_layout(const char* kernel, const char* arg, const DLTensor* t, uint8_t code,
+                                   uint8_t bits, int32_t ndim, const int64_t* shape) {
   if (t == NULL) {
     tf_set_error("%s: argument '%s': the DLTensor pointer is NULL", kernel, arg);
     return -1;
   }
+  return tf_check_tensor_layout(kernel, arg, t, code, bits, ndim, shape);
+}
+
+/* Checks where one DLTensor argument of `kernel` (its layout checked by tf_check_cuda_layout)
+ * lives: device kDLCUDA or kDLCUDAManaged, on the current device, device or managed memory by
+ * cudaPointerGetAttributes, data + byte_offset aligned to `align` bytes. Returns 0 and stores
+ * the first element's address in *data, or nonzero with an error text naming the argument,
+ * what was expected and what was given. */
+TF_HIDDEN int tf_check_cuda_tensor(const char* kernel, const char* arg, const DLTensor* t, unsigned align,
+                                   void** data) {
   if (t->device.device_type != kDLCUDA && t->device.device_type != kDLCUDAManaged) {
     tf_set_error("%s: argument '%s': expected device kDLCUDA (2) or kDLCUDAManaged (13), got device_type %d "
                  "(device_id %d)", kernel, arg, (int)t->device.device_type, (int)t->device.device_id);
@@ -87,7 +97,6 @@ TF_HIDDEN int tf_check_cuda_tensor(const char* kernel, const char* arg, const DL
                  "(cudaSetDevice first)", kernel, arg, (int)t->device.device_id, current);
     return -1;
   }
-  if (tf_check_tensor_layout(kernel, arg, t, code, bits, ndim, shape) != 0) return -1;
   char* first = (char*)t->data + t->byte_offset;
   cudaPointerAttributes attr;
   if (tf_cuda_ok(cudaPointerGetAttributes(&attr, first), "cudaPointerGetAttributes") != 0) return -1;

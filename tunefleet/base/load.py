@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-from tunefleet.base.dltensor import dltensor, pointer_array
 from tunefleet.compiler.abi import ABI_VERSION, ArgSpec
 from tunefleet.compiler.artifact import MODEL_MANIFEST, read_manifest
+from tunefleet.compiler.dltensor import check_manifest_args
 from tunefleet.compiler.target import Target
 
 
@@ -133,29 +133,16 @@ class Kernel:
         self._check_manifest_against_library()
 
     def _check_manifest_against_library(self) -> None:
-        """ValueError unless the library was compiled for exactly the manifest's arguments (count,
-        order of inputs and outputs, dtypes, shapes). Calls hand the kernel buffers sized from the
-        manifest, a file beside the library: a damaged or edited one would let it write past them.
-
-        One call of ``<name>_checked`` with a DLTensor of each manifest argument, all over one
-        scratch buffer: the entry point checks each against what it was compiled with, then
-        refuses the first output for overlapping the first argument (abi.checked_body), so the
-        kernel never runs; that refusal, naming those two, is the agreement."""
+        """ValueError unless the library was compiled for exactly the manifest's arguments
+        (`check_manifest_args`: its entry point refuses the probe for the first output
+        overlapping the first argument, so the kernel never runs)."""
         outputs = [a for a in self.args if a.is_output]
-        if self._inputs and outputs:
-            scratch = (ctypes.c_double * 8)()
-            tensors = [dltensor(a, ctypes.addressof(scratch)) for a in self.args]
-            checked = getattr(self._lib, f"{self.name}_checked")
-            checked.argtypes = [ctypes.c_void_p, ctypes.c_int]
-            refused = checked(pointer_array(tensors), len(tensors)) != 0
-            error = self._lib.tunefleet_last_error().decode(errors="replace")
-            if refused and error == (f"{self.name}_checked: output '{outputs[0].name}' overlaps argument "
-                                     f"'{self.args[0].name}' in memory; outputs must not alias"):
-                return
-        else:  # no probe without an overlap for the entry point to refuse
-            error = f"it lists no {'inputs' if outputs else 'outputs'}; every tunefleet kernel has both"
-        raise ValueError(f"{self.name}: the manifest's arguments are not those the library was compiled for: "
-                         f"{error}")
+        if not (self._inputs and outputs):  # no probe without an overlap for the entry point to refuse
+            raise ValueError(f"{self.name}: the manifest's arguments are not those the library was compiled for: "
+                             f"it lists no {'inputs' if outputs else 'outputs'}; every tunefleet kernel has both")
+        check_manifest_args(self._lib, self.name, self.args,
+                            f"{self.name}_checked: output '{outputs[0].name}' overlaps argument "
+                            f"'{self.args[0].name}' in memory; outputs must not alias")
 
     def __repr__(self) -> str:
         sig = ", ".join(f"{a.name}: {a.dtype}{list(a.shape)}" for a in self._inputs)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Sequence
 
-from tunefleet.compiler.abi import ArgSpec, dlpack_type
+from .abi import ArgSpec, dlpack_type
 
 #: DLDeviceType of host memory.
 KDL_CPU = 1
@@ -46,3 +46,25 @@ def dltensor(spec: ArgSpec, data: int) -> DLTensor:
 def pointer_array(tensors: Sequence[DLTensor]) -> ctypes.Array:
     """``DLTensor* args[]`` over `tensors`, as ``<name>_checked(args, num_args)`` takes it."""
     return (ctypes.POINTER(DLTensor) * len(tensors))(*(ctypes.pointer(t) for t in tensors))
+
+
+def check_manifest_args(lib: ctypes.CDLL, name: str, args: Sequence[ArgSpec], agreement: str) -> None:
+    """ValueError unless library `lib` was compiled for exactly `args` (a manifest's arguments:
+    count, order, dtypes, shapes). Calls hand a kernel buffers sized from its manifest, a file
+    beside the library: a damaged or edited one would let the kernel write past them.
+
+    One call of ``<name>_checked`` with a host DLTensor of each of `args`, all over one scratch
+    buffer: the entry point checks each argument's layout against what it was compiled with
+    before it would run the kernel, then refuses the call for a reason that comes only after
+    those checks (the C entry point: the first output overlaps the first argument; the CUDA one:
+    the first argument is not on a CUDA device). `agreement` is that refusal's text
+    (``tunefleet_last_error()``); any other text names what disagrees. `lib` must have
+    ``tunefleet_last_error.restype = ctypes.c_char_p``."""
+    scratch = (ctypes.c_double * 8)()
+    tensors = [dltensor(a, ctypes.addressof(scratch)) for a in args]
+    checked = getattr(lib, f"{name}_checked")
+    checked.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    refused = checked(pointer_array(tensors), len(tensors)) != 0
+    error = lib.tunefleet_last_error().decode(errors="replace")
+    if not (refused and error == agreement):
+        raise ValueError(f"{name}: the manifest's arguments are not those the library was compiled for: {error}")
