@@ -12,12 +12,14 @@ import numpy as np
 import pytest
 
 import tunefleet
-from tunefleet.compiler.dltensor import DLDataType, DLDevice, DLTensor, pointer_array
 from tunefleet.compiler.abi import ABI_VERSION, ArgSpec
 from tunefleet.compiler.artifact import read_manifest, write_artifact
+from tunefleet.compiler.dltensor import DLDataType, DLDevice, DLTensor, pointer_array
 from tunefleet.compiler import ops
 from tunefleet.compiler.driver import build
 from tunefleet.compiler.target import Target
+
+from manifest_edits import edit_args, load_error
 
 M, K, N = 16, 64, 32
 ARGS = [ArgSpec("A", (M, K), "float32", False), ArgSpec("B", (K, N), "float32", False),
@@ -294,38 +296,24 @@ def test_load_rejects_read_only_outputs_and_newer_abi(artifact, tmp_path):
         tunefleet.load(newer)
 
 
-def _edit_args(edit):
-    def apply(args):
-        args = [dict(a) for a in args]
-        edit(args)
-        return args
-    return apply
-
-
 @pytest.mark.parametrize("edit, message", [
-    (_edit_args(lambda args: args[1].update(shape=[K, N - 1])),
+    (edit_args(lambda args: args[1].update(shape=[K, N - 1])),
      f"argument 'B': expected shape [{K}, {N}], got [{K}, {N - 1}]"),
-    (_edit_args(lambda args: args[2].update(shape=[M // 2, N])),
+    (edit_args(lambda args: args[2].update(shape=[M // 2, N])),
      f"argument 'C': expected shape [{M}, {N}], got [{M // 2}, {N}]"),
-    (_edit_args(lambda args: args[0].update(dtype="int8")), "argument 'A': expected dtype float32, got int8"),
-    (_edit_args(lambda args: args[0].update(shape=[M * K])), "argument 'A': expected 2 dimensions, got 1"),
-    (_edit_args(lambda args: args.pop(1)), "expected 3 arguments (A, B, C), got 2"),
-    (_edit_args(lambda args: args.append({**args[2], "name": "D"})), "expected 3 arguments (A, B, C), got 4"),
-    (_edit_args(lambda args: args.insert(2, args.pop(0))), "argument 'A': expected shape"),
-    (_edit_args(lambda args: args[1].update(is_output=True)), "output 'C' overlaps argument 'A'"),
-    (_edit_args(lambda args: args.__delitem__(slice(0, 2))), "it lists no inputs; every tunefleet kernel has both"),
+    (edit_args(lambda args: args[0].update(dtype="int8")), "argument 'A': expected dtype float32, got int8"),
+    (edit_args(lambda args: args[0].update(shape=[M * K])), "argument 'A': expected 2 dimensions, got 1"),
+    (edit_args(lambda args: args.pop(1)), "expected 3 arguments (A, B, C), got 2"),
+    (edit_args(lambda args: args.append({**args[2], "name": "D"})), "expected 3 arguments (A, B, C), got 4"),
+    (edit_args(lambda args: args.insert(2, args.pop(0))), "argument 'A': expected shape"),
+    (edit_args(lambda args: args[1].update(is_output=True)), "output 'C' overlaps argument 'A'"),
+    (edit_args(lambda args: args.__delitem__(slice(0, 2))), "it lists no inputs; every tunefleet kernel has both"),
 ], ids=["input narrower", "output shorter", "dtype", "flattened", "argument dropped", "argument added",
         "reordered", "input as output", "inputs dropped"])
 def test_load_refuses_a_manifest_whose_arguments_the_library_does_not_take(artifact, tmp_path, edit, message):
     """The calls size the kernel's buffers from manifest.json: one listing smaller arrays would let
     the kernel write past them."""
-    edited = tmp_path / "edited"
-    shutil.copytree(artifact, edited)
-    manifest = read_manifest(edited)
-    (edited / "manifest.json").write_text(json.dumps({**manifest, "args": edit(manifest["args"])}))
-    with pytest.raises(ValueError, match="the manifest's arguments are not those the library was compiled for") as info:
-        tunefleet.load(edited)
-    assert message in str(info.value)
+    assert message in load_error(artifact, tmp_path, edit)
     np.testing.assert_array_equal(tunefleet.load(artifact)(*inputs()), np.matmul(*inputs()))
 
 
