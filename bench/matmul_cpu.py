@@ -303,6 +303,13 @@ AMD EPYC Zen 3 again (family 25 model 1, AVX2 only; main at 4faf704, peak 199-20
 174.4 / 1.16 / 1.06 / 90%, 2048³ 183.0 / 183.0 / 186.0 / 181.8 / 178.6 / 1.04 / 1.04 / 92%, 128×3072×768
 151.0 / 153.1 / 128.7 / 143.8 / 139.0 / 1.10 / 1.11 / 76%. The ratios are medians of per-round ratios, so
 256³ reads 1.13 while OpenBLAS's best round beat ours.
+
+AMD EPYC Zen 5 again (family 26 model 2; main at a3b7131; a slower instance, peak in the rounds
+470-478), 5 rounds, default / best of 16 / numpy / np-AVX2 / PyTorch / ratio to OpenBLAS / to
+PyTorch / % of the peak: 1024³ 455.0 / 455.0 / 425.5 / 223.4 / 195.0 / 1.08 / 2.36 / 95%, 2048³
+444.3 / 446.8 / 409.4 / 221.1 / 190.9 / 1.13 / 2.35 / 95%, 1000³ 447.2 / 448.6 / 421.6 / 223.4 /
+196.9 / 1.06 / 2.30 / 95%, 128×3072×768 407.0 / 407.0 / 325.7 / 199.3 / 164.1 / 1.28 / 2.60 / 86%;
+OpenBLAS at 87-90% of the peak at the cubes.
 """
 
 from __future__ import annotations

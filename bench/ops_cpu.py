@@ -377,6 +377,19 @@ panel's weight rows into the L2 or L1 while the tiles compute (1.00-1.04, best t
 transpose by unpacks and 128-bit lane shuffles instead of vpermt2ps (0.99; dense 128×768 -> 3072
 1.02). The dot products over the weights read in place (the second preferred config, which a search
 measures second) run 1.03-1.05× the default here, at 7² and s2 alike, whatever their kc.
+
+AMD EPYC Zen 5 again (family 26 model 2; main at a3b7131; a slower instance, peak 441-480), `--only
+conv dense`, 8 configs, 3 rounds, GFLOP/s default -> best (PyTorch / onnxruntime ÷ ours): 3×3 NCHWc
+56² 420.7 -> 422.2 (3.17 / 1.01), 28² 433.2 (1.37 / 0.99), 14² 411.9 (1.32 / 0.93), pre-packed 439.7
+-> 443.0 (1.49 / 1.07); 7² per call 321.4 -> 331.3 (1.73 / 0.87), pre-packed 449.8 -> 462.4 (2.03 /
+1.13); s2 512@14² 331.2 (1.68 / 1.01), pre-packed 380.3 (2.41 / 1.02); s2 128@56² 401.9 -> 403.1
+(1.23 / 0.98), s2 256@28² 402.7 -> 406.1 (1.29 / 1.05); 1×1 layers 1.19-15.3 / 0.80-1.83, among them
+2048 -> 512 at 7² 304.5 -> 320.5 (1.19 / 0.80), pre-packed 439.0 (1.55 / 1.07); dense 1×512 -> 1000
+69.9 -> 84.3 (2.90 / 1.49, OpenBLAS 1.25), 1×768 -> 3072 60.6 -> 63.7 (2.00 / 0.91, OpenBLAS 0.83),
+128×768 -> 3072 387.3 -> 399.8 (2.23 / 1.03, 1.45), pre-packed 446.2 -> 451.5 (2.72 / 1.09, 1.52).
+Every row at or above PyTorch. Dense at M = 1 prefetches the next tile's rows of W into the L2
+(`compiler.ops.dot`), which this loop, with W in the L3, pays for: 1×768 -> 3072 ran 89.4 on a
+faster Zen 5 before it.
 """
 
 from __future__ import annotations

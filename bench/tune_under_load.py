@@ -246,6 +246,12 @@ Measured (2-vCPU Intel Xeon, AVX-512, KVM; each phase under the shared CPU lock,
   UNSTEADY, stolen p50 0.326, disturbance median 0.38, max 0.94, validated at 161.7 in a burst
   (spread 16.4%); 0% counted disturbed in both; 41 s and 51 s for 64 trials; different configs
   (busy 6 × 64 bm 2 ku 8 nm_mn; quiet 6 × 64 bm 8 ku 2 nm_nm; both B packed per block, outer).
+
+* AMD EPYC Zen 5 again (family 26 model 2; main at a3b7131; a slower instance: quiet winner
+  validated at 440.6 GFLOP/s), one run: busy winner **97.8%** of the quiet one (96.5% by median;
+  quiet 447.2 best, 442.2 median); busy disturbance median 0.45, max 0.76, quiet 0.07; 0% counted
+  disturbed; 29 s and 49 s for 64 trials; different configs (busy 6 × 48 bm 8, quiet 6 × 64 bm 64;
+  both B packed per block, outer).
 """
 
 from __future__ import annotations
