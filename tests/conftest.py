@@ -281,7 +281,8 @@ def pytest_configure(config: pytest.Config) -> None:
 #: ordered by their number of tests (xdist's default), these few-test files came last, and the
 #: last 3% of the suite took 5 of its 12 minutes with the other worker idle (Xeon model 207).
 #: Most of their time they wait (an outage's minute, a restart), yet interleaving them with the
-#: files that build the most kernels gained nothing: 19:25 against 18:24 (AMD Zen 3). The suite
+#: files that build the most kernels gained nothing: 19:25 against 18:24 (AMD Zen 3), 16:38 against
+#: 14:15 (AMD Zen 5, where the builds beside the services' processes took 18% more CPU). The suite
 #: keeps the 2 CPUs busy throughout (vmstat: 78% user, 10% system, 4% idle), so only less work
 #: shortens it.
 SLOW_FILES_FIRST = ("test_service_outages.py", "test_service_heal.py", "test_dashboard_e2e.py",
