@@ -48,6 +48,10 @@ def pointer_array(tensors: Sequence[DLTensor]) -> ctypes.Array:
     return (ctypes.POINTER(DLTensor) * len(tensors))(*(ctypes.pointer(t) for t in tensors))
 
 
+#: What a manifest whose arguments disagree with its library is told (then why).
+MANIFEST_MISMATCH = "the manifest's arguments are not those the library was compiled for"
+
+
 def check_manifest_args(lib: ctypes.CDLL, name: str, args: Sequence[ArgSpec], agreement: str) -> None:
     """ValueError unless library `lib` was compiled for exactly `args` (a manifest's arguments:
     count, order, dtypes, shapes). Calls hand a kernel buffers sized from its manifest, a file
@@ -67,4 +71,4 @@ def check_manifest_args(lib: ctypes.CDLL, name: str, args: Sequence[ArgSpec], ag
     refused = checked(pointer_array(tensors), len(tensors)) != 0
     error = lib.tunefleet_last_error().decode(errors="replace")
     if not (refused and error == agreement):
-        raise ValueError(f"{name}: the manifest's arguments are not those the library was compiled for: {error}")
+        raise ValueError(f"{name}: {MANIFEST_MISMATCH}: {error}")

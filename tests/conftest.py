@@ -302,8 +302,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 #: The marker of a test that needs the host to itself: one that compares measurements with and
 #: without a load it makes, or one whose threads must not read the other tests' load as
-#: contention (the runtime's idle workers stop spinning then). It runs while no other test does. Among the suite's three processes on a 2-CPU host, the quiet side of
-#: such a comparison read disturbances of 0.65-7.8 (a CI run, AMD Zen 4) against 2.0-4.7 with
+#: contention (the runtime's idle workers stop spinning then). It runs while no other test does.
+#: Among the suite's three processes on a 2-CPU host, the quiet side of such a comparison read disturbances of 0.65-7.8 (a CI run, AMD Zen 4) against 2.0-4.7 with
 #: two busy loops on the measuring CPU: other tests' compilers and busy loops outweighed the load
 #: under test in 3 of 5 rounds.
 QUIET_HOST = "quiet_host"

@@ -16,9 +16,7 @@ import pytest
 
 import tunefleet
 from tunefleet.compiler.artifact import read_manifest
-
-#: The start of the ValueError text of every refused manifest.
-REFUSED = "the manifest's arguments are not those the library was compiled for"
+from tunefleet.compiler.dltensor import MANIFEST_MISMATCH
 
 
 def edit_args(edit: Callable[[list[dict]], None]) -> Callable[[list[dict]], list[dict]]:
@@ -31,13 +29,13 @@ def edit_args(edit: Callable[[list[dict]], None]) -> Callable[[list[dict]], list
 
 
 def load_error(artifact: Path, tmp_path: Path, edit: Callable[[list[dict]], list[dict]]) -> str:
-    """The text of the ValueError (REFUSED, then why) that `tunefleet.load` raises for a copy of
+    """The text of the ValueError (MANIFEST_MISMATCH, then why) that `tunefleet.load` raises for a copy of
     the artifact directory `artifact` (made under `tmp_path`) whose manifest's "args" are
     ``edit(args)``; the test fails if it loads."""
     edited = tmp_path / "edited"
     shutil.copytree(artifact, edited)
     manifest = read_manifest(edited)
     (edited / "manifest.json").write_text(json.dumps({**manifest, "args": edit(manifest["args"])}))
-    with pytest.raises(ValueError, match=REFUSED) as info:
+    with pytest.raises(ValueError, match=MANIFEST_MISMATCH) as info:
         tunefleet.load(edited)
     return str(info.value)

@@ -13,7 +13,7 @@ import numpy as np
 
 from tunefleet.compiler.abi import ABI_VERSION, ArgSpec
 from tunefleet.compiler.artifact import MODEL_MANIFEST, read_manifest
-from tunefleet.compiler.dltensor import check_manifest_args
+from tunefleet.compiler.dltensor import MANIFEST_MISMATCH, check_manifest_args
 from tunefleet.compiler.target import Target
 
 
@@ -138,8 +138,8 @@ class Kernel:
         overlapping the first argument, so the kernel never runs)."""
         outputs = [a for a in self.args if a.is_output]
         if not (self._inputs and outputs):  # no probe without an overlap for the entry point to refuse
-            raise ValueError(f"{self.name}: the manifest's arguments are not those the library was compiled for: "
-                             f"it lists no {'inputs' if outputs else 'outputs'}; every tunefleet kernel has both")
+            raise ValueError(f"{self.name}: {MANIFEST_MISMATCH}: it lists no {'inputs' if outputs else 'outputs'}; "
+                             "every tunefleet kernel has both")
         check_manifest_args(self._lib, self.name, self.args,
                             f"{self.name}_checked: output '{outputs[0].name}' overlaps argument "
                             f"'{self.args[0].name}' in memory; outputs must not alias")
